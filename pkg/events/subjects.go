@@ -1,0 +1,180 @@
+package events
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Subject prefixes of the v1 contract. All of them live in one JetStream stream
+// whose subjects are Prefix + ">".
+const (
+	Prefix          = "assent."
+	RequestPrefix   = "assent.request."
+	PendingPrefix   = "assent.pending."
+	ResponsePrefix  = "assent.response."
+	CancelPrefix    = "assent.cancel."
+	DecisionPrefix  = "assent.decision."
+	AllSubjects     = "assent.>"
+	MaxTokenLength  = 128
+)
+
+// Kind names which part of the contract a subject belongs to.
+type Kind int
+
+// Subject kinds.
+const (
+	KindUnknown Kind = iota
+	KindRequest
+	KindPending
+	KindResponse
+	KindCancel
+	KindDecision
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindRequest:
+		return "request"
+	case KindPending:
+		return "pending"
+	case KindResponse:
+		return "response"
+	case KindCancel:
+		return "cancel"
+	case KindDecision:
+		return "decision"
+	}
+	return "unknown"
+}
+
+// ValidToken reports whether s may stand as one subject token: 1 to 128
+// characters of [A-Za-z0-9_-].
+func ValidToken(s string) bool {
+	if len(s) == 0 || len(s) > MaxTokenLength {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckToken returns an error wrapping ErrBadToken, naming what, when s is not a
+// valid subject token.
+func CheckToken(what, s string) error {
+	if ValidToken(s) {
+		return nil
+	}
+	if s == "" {
+		return fieldErr(what, fmt.Errorf("%w: empty", ErrBadToken))
+	}
+	return fieldErr(what, fmt.Errorf("%w: %q (want 1-%d characters of A-Z a-z 0-9 _ -)", ErrBadToken, truncate(s, 40), MaxTokenLength))
+}
+
+// RequestSubject is where agent publishes its requests.
+func RequestSubject(agent string) (string, error) {
+	if err := CheckToken("agent", agent); err != nil {
+		return "", err
+	}
+	return RequestPrefix + agent, nil
+}
+
+// PendingSubject is where the broker announces agent's waiting requests.
+func PendingSubject(agent string) (string, error) {
+	if err := CheckToken("agent", agent); err != nil {
+		return "", err
+	}
+	return PendingPrefix + agent, nil
+}
+
+// ResponseSubject is where principal answers request id.
+func ResponseSubject(principal, id string) (string, error) {
+	if err := CheckToken("principal", principal); err != nil {
+		return "", err
+	}
+	if err := CheckToken("request id", id); err != nil {
+		return "", err
+	}
+	return ResponsePrefix + principal + "." + id, nil
+}
+
+// CancelSubject is where request id is cancelled.
+func CancelSubject(id string) (string, error) {
+	if err := CheckToken("request id", id); err != nil {
+		return "", err
+	}
+	return CancelPrefix + id, nil
+}
+
+// DecisionSubject is where the broker publishes the decision for request id, and
+// where it stays readable afterwards.
+func DecisionSubject(id string) (string, error) {
+	if err := CheckToken("request id", id); err != nil {
+		return "", err
+	}
+	return DecisionPrefix + id, nil
+}
+
+// Subject is a parsed contract subject. Which fields are set depends on Kind.
+type Subject struct {
+	Kind      Kind
+	Agent     string // request, pending
+	Principal string // response
+	RequestID string // response, cancel, decision
+}
+
+// ParseSubject splits a contract subject into its parts. Errors wrap ErrBadSubject
+// or ErrBadToken.
+func ParseSubject(s string) (Subject, error) {
+	if !strings.HasPrefix(s, Prefix) {
+		return Subject{}, fmt.Errorf("%w: %q is not under %q", ErrBadSubject, truncate(s, 60), Prefix)
+	}
+	parts := strings.Split(s[len(Prefix):], ".")
+	want := func(n int) error {
+		if len(parts) != n+1 {
+			return fmt.Errorf("%w: %q has %d tokens after %q, want %d", ErrBadSubject, truncate(s, 60), len(parts)-1, Prefix+parts[0], n)
+		}
+		return nil
+	}
+	var sub Subject
+	switch parts[0] {
+	case "request", "pending":
+		if err := want(1); err != nil {
+			return Subject{}, err
+		}
+		sub.Kind, sub.Agent = KindRequest, parts[1]
+		if parts[0] == "pending" {
+			sub.Kind = KindPending
+		}
+		return sub, CheckToken("agent", sub.Agent)
+	case "response":
+		if err := want(2); err != nil {
+			return Subject{}, err
+		}
+		sub.Kind, sub.Principal, sub.RequestID = KindResponse, parts[1], parts[2]
+		if err := CheckToken("principal", sub.Principal); err != nil {
+			return Subject{}, err
+		}
+		return sub, CheckToken("request id", sub.RequestID)
+	case "cancel", "decision":
+		if err := want(1); err != nil {
+			return Subject{}, err
+		}
+		sub.Kind, sub.RequestID = KindCancel, parts[1]
+		if parts[0] == "decision" {
+			sub.Kind = KindDecision
+		}
+		return sub, CheckToken("request id", sub.RequestID)
+	}
+	return Subject{}, fmt.Errorf("%w: unknown kind %q", ErrBadSubject, truncate(parts[0], 40))
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,177 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// CloudEvent types of the v1 contract.
+const (
+	TypeRequested = "dev.assent.approval.requested"
+	TypePending   = "dev.assent.approval.pending"
+	TypeResponded = "dev.assent.approval.responded"
+	TypeCancel    = "dev.assent.approval.cancel"
+	TypeEscalated = "dev.assent.approval.escalated"
+	TypeDecided   = "dev.assent.approval.decided"
+)
+
+// Verdict is an approver's answer.
+type Verdict string
+
+// Verdicts an approver may give.
+const (
+	Approve Verdict = "approve"
+	Deny    Verdict = "deny"
+)
+
+// Outcome is how a request ended.
+type Outcome string
+
+// Outcomes of a request. Exactly one is recorded per request.
+const (
+	Approved  Outcome = "approved"
+	Denied    Outcome = "denied"
+	Expired   Outcome = "expired"
+	Cancelled Outcome = "cancelled"
+)
+
+// Remember scopes: how widely an approver's choice is reused.
+const (
+	ScopeCall    = "call"
+	ScopeSession = "session"
+	ScopeAgent   = "agent"
+	ScopeUser    = "user"
+)
+
+// Duration is a time.Duration that travels as a Go duration string ("90s", "5m").
+type Duration time.Duration
+
+// MarshalJSON writes the duration as a string such as "1m30s".
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON reads a Go duration string. Numbers are rejected: a bare number
+// is ambiguous between seconds and nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string such as \"90s\": %w", err)
+	}
+	if s == "" {
+		*d = 0
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// Requested is the data of a dev.assent.approval.requested event: an agent asks
+// whether it may run Tool with Args. The event id is the request id.
+type Requested struct {
+	Tool           string            `json:"tool"`
+	Args           json.RawMessage   `json:"args,omitempty"`
+	Agent          string            `json:"agent,omitempty"`
+	Session        string            `json:"session,omitempty"`
+	User           string            `json:"user,omitempty"`
+	CallID         string            `json:"call_id,omitempty"`
+	Hint           string            `json:"hint,omitempty"`
+	ResponseSchema json.RawMessage   `json:"response_schema,omitempty"`
+	Timeout        Duration          `json:"timeout,omitempty"`
+	Labels         map[string]string `json:"labels,omitempty"`
+}
+
+// Remember asks the broker to reuse an answer for later matching requests.
+type Remember struct {
+	Scope string   `json:"scope"`
+	TTL   Duration `json:"ttl,omitempty"`
+}
+
+// Responded is the data of a dev.assent.approval.responded event: one approver's
+// answer to one request. The principal and request id are in the subject.
+type Responded struct {
+	Decision Verdict         `json:"decision"`
+	Reason   string          `json:"reason,omitempty"`
+	Args     json.RawMessage `json:"args,omitempty"`
+	Payload  json.RawMessage `json:"payload,omitempty"`
+	Remember *Remember       `json:"remember,omitempty"`
+	Channel  string          `json:"channel,omitempty"`
+}
+
+// Cancel is the data of a dev.assent.approval.cancel event. The request id is in
+// the subject.
+type Cancel struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// Pending is the data of a dev.assent.approval.pending event: the broker tells
+// approver channels that a request waits for an answer.
+type Pending struct {
+	RequestID string    `json:"request_id"`
+	Request   Requested `json:"request"`
+	Deadline  time.Time `json:"deadline"`
+	// Approvers lists the principals or roles that may answer; empty means anyone.
+	Approvers []string `json:"approvers,omitempty"`
+	Rule      string   `json:"rule,omitempty"`
+}
+
+// Escalated is the data of a dev.assent.approval.escalated event: a request moved
+// to the next level of its escalation ladder.
+type Escalated struct {
+	RequestID string    `json:"request_id"`
+	Request   Requested `json:"request"`
+	Level     int       `json:"level"`
+	Approvers []string  `json:"approvers,omitempty"`
+	Deadline  time.Time `json:"deadline"`
+}
+
+// DecidedBy records one principal's part in a decision.
+type DecidedBy struct {
+	Principal string    `json:"principal"`
+	Channel   string    `json:"channel,omitempty"`
+	Decision  Verdict   `json:"decision,omitempty"`
+	At        time.Time `json:"at"`
+}
+
+// Decided is the data of a dev.assent.approval.decided event, the one and only
+// outcome of a request. A worker executes Args, never the arguments it asked with.
+type Decided struct {
+	RequestID  string          `json:"request_id"`
+	Outcome    Outcome         `json:"outcome"`
+	Reason     string          `json:"reason,omitempty"`
+	Args       json.RawMessage `json:"args,omitempty"`
+	Edited     bool            `json:"edited,omitempty"`
+	ArgsDigest string          `json:"args_digest,omitempty"`
+	Payload    json.RawMessage `json:"payload,omitempty"`
+	DecidedBy  []DecidedBy     `json:"decided_by,omitempty"`
+	Rule       string          `json:"rule,omitempty"`
+	Auto       bool            `json:"auto,omitempty"`
+	DecidedAt  time.Time       `json:"decided_at"`
+}
+
+// Approved reports whether the guarded call may run.
+func (d Decided) Approved() bool { return d.Outcome == Approved }
+
+// Terminal reports whether o is one of the four outcomes.
+func (o Outcome) Valid() bool {
+	switch o {
+	case Approved, Denied, Expired, Cancelled:
+		return true
+	}
+	return false
+}
+
+// isJSONObject reports whether raw holds a JSON object (after leading white space).
+func isJSONObject(raw json.RawMessage) bool {
+	t := bytes.TrimLeft(raw, " \t\r\n")
+	return len(t) > 0 && t[0] == '{' && json.Valid(raw)
+}

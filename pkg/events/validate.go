@@ -1,0 +1,207 @@
+package events
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Limits on free-text fields, so one event cannot carry unbounded strings in
+// places that end up in logs and UIs. Args, payloads and schemas are bounded only
+// by the event size limit.
+const (
+	MaxToolLength   = 256
+	MaxTextLength   = 4096
+	MaxLabels       = 64
+	MaxLabelLength  = 256
+	MaxTimeout      = 30 * 24 * time.Hour
+	maxTokenlikeLen = 256
+)
+
+// Validate reports every problem with r at once.
+func (r *Requested) Validate() error {
+	var errs []error
+	switch {
+	case r.Tool == "":
+		errs = append(errs, fieldErr("tool", ErrMissingTool))
+	case len(r.Tool) > MaxToolLength:
+		errs = append(errs, fieldErr("tool", fmt.Errorf("%w: longer than %d bytes", ErrBadValue, MaxToolLength)))
+	}
+	if len(r.Args) > 0 && !isJSONObject(r.Args) && !isJSONNull(r.Args) {
+		errs = append(errs, fieldErr("args", ErrArgsNotObject))
+	}
+	if r.Agent != "" {
+		if err := CheckToken("agent", r.Agent); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for name, v := range map[string]string{"session": r.Session, "user": r.User, "call_id": r.CallID} {
+		if len(v) > maxTokenlikeLen {
+			errs = append(errs, fieldErr(name, fmt.Errorf("%w: longer than %d bytes", ErrBadValue, maxTokenlikeLen)))
+		}
+	}
+	if len(r.Hint) > MaxTextLength {
+		errs = append(errs, fieldErr("hint", fmt.Errorf("%w: longer than %d bytes", ErrBadValue, MaxTextLength)))
+	}
+	if len(r.ResponseSchema) > 0 && !isJSONObject(r.ResponseSchema) {
+		errs = append(errs, fieldErr("response_schema", fmt.Errorf("%w: must be a JSON Schema object", ErrBadValue)))
+	}
+	if r.Timeout < 0 || r.Timeout.Std() > MaxTimeout {
+		errs = append(errs, fieldErr("timeout", fmt.Errorf("%w: %s is outside 0..%s", ErrBadValue, r.Timeout.Std(), MaxTimeout)))
+	}
+	if len(r.Labels) > MaxLabels {
+		errs = append(errs, fieldErr("labels", fmt.Errorf("%w: more than %d labels", ErrBadValue, MaxLabels)))
+	}
+	for k, v := range r.Labels {
+		if k == "" || len(k) > MaxLabelLength || len(v) > MaxLabelLength {
+			errs = append(errs, fieldErr("labels", fmt.Errorf("%w: label %q: keys must be 1-%d bytes and values at most %d", ErrBadValue, truncate(k, 40), MaxLabelLength, MaxLabelLength)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Validate reports every problem with r at once.
+func (r *Responded) Validate() error {
+	var errs []error
+	switch r.Decision {
+	case Approve, Deny:
+	case "":
+		errs = append(errs, fieldErr("decision", fmt.Errorf("%w (want %q or %q)", ErrMissingField, Approve, Deny)))
+	default:
+		errs = append(errs, fieldErr("decision", fmt.Errorf("%w: %q (want %q or %q)", ErrUnknownDecision, truncate(string(r.Decision), 40), Approve, Deny)))
+	}
+	if len(r.Reason) > MaxTextLength {
+		errs = append(errs, fieldErr("reason", fmt.Errorf("%w: longer than %d bytes", ErrBadValue, MaxTextLength)))
+	}
+	if len(r.Args) > 0 && !isJSONNull(r.Args) {
+		if !isJSONObject(r.Args) {
+			errs = append(errs, fieldErr("args", ErrArgsNotObject))
+		} else if r.Decision == Deny {
+			errs = append(errs, fieldErr("args", fmt.Errorf("%w: edited args only go with %q", ErrBadValue, Approve)))
+		}
+	}
+	if len(r.Payload) > 0 && !json.Valid(r.Payload) {
+		errs = append(errs, fieldErr("payload", fmt.Errorf("%w: not valid JSON", ErrBadValue)))
+	}
+	if r.Remember != nil {
+		switch r.Remember.Scope {
+		case ScopeCall, ScopeSession, ScopeAgent, ScopeUser:
+		default:
+			errs = append(errs, fieldErr("remember.scope", fmt.Errorf("%w: %q (want call, session, agent or user)", ErrBadValue, truncate(r.Remember.Scope, 40))))
+		}
+		if r.Remember.TTL < 0 {
+			errs = append(errs, fieldErr("remember.ttl", fmt.Errorf("%w: negative", ErrBadValue)))
+		}
+	}
+	if r.Channel != "" && !ValidToken(r.Channel) {
+		errs = append(errs, CheckToken("channel", r.Channel))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate reports every problem with c at once.
+func (c *Cancel) Validate() error {
+	if len(c.Reason) > MaxTextLength {
+		return fieldErr("reason", fmt.Errorf("%w: longer than %d bytes", ErrBadValue, MaxTextLength))
+	}
+	return nil
+}
+
+// Validate reports every problem with d at once.
+func (d *Decided) Validate() error {
+	var errs []error
+	if err := CheckToken("request_id", d.RequestID); err != nil {
+		errs = append(errs, err)
+	}
+	if !d.Outcome.Valid() {
+		errs = append(errs, fieldErr("outcome", fmt.Errorf("%w: %q", ErrBadValue, truncate(string(d.Outcome), 40))))
+	}
+	if len(d.Args) > 0 && !isJSONObject(d.Args) && !isJSONNull(d.Args) {
+		errs = append(errs, fieldErr("args", ErrArgsNotObject))
+	}
+	if d.DecidedAt.IsZero() {
+		errs = append(errs, fieldErr("decided_at", ErrMissingField))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate reports every problem with p at once.
+func (p *Pending) Validate() error {
+	var errs []error
+	if err := CheckToken("request_id", p.RequestID); err != nil {
+		errs = append(errs, err)
+	}
+	if err := p.Request.Validate(); err != nil {
+		errs = append(errs, fieldErr("request", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate reports every problem with e at once.
+func (e *Escalated) Validate() error {
+	var errs []error
+	if err := CheckToken("request_id", e.RequestID); err != nil {
+		errs = append(errs, err)
+	}
+	if e.Level < 0 {
+		errs = append(errs, fieldErr("level", fmt.Errorf("%w: negative", ErrBadValue)))
+	}
+	return errors.Join(errs...)
+}
+
+func isJSONNull(raw json.RawMessage) bool {
+	return string(bytes.TrimSpace(raw)) == "null"
+}
+
+// CanonicalArgs returns args as compact JSON with object keys sorted, numbers as
+// written and no HTML escaping. Empty or null args become {}. It is the form that
+// ArgsDigest hashes.
+func CanonicalArgs(args json.RawMessage) (json.RawMessage, error) {
+	if len(bytes.TrimSpace(args)) == 0 || isJSONNull(args) {
+		return json.RawMessage("{}"), nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fieldErr("args", fmt.Errorf("%w: %v", ErrMalformed, err))
+	}
+	if _, ok := v.(map[string]any); !ok {
+		return nil, fieldErr("args", ErrArgsNotObject)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// ArgsDigest returns "sha256:" and the hex SHA-256 of CanonicalArgs(args). A
+// decision is bound to the arguments it approved through this digest.
+func ArgsDigest(args json.RawMessage) (string, error) {
+	c, err := CanonicalArgs(args)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(c)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// VerifyArgs checks that d.Args matches d.ArgsDigest. Workers call it before they
+// execute an approved call.
+func (d Decided) VerifyArgs() error {
+	got, err := ArgsDigest(d.Args)
+	if err != nil {
+		return err
+	}
+	if got != d.ArgsDigest {
+		return fieldErr("args_digest", fmt.Errorf("%w: args hash to %s, decision says %s", ErrBadValue, got, truncate(d.ArgsDigest, 80)))
+	}
+	return nil
+}
