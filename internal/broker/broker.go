@@ -1,0 +1,327 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// Broker runs the approval state machine. Any number of replicas may run against
+// the same NATS system; they share the work and agree through JetStream.
+type Broker struct {
+	cfg    Config
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	log    *zap.Logger
+	codec  events.Codec
+	source string
+	now    func() time.Time
+
+	res     *resources
+	timers  *timers
+	metrics metrics
+	records *hub // KV updates by request id, for callers waiting on a record
+
+	ready   atomic.Bool
+	running atomic.Bool
+}
+
+// New returns a broker that uses nc. A nil logger logs nothing. Call Run to start it.
+func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
+	if nc == nil {
+		return nil, errors.New("broker: nil NATS connection")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("broker config: %w", err)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &Broker{
+		cfg:     cfg,
+		nc:      nc,
+		js:      js,
+		log:     log.Named("broker").With(zap.String("replica", cfg.Name)),
+		codec:   events.Codec{MaxSize: cfg.MaxEventSize},
+		source:  "broker/" + cfg.Name,
+		now:     time.Now,
+		timers:  newTimers(),
+		records: newHub(),
+	}, nil
+}
+
+// Config returns the effective configuration, defaults applied.
+func (b *Broker) Config() Config { return b.cfg }
+
+// Ready reports whether the broker has provisioned its resources, recovered its
+// timers, is consuming, and has a NATS connection.
+func (b *Broker) Ready() bool { return b.ready.Load() && b.nc.IsConnected() }
+
+// Stats returns counters of this replica's work.
+func (b *Broker) Stats() Stats {
+	s := b.metrics.snapshot()
+	s.Timers = int64(b.timers.len())
+	return s
+}
+
+// Run provisions JetStream resources, recovers pending requests, and handles
+// requests, answers, cancels and timeouts until ctx ends. It then stops taking
+// work, finishes what is in flight, and returns. Run may be called only once.
+func (b *Broker) Run(ctx context.Context) error {
+	if !b.running.CompareAndSwap(false, true) {
+		return errors.New("broker: Run called twice")
+	}
+	defer b.timers.close()
+	res, err := provision(ctx, b.js, b.cfg)
+	if err != nil {
+		return fmt.Errorf("broker: provision: %w", err)
+	}
+	b.res = res
+	sub, err := b.nc.Subscribe("$KV."+StateBucket+".>", func(m *nats.Msg) {
+		b.records.deliver(m.Subject[len("$KV."+StateBucket+"."):])
+	})
+	if err != nil {
+		return fmt.Errorf("broker: subscribe state updates: %w", err)
+	}
+	defer sub.Unsubscribe() //nolint:errcheck // best effort on the way out
+	if err := b.recover(ctx); err != nil {
+		return fmt.Errorf("broker: recover pending requests: %w", err)
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return b.consume(gctx, res.requests, "requests", b.handleRequest) })
+	g.Go(func() error { return b.consume(gctx, res.responses, "responses", b.handleResponse) })
+	g.Go(func() error { return b.consume(gctx, res.cancels, "cancels", b.handleCancel) })
+	g.Go(func() error { return b.consume(gctx, res.timeouts, "timeouts", b.handleTimeout) })
+	g.Go(func() error { return b.expiryLoop(gctx) })
+	b.ready.Store(true)
+	b.log.Info("broker running", zap.String("mode", string(b.cfg.Mode)), zap.Duration("default_timeout", b.cfg.DefaultTimeout))
+	err = g.Wait()
+	b.ready.Store(false)
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	b.log.Info("broker stopped")
+	return err
+}
+
+// recover arms a local timer for every pending request, and expires those whose
+// deadline passed while no broker ran.
+func (b *Broker) recover(ctx context.Context) error {
+	w, err := b.res.state.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return err
+	}
+	defer w.Stop() //nolint:errcheck // best effort
+	n := 0
+	for entry := range w.Updates() {
+		if entry == nil {
+			break // caught up
+		}
+		rec, err := decodeRecord(entry.Value(), entry.Revision())
+		if err != nil {
+			b.log.Error("skip corrupt state entry", zap.String("request_id", entry.Key()), zap.Error(err))
+			continue
+		}
+		if rec.State == StatePending {
+			b.timers.arm(rec.ID, rec.Deadline)
+			n++
+		}
+	}
+	b.log.Info("recovered pending requests", zap.Int("pending", n))
+	return nil
+}
+
+// expiryLoop expires requests whose local timers fired.
+func (b *Broker) expiryLoop(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case id := <-b.timers.due:
+			octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			if _, err := b.expire(octx, id, b.now()); err != nil && !errors.Is(err, ErrNotFound) {
+				b.log.Warn("expire failed; the durable schedule will retry", zap.String("request_id", id), zap.Error(err))
+			}
+			cancel()
+		}
+	}
+}
+
+// Get returns the record of request id, or ErrNotFound.
+func (b *Broker) Get(ctx context.Context, id string) (Record, error) {
+	if err := events.CheckToken("request id", id); err != nil {
+		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return b.load(ctx, id)
+}
+
+// Wait returns the record of request id once it is decided, or its current
+// state when ctx ends first (with ctx's error).
+func (b *Broker) Wait(ctx context.Context, id string) (Record, error) {
+	if err := events.CheckToken("request id", id); err != nil {
+		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	ch, cancel := b.records.wait(id)
+	defer cancel()
+	for {
+		rec, err := b.load(context.WithoutCancel(ctx), id)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return rec, err
+		}
+		if err == nil && rec.State.Terminal() {
+			return rec, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			if err != nil {
+				return rec, err
+			}
+			return rec, ctx.Err()
+		}
+	}
+}
+
+// Submit publishes a request to the stream, as an agent would on NATS, and
+// returns once a broker replica has stored it. The request goes through the same
+// consumer as every other; publishing the same id again is the same request.
+func (b *Broker) Submit(ctx context.Context, id, source string, req events.Requested) (Record, error) {
+	if id == "" {
+		id = events.NewID()
+	}
+	if err := events.CheckToken("id", id); err != nil {
+		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if req.Agent == "" {
+		return Record{}, fmt.Errorf("%w: agent: %w (it names the subject %s<agent>)", ErrInvalid, events.ErrMissingField, events.RequestPrefix)
+	}
+	if err := req.Validate(); err != nil {
+		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	subj, err := events.RequestSubject(req.Agent)
+	if err != nil {
+		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	e, err := events.New(events.TypeRequested, id, source, req)
+	if err != nil {
+		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	msg, err := b.encode(subj, &e)
+	if err != nil {
+		return Record{}, err
+	}
+	ch, cancel := b.records.wait(id)
+	defer cancel()
+	if _, err := b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id)); err != nil {
+		return Record{}, fmt.Errorf("publish request: %w", err)
+	}
+	for {
+		rec, err := b.load(ctx, id)
+		if !errors.Is(err, ErrNotFound) {
+			return rec, err
+		}
+		select {
+		case <-ch:
+		case <-time.After(250 * time.Millisecond): // a replica on another connection
+		case <-ctx.Done():
+			return Record{}, fmt.Errorf("request %s published but not yet stored by a broker: %w", id, ctx.Err())
+		}
+	}
+}
+
+// Filter selects records for List. Empty fields match everything.
+type Filter struct {
+	State   State
+	Agent   string
+	Session string
+	Limit   int // default 100
+}
+
+// List returns up to f.Limit records matching f, oldest first. It reads the whole
+// state bucket; fine for operators and UIs, not for hot paths.
+func (b *Broker) List(ctx context.Context, f Filter) ([]Record, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	w, err := b.res.state.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop() //nolint:errcheck // best effort
+	out := []Record{}
+	for {
+		select {
+		case entry := <-w.Updates():
+			if entry == nil {
+				return out, nil
+			}
+			rec, err := decodeRecord(entry.Value(), entry.Revision())
+			if err != nil {
+				continue
+			}
+			if (f.State == "" || rec.State == f.State) && (f.Agent == "" || rec.Request.Agent == f.Agent) && (f.Session == "" || rec.Request.Session == f.Session) {
+				out = append(out, rec)
+				if len(out) >= f.Limit {
+					return out, nil
+				}
+			}
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+	}
+}
+
+// hub wakes callers waiting for changes to a request's state.
+type hub struct {
+	mu      sync.Mutex
+	waiters map[string]map[chan struct{}]struct{}
+}
+
+func newHub() *hub { return &hub{waiters: make(map[string]map[chan struct{}]struct{})} }
+
+// wait returns a channel signalled whenever id's state changes, and a func to
+// stop waiting.
+func (h *hub) wait(id string) (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	h.mu.Lock()
+	if h.waiters[id] == nil {
+		h.waiters[id] = make(map[chan struct{}]struct{})
+	}
+	h.waiters[id][ch] = struct{}{}
+	h.mu.Unlock()
+	return ch, func() {
+		h.mu.Lock()
+		delete(h.waiters[id], ch)
+		if len(h.waiters[id]) == 0 {
+			delete(h.waiters, id)
+		}
+		h.mu.Unlock()
+	}
+}
+
+func (h *hub) deliver(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.waiters[id] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}

@@ -1,0 +1,147 @@
+package broker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// start runs a broker on nc until the test ends and waits until it is ready.
+func start(t *testing.T, nc *nats.Conn, cfg broker.Config) *broker.Broker {
+	t.Helper()
+	b, err := broker.New(nc, cfg, testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("broker run: %v", err)
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for !b.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("broker not ready")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return b
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func TestAutoApprove(t *testing.T) {
+	ns := testenv.Server(t)
+	b := start(t, testenv.Conn(t, ns), broker.Config{Mode: broker.ModeAutoApprove})
+	rec, err := b.Submit(ctx(t), "", "test/t", events.Requested{Tool: "ls", Agent: "a1", Args: json.RawMessage(`{"dir":"/tmp"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != broker.StateApproved || !rec.Decision.Auto || string(rec.Decision.Args) != `{"dir":"/tmp"}` {
+		t.Fatalf("got %+v", rec)
+	}
+	if err := rec.Decision.VerifyArgs(); err != nil {
+		t.Fatal(err)
+	}
+	waitDecision(t, ns, rec.ID, events.Approved)
+}
+
+func waitDecision(t *testing.T, ns *testenv.NATS, id string, want events.Outcome) events.Decided {
+	t.Helper()
+	js, err := jetstream.New(testenv.Conn(t, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx(t), broker.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj, _ := events.DecisionSubject(id)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		m, err := s.GetLastMsgForSubject(ctx(t), subj)
+		if err == nil {
+			e, err := events.Decode(events.Header(m.Header), m.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := events.DecodeDecided(&e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Outcome != want {
+				t.Fatalf("outcome %s, want %s (%+v)", d.Outcome, want, d)
+			}
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no decision for %s: %v", id, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestManualApproveEditAndLateAnswer(t *testing.T) {
+	ns := testenv.Server(t)
+	b := start(t, testenv.Conn(t, ns), broker.Config{})
+	rec, err := b.Submit(ctx(t), "", "test/t", events.Requested{Tool: "rm", Agent: "a1", Args: json.RawMessage(`{"path":"/a"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != broker.StatePending {
+		t.Fatalf("state %s", rec.State)
+	}
+	got, err := b.Respond(ctx(t), "alice", rec.ID, events.Responded{Decision: events.Approve, Args: json.RawMessage(`{"path":"/b"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Decision.Edited || string(got.Decision.Args) != `{"path":"/b"}` {
+		t.Fatalf("decision %+v", got.Decision)
+	}
+	d := waitDecision(t, ns, rec.ID, events.Approved)
+	if d.DecidedBy[0].Principal != "alice" {
+		t.Fatalf("decided by %+v", d.DecidedBy)
+	}
+	if _, err := b.Respond(ctx(t), "bob", rec.ID, events.Responded{Decision: events.Deny}); !errors.Is(err, broker.ErrAlreadyDecided) {
+		t.Fatalf("second answer: %v", err)
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	ns := testenv.Server(t)
+	b := start(t, testenv.Conn(t, ns), broker.Config{})
+	rec, err := b.Submit(ctx(t), "", "test/t", events.Requested{Tool: "rm", Agent: "a1", Timeout: events.Duration(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	final, err := b.Wait(ctx(t), rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.State != broker.StateExpired {
+		t.Fatalf("state %s", final.State)
+	}
+	if final.Decision.DecidedAt.Before(rec.Deadline) {
+		t.Fatalf("expired at %s before deadline %s", final.Decision.DecidedAt, rec.Deadline)
+	}
+	waitDecision(t, ns, rec.ID, events.Expired)
+	if _, err := b.Respond(ctx(t), "bob", rec.ID, events.Responded{Decision: events.Approve}); !errors.Is(err, broker.ErrExpired) {
+		t.Fatalf("late answer: %v", err)
+	}
+}

@@ -1,0 +1,143 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// Mode is what the broker does with a request when no rule says otherwise.
+type Mode string
+
+// Modes.
+const (
+	ModeManual      Mode = "manual"
+	ModeAutoApprove Mode = "auto-approve"
+	ModeAutoDeny    Mode = "auto-deny"
+)
+
+// ParseMode checks s names a mode.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case ModeManual, ModeAutoApprove, ModeAutoDeny:
+		return m, nil
+	}
+	return "", fmt.Errorf("unknown mode %q (want manual, auto-approve or auto-deny)", s)
+}
+
+// Config holds the broker's settings. The zero value, after WithDefaults, is a
+// single-replica broker in manual mode with a 5 minute default timeout.
+type Config struct {
+	// Name identifies this replica in logs and as the source of its events
+	// ("broker/<name>"). Default: the host name.
+	Name string
+	// Mode decides requests that no rule decides. Default manual.
+	Mode Mode
+	// DefaultTimeout applies when a request asks for none. Default 5m.
+	DefaultTimeout time.Duration
+	// MinTimeout and MaxTimeout clamp what a request asks for. Defaults 1s and 24h.
+	MinTimeout, MaxTimeout time.Duration
+	// Workers bounds how many messages each consumer handles at once. Default 64.
+	Workers int
+	// Retention is how long the stream (the audit trail) and request state are
+	// kept. Default 720h (30 days); must exceed MaxTimeout.
+	Retention time.Duration
+	// Replicas is the JetStream replication factor for the stream and buckets.
+	// Default 1; use 3 on a cluster.
+	Replicas int
+	// MaxEventSize bounds one incoming event, body plus headers. Default 1 MiB.
+	MaxEventSize int
+	// AckWait is how long a consumer waits for a handler before redelivery.
+	// Default 30s.
+	AckWait time.Duration
+}
+
+// WithDefaults returns c with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	if c.Name == "" {
+		c.Name, _ = os.Hostname()
+		if !events.ValidToken(c.Name) {
+			c.Name = "broker"
+		}
+	}
+	if c.Mode == "" {
+		c.Mode = ModeManual
+	}
+	if c.DefaultTimeout == 0 {
+		c.DefaultTimeout = 5 * time.Minute
+	}
+	if c.MinTimeout == 0 {
+		c.MinTimeout = time.Second
+	}
+	if c.MaxTimeout == 0 {
+		c.MaxTimeout = 24 * time.Hour
+	}
+	if c.Workers == 0 {
+		c.Workers = 64
+	}
+	if c.Retention == 0 {
+		c.Retention = 30 * 24 * time.Hour
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.MaxEventSize == 0 {
+		c.MaxEventSize = events.DefaultMaxEventSize
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 30 * time.Second
+	}
+	return c
+}
+
+// Validate reports every problem with c at once. Call it on WithDefaults' result.
+func (c Config) Validate() error {
+	var errs []error
+	if !events.ValidToken(c.Name) {
+		errs = append(errs, fmt.Errorf("name %q: want 1-128 characters of A-Z a-z 0-9 _ -", c.Name))
+	}
+	if _, err := ParseMode(string(c.Mode)); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MinTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("min timeout %s: must be positive", c.MinTimeout))
+	}
+	if c.MaxTimeout < c.MinTimeout {
+		errs = append(errs, fmt.Errorf("max timeout %s is below min timeout %s", c.MaxTimeout, c.MinTimeout))
+	}
+	if c.DefaultTimeout < c.MinTimeout || c.DefaultTimeout > c.MaxTimeout {
+		errs = append(errs, fmt.Errorf("default timeout %s is outside %s..%s", c.DefaultTimeout, c.MinTimeout, c.MaxTimeout))
+	}
+	if c.Workers < 1 || c.Workers > 4096 {
+		errs = append(errs, fmt.Errorf("workers %d: want 1..4096", c.Workers))
+	}
+	if c.Retention <= c.MaxTimeout {
+		errs = append(errs, fmt.Errorf("retention %s must exceed max timeout %s, or decisions would vanish before requests end", c.Retention, c.MaxTimeout))
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("replicas %d: want 1..5", c.Replicas))
+	}
+	if c.MaxEventSize < 1024 {
+		errs = append(errs, fmt.Errorf("max event size %d: want at least 1024 bytes", c.MaxEventSize))
+	}
+	if c.AckWait < time.Second {
+		errs = append(errs, fmt.Errorf("ack wait %s: want at least 1s", c.AckWait))
+	}
+	return errors.Join(errs...)
+}
+
+// clamp returns the timeout a request gets.
+func (c Config) clamp(asked time.Duration) time.Duration {
+	switch {
+	case asked <= 0:
+		return c.DefaultTimeout
+	case asked < c.MinTimeout:
+		return c.MinTimeout
+	case asked > c.MaxTimeout:
+		return c.MaxTimeout
+	}
+	return asked
+}

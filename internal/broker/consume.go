@@ -1,0 +1,206 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// handleTimeout bounds the work on one message once it started, also during
+// shutdown.
+const handleTimeout = 15 * time.Second
+
+// permanentError marks a message that retrying cannot fix: it is terminated with
+// the error as its reason.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+func permanent(err error) error { return &permanentError{err} }
+
+// retryError asks for redelivery after a delay.
+type retryError struct {
+	err   error
+	delay time.Duration
+}
+
+func (e *retryError) Error() string { return e.err.Error() }
+func (e *retryError) Unwrap() error { return e.err }
+
+// consume feeds cons's messages to handle on cfg.Workers goroutines until ctx
+// ends, then drains: no new messages, in-flight ones finish and are settled.
+func (b *Broker) consume(ctx context.Context, cons jetstream.Consumer, name string, handle func(context.Context, jetstream.Msg) error) error {
+	log := b.log.With(zap.String("consumer", name))
+	work := make(chan jetstream.Msg)
+	var wg sync.WaitGroup
+	for range b.cfg.Workers {
+		wg.Go(func() {
+			for msg := range work {
+				hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handleTimeout)
+				b.settle(log, msg, handle(hctx, msg))
+				cancel()
+			}
+		})
+	}
+	cc, err := cons.Consume(func(msg jetstream.Msg) { work <- msg },
+		jetstream.PullMaxMessages(2*b.cfg.Workers),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
+				log.Debug("consume", zap.Error(err))
+			}
+		}))
+	if err != nil {
+		close(work)
+		wg.Wait()
+		return fmt.Errorf("consume %s: %w", name, err)
+	}
+	<-ctx.Done()
+	cc.Drain()
+	select {
+	case <-cc.Closed():
+	case <-time.After(handleTimeout):
+		cc.Stop()
+	}
+	close(work)
+	wg.Wait()
+	return nil
+}
+
+// settle acknowledges msg according to the handler's result.
+func (b *Broker) settle(log *zap.Logger, msg jetstream.Msg, err error) {
+	var perm *permanentError
+	var retry *retryError
+	switch {
+	case err == nil:
+		_ = msg.Ack()
+	case errors.As(err, &perm):
+		b.metrics.rejected()
+		log.Info("message rejected", zap.String("subject", msg.Subject()), zap.Error(err))
+		_ = msg.TermWithReason(truncate(err.Error(), 256))
+	case errors.As(err, &retry):
+		_ = msg.NakWithDelay(retry.delay)
+	default:
+		delay := time.Second
+		if md, mdErr := msg.Metadata(); mdErr == nil {
+			delay = min(time.Duration(md.NumDelivered)*time.Second, 30*time.Second)
+		}
+		log.Warn("message failed; will retry", zap.String("subject", msg.Subject()), zap.Duration("delay", delay), zap.Error(err))
+		_ = msg.NakWithDelay(delay)
+	}
+}
+
+func (b *Broker) decode(msg jetstream.Msg) (events.Event, events.Subject, error) {
+	sub, err := events.ParseSubject(msg.Subject())
+	if err != nil {
+		return events.Event{}, sub, permanent(err)
+	}
+	e, err := b.codec.Decode(events.Header(msg.Headers()), msg.Data())
+	if err != nil {
+		return events.Event{}, sub, permanent(err)
+	}
+	return e, sub, nil
+}
+
+// handleRequest ingests a requested event from assent.request.<agent>.
+func (b *Broker) handleRequest(ctx context.Context, msg jetstream.Msg) error {
+	e, sub, err := b.decode(msg)
+	if err != nil {
+		return err
+	}
+	md, err := msg.Metadata()
+	if err != nil {
+		return permanent(err)
+	}
+	received := md.Timestamp
+	req, err := events.DecodeRequested(&e)
+	if err == nil && req.Agent != "" && req.Agent != sub.Agent {
+		err = fmt.Errorf("%w: agent: %q in data but the subject names %q", events.ErrBadValue, req.Agent, sub.Agent)
+	}
+	if err != nil {
+		if errors.Is(err, events.ErrWrongType) {
+			return permanent(err)
+		}
+		// The envelope is sound, so the agent is waiting on this id: tell it.
+		req.Agent = sub.Agent
+		if rerr := b.reject(ctx, e.ID(), e.Source(), req, received, err); rerr != nil {
+			return rerr
+		}
+		return permanent(err)
+	}
+	req.Agent = sub.Agent
+	_, err = b.ingest(ctx, e.ID(), e.Source(), req, received)
+	return err
+}
+
+// handleResponse applies an answer from assent.response.<principal>.<id>.
+func (b *Broker) handleResponse(ctx context.Context, msg jetstream.Msg) error {
+	e, sub, err := b.decode(msg)
+	if err != nil {
+		return err
+	}
+	resp, err := events.DecodeResponded(&e)
+	if err != nil {
+		return permanent(err)
+	}
+	rec, err := b.Respond(ctx, sub.Principal, sub.RequestID, resp)
+	switch {
+	case err == nil:
+		b.log.Info("request decided", zap.String("request_id", rec.ID), zap.String("outcome", string(rec.State)), zap.String("principal", sub.Principal))
+		return nil
+	case errors.Is(err, ErrNotFound):
+		// The answer may have overtaken its request on another replica.
+		if md, mdErr := msg.Metadata(); mdErr == nil && md.NumDelivered < 4 {
+			return &retryError{err, 500 * time.Millisecond}
+		}
+		return permanent(err)
+	case errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrExpired), errors.Is(err, ErrNotEligible), errors.Is(err, ErrInvalid):
+		return permanent(err)
+	}
+	return err
+}
+
+// handleCancel applies assent.cancel.<id>.
+func (b *Broker) handleCancel(ctx context.Context, msg jetstream.Msg) error {
+	e, sub, err := b.decode(msg)
+	if err != nil {
+		return err
+	}
+	c, err := events.DecodeCancel(&e)
+	if err != nil {
+		return permanent(err)
+	}
+	_, err = b.Cancel(ctx, sub.RequestID, e.Source(), c.Reason)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotFound):
+		if md, mdErr := msg.Metadata(); mdErr == nil && md.NumDelivered < 4 {
+			return &retryError{err, 500 * time.Millisecond}
+		}
+		return permanent(err)
+	case errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrExpired):
+		return permanent(err)
+	}
+	return err
+}
+
+// handleTimeout expires a request whose durable schedule fired.
+func (b *Broker) handleTimeout(ctx context.Context, msg jetstream.Msg) error {
+	id := msg.Subject()[len(TimeoutPrefix):]
+	if !events.ValidToken(id) {
+		return permanent(fmt.Errorf("%w: %q", events.ErrBadSubject, msg.Subject()))
+	}
+	_, err := b.expire(ctx, id, b.now())
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}

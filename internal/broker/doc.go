@@ -1,0 +1,20 @@
+// Package broker is Assent's approval state machine on JetStream.
+//
+// Every request lives in one KV entry (bucket assent-requests, key = request id).
+// A compare-and-set on that entry's revision is the only place an outcome is
+// chosen: pending -> approved | denied | expired | cancelled. After the write
+// wins, the broker publishes the one dev.assent.approval.decided event on
+// assent.decision.<id> with an expected-last-subject-sequence of zero, so the
+// stream itself refuses a second decision for the same request, whichever
+// replica or retry tries.
+//
+// Deadlines are durable: each pending request has a JetStream message schedule
+// (assent.timer.<id>, firing onto assent.timeout.<id>) beside an in-memory timer
+// that gives sub-second precision on the replica that saw the request. A
+// replica that starts arms timers for every pending request it finds.
+//
+// Work arrives through durable pull consumers shared by all replicas: requests,
+// responses, cancels and fired timeouts. Handlers are idempotent; a message is
+// acknowledged only after its effects are stored, malformed or forbidden ones
+// are terminated with a reason, and transient failures are retried with backoff.
+package broker

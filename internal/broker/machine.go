@@ -1,0 +1,343 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// maxCASAttempts bounds the read-modify-write loop; contention on one request is
+// at most a handful of racing answers, so this is never reached in practice.
+const maxCASAttempts = 64
+
+// errNotDue means a timeout fired before the (possibly extended) deadline.
+var errNotDue = errors.New("deadline not reached")
+
+// load reads the record of id.
+func (b *Broker) load(ctx context.Context, id string) (Record, error) {
+	entry, err := b.res.state.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("read state of %s: %w", id, err)
+	}
+	return decodeRecord(entry.Value(), entry.Revision())
+}
+
+// transition applies change to the pending record of id and stores the result
+// with a compare-and-set on the revision it read, retrying on conflict. This is
+// the only place an outcome is chosen. A terminal record is returned unchanged
+// with its terminalErr (and its decision re-published if that was lost).
+func (b *Broker) transition(ctx context.Context, id string, change func(r *Record) error) (Record, error) {
+	for range maxCASAttempts {
+		rec, err := b.load(ctx, id)
+		if err != nil {
+			return Record{}, err
+		}
+		if rec.State.Terminal() {
+			if err := b.publishDecision(ctx, &rec); err != nil {
+				return rec, err
+			}
+			return rec, rec.terminalErr()
+		}
+		next := rec
+		if err := change(&next); err != nil {
+			return rec, err
+		}
+		val, err := encodeRecord(&next)
+		if err != nil {
+			return rec, err
+		}
+		rev, err := b.res.state.Update(ctx, id, val, rec.revision)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			continue // someone else wrote first; look again
+		}
+		if err != nil {
+			return rec, fmt.Errorf("store state of %s: %w", id, err)
+		}
+		next.revision = rev
+		if next.State.Terminal() {
+			b.decided(ctx, &next)
+		}
+		return next, nil
+	}
+	return Record{}, fmt.Errorf("state of %s: too much contention", id)
+}
+
+// decided runs after an outcome was stored: publish it, stop timers.
+func (b *Broker) decided(ctx context.Context, r *Record) {
+	b.timers.stop(r.ID)
+	b.metrics.decided(r)
+	if err := b.publishDecision(ctx, r); err != nil {
+		// The outcome is stored; the triggering message is redelivered or the
+		// durable timeout fires, and either publishes it again.
+		b.log.Warn("publish decision failed; will be retried", zap.String("request_id", r.ID), zap.Error(err))
+		return
+	}
+	if r.Decision != nil && !r.Decision.Auto {
+		b.cancelSchedule(ctx, r.ID)
+	}
+}
+
+// publishDecision publishes r's decided event exactly once: the stream refuses a
+// second message on the decision subject, so a retry that finds one is done.
+func (b *Broker) publishDecision(ctx context.Context, r *Record) error {
+	if r.Decision == nil {
+		return fmt.Errorf("record %s is %s but has no decision", r.ID, r.State)
+	}
+	e, err := events.New(events.TypeDecided, r.DecisionEventID, b.source, r.Decision)
+	if err != nil {
+		return err
+	}
+	e.SetTime(r.Decision.DecidedAt)
+	subj, err := events.DecisionSubject(r.ID)
+	if err != nil {
+		return err
+	}
+	msg, err := b.encode(subj, &e)
+	if err != nil {
+		return err
+	}
+	_, err = b.js.PublishMsg(ctx, msg,
+		jetstream.WithMsgID("decided-"+r.ID),
+		jetstream.WithExpectLastSequencePerSubject(0))
+	if isWrongLastSeq(err) {
+		return nil // already published
+	}
+	return err
+}
+
+func isWrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+func (b *Broker) encode(subject string, e *events.Event) (*nats.Msg, error) {
+	h, body, err := events.Encode(e)
+	if err != nil {
+		return nil, err
+	}
+	return &nats.Msg{Subject: subject, Header: nats.Header(h), Data: body}, nil
+}
+
+// ingest stores a new request and starts its life: an automatic decision, or a
+// pending record with durable and local timers and an announcement to approver
+// channels. Ingesting the same id again finishes whatever the first attempt left
+// undone and changes nothing else.
+func (b *Broker) ingest(ctx context.Context, id, source string, req events.Requested, receivedAt time.Time) (Record, error) {
+	rec := Record{
+		ID:         id,
+		State:      StatePending,
+		Request:    req,
+		Source:     source,
+		ReceivedAt: receivedAt.UTC(),
+		Deadline:   receivedAt.Add(b.cfg.clamp(req.Timeout.Std())).UTC(),
+	}
+	now := b.now()
+	if err := b.initialVerdict(&rec, now); err != nil {
+		return Record{}, err
+	}
+	val, err := encodeRecord(&rec)
+	if err != nil {
+		return Record{}, err
+	}
+	rev, err := b.res.state.Create(ctx, id, val)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyExists):
+		if rec, err = b.load(ctx, id); err != nil {
+			return Record{}, err
+		}
+	case err != nil:
+		return Record{}, fmt.Errorf("store request %s: %w", id, err)
+	default:
+		rec.revision = rev
+		b.metrics.requested(&rec)
+		if rec.State.Terminal() {
+			b.metrics.decided(&rec)
+		}
+	}
+	if rec.State.Terminal() {
+		return rec, b.publishDecision(ctx, &rec)
+	}
+	b.timers.arm(rec.ID, rec.Deadline)
+	if err := b.schedule(ctx, rec.ID, rec.Deadline); err != nil {
+		return rec, err
+	}
+	return rec, b.announce(ctx, &rec)
+}
+
+// initialVerdict decides a new request at once when the mode says so, when its
+// deadline passed before the broker saw it, or when it is invalid.
+func (b *Broker) initialVerdict(r *Record, now time.Time) error {
+	rule := "mode:" + string(b.cfg.Mode)
+	switch {
+	case !now.Before(r.Deadline):
+		return r.decide(verdict{outcome: events.Expired, reason: "deadline passed before the broker saw the request", rule: rule, auto: true, at: now})
+	case b.cfg.Mode == ModeAutoApprove:
+		return r.decide(verdict{outcome: events.Approved, reason: "auto-approve mode", rule: rule, auto: true, at: now})
+	case b.cfg.Mode == ModeAutoDeny:
+		return r.decide(verdict{outcome: events.Denied, reason: "auto-deny mode", rule: rule, auto: true, at: now})
+	}
+	return nil
+}
+
+// reject records an invalid request as denied, so its agent learns why at once
+// instead of waiting out a timeout.
+func (b *Broker) reject(ctx context.Context, id, source string, req events.Requested, receivedAt time.Time, why error) error {
+	rec := Record{ID: id, Request: req, Source: source, ReceivedAt: receivedAt.UTC(), Deadline: receivedAt.UTC(), State: StatePending}
+	rec.Request.Args = nil
+	now := b.now()
+	if err := rec.decide(verdict{outcome: events.Denied, reason: "invalid_request: " + truncate(why.Error(), 512), rule: "validation", auto: true, at: now}); err != nil {
+		return err
+	}
+	val, err := encodeRecord(&rec)
+	if err != nil {
+		return err
+	}
+	if _, err := b.res.state.Create(ctx, id, val); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return nil // the id belongs to an earlier request; leave it alone
+		}
+		return err
+	}
+	b.metrics.requested(&rec)
+	b.metrics.decided(&rec)
+	return b.publishDecision(ctx, &rec)
+}
+
+// announce tells approver channels about a pending request.
+func (b *Broker) announce(ctx context.Context, r *Record) error {
+	subj, err := events.PendingSubject(r.Request.Agent)
+	if err != nil {
+		return err
+	}
+	e, err := events.New(events.TypePending, "", b.source, events.Pending{RequestID: r.ID, Request: r.Request, Deadline: r.Deadline})
+	if err != nil {
+		return err
+	}
+	msg, err := b.encode(subj, &e)
+	if err != nil {
+		return err
+	}
+	_, err = b.js.PublishMsg(ctx, msg, jetstream.WithMsgID("pending-"+r.ID))
+	return err
+}
+
+// schedule makes the deadline durable: JetStream stores a message on
+// assent.timeout.<id> at the deadline (rounded up to a whole second, the
+// schedule's resolution) even if no broker is running then.
+func (b *Broker) schedule(ctx context.Context, id string, deadline time.Time) error {
+	at := deadline.Truncate(time.Second)
+	if at.Before(deadline) {
+		at = at.Add(time.Second)
+	}
+	msg := &nats.Msg{Subject: TimerPrefix + id, Data: []byte(id)}
+	_, err := b.js.PublishMsg(ctx, msg, jetstream.WithScheduleAt(at), jetstream.WithScheduleTarget(TimeoutPrefix+id))
+	if err != nil {
+		return fmt.Errorf("schedule deadline of %s: %w", id, err)
+	}
+	return nil
+}
+
+// cancelSchedule removes a decided request's pending schedule. Best effort: a
+// schedule that fires anyway finds the request decided and does nothing.
+func (b *Broker) cancelSchedule(ctx context.Context, id string) {
+	if err := b.res.stream.Purge(ctx, jetstream.WithPurgeSubject(TimerPrefix+id)); err != nil {
+		b.log.Debug("purge schedule", zap.String("request_id", id), zap.Error(err))
+	}
+}
+
+// Respond applies principal's answer to request id. If the request was already
+// decided, ErrAlreadyDecided is returned; if its deadline passed, ErrExpired; if
+// the answer is malformed (or its payload does not fit the request's schema),
+// an error wrapping ErrInvalid. Only the first valid answer decides.
+func (b *Broker) Respond(ctx context.Context, principal, id string, resp events.Responded) (Record, error) {
+	if err := events.CheckToken("principal", principal); err != nil {
+		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := resp.Validate(); err != nil {
+		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	now := b.now()
+	rec, err := b.transition(ctx, id, func(r *Record) error {
+		if !now.Before(r.Deadline) {
+			return errNotDue // handled below: expire it now
+		}
+		if resp.Decision == events.Approve {
+			if err := events.CheckPayload(r.Request.ResponseSchema, resp.Payload); err != nil {
+				return fmt.Errorf("%w: %w", ErrInvalid, err)
+			}
+		}
+		v := verdict{
+			outcome: events.Denied,
+			reason:  resp.Reason,
+			payload: resp.Payload,
+			by:      []events.DecidedBy{{Principal: principal, Channel: resp.Channel, Decision: resp.Decision, At: now.UTC()}},
+			rule:    "mode:" + string(b.cfg.Mode),
+			at:      now,
+		}
+		if resp.Decision == events.Approve {
+			v.outcome = events.Approved
+			if len(resp.Args) > 0 && string(resp.Args) != "null" {
+				v.args = resp.Args
+			}
+		}
+		return r.decide(v)
+	})
+	if errors.Is(err, errNotDue) {
+		// The deadline passed before the answer: record the expiry the timers
+		// have not recorded yet, and refuse the answer.
+		if rec, err = b.expire(ctx, id, now); err != nil {
+			return rec, err
+		}
+		return rec, rec.terminalErr()
+	}
+	return rec, err
+}
+
+// Cancel ends request id as cancelled on behalf of by (the agent or an admin).
+// If the request was already decided, ErrAlreadyDecided or ErrExpired is returned.
+func (b *Broker) Cancel(ctx context.Context, id, by, reason string) (Record, error) {
+	now := b.now()
+	if reason == "" {
+		reason = "cancelled by " + by
+	}
+	return b.transition(ctx, id, func(r *Record) error {
+		return r.decide(verdict{outcome: events.Cancelled, reason: reason, by: []events.DecidedBy{{Principal: by, At: now.UTC()}}, rule: "cancel", at: now})
+	})
+}
+
+// expire records that request id ran out of time, if its deadline has passed by
+// now. An early call re-arms the timers; a decided request is left as it is.
+func (b *Broker) expire(ctx context.Context, id string, now time.Time) (Record, error) {
+	rec, err := b.transition(ctx, id, func(r *Record) error {
+		if now.Before(r.Deadline) {
+			return errNotDue
+		}
+		return r.decide(verdict{outcome: events.Expired, reason: "timeout: no decision before the deadline", rule: "timeout", auto: true, at: now})
+	})
+	switch {
+	case errors.Is(err, errNotDue):
+		b.timers.arm(id, rec.Deadline)
+		return rec, b.schedule(ctx, id, rec.Deadline)
+	case errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrExpired):
+		return rec, nil
+	}
+	return rec, err
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

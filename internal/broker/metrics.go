@@ -1,0 +1,56 @@
+package broker
+
+import (
+	"sync/atomic"
+
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// Stats counts what this replica did since it started.
+type Stats struct {
+	Requested int64 `json:"requested"`
+	Approved  int64 `json:"approved"`
+	Denied    int64 `json:"denied"`
+	Expired   int64 `json:"expired"`
+	Cancelled int64 `json:"cancelled"`
+	// Auto counts outcomes no person chose (mode, timeout, invalid request).
+	Auto int64 `json:"auto"`
+	// Rejected counts answers, cancels and events refused as invalid or late.
+	Rejected int64 `json:"rejected"`
+	// Timers counts the pending requests this replica holds a local timer for.
+	Timers int64 `json:"timers"`
+}
+
+type metrics struct {
+	nRequested, nApproved, nDenied, nExpired, nCancelled, nAuto, nRejected atomic.Int64
+}
+
+func (m *metrics) requested(*Record) { m.nRequested.Add(1) }
+func (m *metrics) rejected()         { m.nRejected.Add(1) }
+
+// decided counts one outcome.
+func (m *metrics) decided(r *Record) {
+	if r.Decision == nil {
+		return
+	}
+	if r.Decision.Auto {
+		m.nAuto.Add(1)
+	}
+	switch r.Decision.Outcome {
+	case events.Approved:
+		m.nApproved.Add(1)
+	case events.Denied:
+		m.nDenied.Add(1)
+	case events.Expired:
+		m.nExpired.Add(1)
+	case events.Cancelled:
+		m.nCancelled.Add(1)
+	}
+}
+
+func (m *metrics) snapshot() Stats {
+	return Stats{
+		Requested: m.nRequested.Load(), Approved: m.nApproved.Load(), Denied: m.nDenied.Load(),
+		Expired: m.nExpired.Load(), Cancelled: m.nCancelled.Load(), Auto: m.nAuto.Load(), Rejected: m.nRejected.Load(),
+	}
+}

@@ -1,0 +1,110 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// Names of the JetStream resources the broker owns.
+const (
+	StreamName  = "ASSENT"
+	StateBucket = "assent-requests"
+
+	// Internal subjects, in the same stream: a schedule on TimerPrefix+id fires
+	// onto TimeoutPrefix+id at the request's deadline.
+	TimerPrefix   = "assent.timer."
+	TimeoutPrefix = "assent.timeout."
+
+	consumerRequests  = "assent-broker-requests"
+	consumerResponses = "assent-broker-responses"
+	consumerCancels   = "assent-broker-cancels"
+	consumerTimeouts  = "assent-broker-timeouts"
+
+	// dedupeWindow is how long JetStream remembers a Nats-Msg-Id.
+	dedupeWindow = 2 * time.Minute
+)
+
+// streamConfig is the one stream: the log and the audit trail.
+func streamConfig(c Config) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              StreamName,
+		Description:       "Assent approval events: requests, answers, decisions (the audit trail)",
+		Subjects:          []string{events.AllSubjects},
+		Retention:         jetstream.LimitsPolicy,
+		Storage:           jetstream.FileStorage,
+		Discard:           jetstream.DiscardOld,
+		MaxAge:            c.Retention,
+		MaxMsgSize:        int32(c.MaxEventSize + 64<<10),
+		Duplicates:        dedupeWindow,
+		Replicas:          c.Replicas,
+		AllowDirect:       true,
+		AllowMsgSchedules: true,
+		AllowMsgTTL:       true,
+	}
+}
+
+func stateBucketConfig(c Config) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      StateBucket,
+		Description: "Assent request state; the compare-and-set on an entry's revision picks each outcome",
+		History:     1,
+		TTL:         c.Retention,
+		Storage:     jetstream.FileStorage,
+		Replicas:    c.Replicas,
+	}
+}
+
+func consumerConfig(c Config, name, filter string) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       name,
+		Description:   "Assent broker: " + filter,
+		FilterSubject: filter,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.AckWait,
+		MaxDeliver:    20,
+		MaxAckPending: 4 * c.Workers,
+		Replicas:      c.Replicas,
+	}
+}
+
+type resources struct {
+	stream    jetstream.Stream
+	state     jetstream.KeyValue
+	requests  jetstream.Consumer
+	responses jetstream.Consumer
+	cancels   jetstream.Consumer
+	timeouts  jetstream.Consumer
+}
+
+// provision creates or updates every resource. It is idempotent and safe to run
+// from several replicas at once.
+func provision(ctx context.Context, js jetstream.JetStream, c Config) (*resources, error) {
+	var r resources
+	var err error
+	if r.stream, err = js.CreateOrUpdateStream(ctx, streamConfig(c)); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", StreamName, err)
+	}
+	if r.state, err = js.CreateOrUpdateKeyValue(ctx, stateBucketConfig(c)); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", StateBucket, err)
+	}
+	for _, cc := range []struct {
+		dst            *jetstream.Consumer
+		name, subjects string
+	}{
+		{&r.requests, consumerRequests, events.RequestPrefix + "*"},
+		{&r.responses, consumerResponses, events.ResponsePrefix + "*.*"},
+		{&r.cancels, consumerCancels, events.CancelPrefix + "*"},
+		{&r.timeouts, consumerTimeouts, TimeoutPrefix + "*"},
+	} {
+		if *cc.dst, err = r.stream.CreateOrUpdateConsumer(ctx, consumerConfig(c, cc.name, cc.subjects)); err != nil {
+			return nil, fmt.Errorf("consumer %s: %w", cc.name, err)
+		}
+	}
+	return &r, nil
+}

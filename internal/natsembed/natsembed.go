@@ -1,0 +1,126 @@
+// Package natsembed runs a nats-server with JetStream inside the broker process,
+// for laptops, tests and single-node installs.
+package natsembed
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"go.uber.org/zap"
+)
+
+// Config describes an embedded server. The zero value is not usable: StoreDir is
+// required.
+type Config struct {
+	// Host and Port to listen on for NATS clients. Port -1 picks a free port;
+	// 0 means the NATS default, 4222.
+	Host string
+	Port int
+	// StoreDir holds JetStream's file storage.
+	StoreDir string
+	// Sync is the fsync policy: "always" fsyncs every write before it is
+	// acknowledged; a duration such as "2m" flushes on that interval (nats-server's
+	// default, which can lose acknowledged writes on power loss). Empty means "always".
+	Sync string
+	// MaxStore bounds JetStream file storage in bytes; 0 means no limit beyond the disk.
+	MaxStore int64
+	// ServerName names the server in logs and cluster views.
+	ServerName string
+	// ReadyTimeout bounds the wait for the server to accept connections; 0 means 10s.
+	ReadyTimeout time.Duration
+}
+
+// Validate reports every problem with c at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.StoreDir == "" {
+		errs = append(errs, errors.New("natsembed: StoreDir is required"))
+	}
+	if _, _, err := parseSync(c.Sync); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Port < -1 || c.Port > 65535 {
+		errs = append(errs, fmt.Errorf("natsembed: port %d out of range", c.Port))
+	}
+	return errors.Join(errs...)
+}
+
+func parseSync(s string) (always bool, every time.Duration, err error) {
+	switch s {
+	case "", "always":
+		return true, 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return false, 0, fmt.Errorf("natsembed: sync %q: want \"always\" or a positive duration such as \"2m\"", s)
+	}
+	return false, d, nil
+}
+
+// Start starts a server and waits until it accepts connections. The caller owns
+// the returned server and must call Shutdown (then WaitForShutdown) on it.
+func Start(cfg Config, log *zap.Logger) (*server.Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	always, every, _ := parseSync(cfg.Sync)
+	dir, err := filepath.Abs(cfg.StoreDir)
+	if err != nil {
+		return nil, fmt.Errorf("natsembed: store dir: %w", err)
+	}
+	opts := &server.Options{
+		ServerName:        cfg.ServerName,
+		Host:              cfg.Host,
+		Port:              cfg.Port,
+		JetStream:         true,
+		StoreDir:          dir,
+		SyncAlways:        always,
+		SyncInterval:      every,
+		JetStreamMaxStore: cfg.MaxStore,
+		NoSigs:            true,
+		MaxPayload:        8 << 20,
+	}
+	if opts.Host == "" {
+		opts.Host = "127.0.0.1"
+	}
+	if opts.JetStreamMaxStore == 0 {
+		opts.JetStreamMaxStore = -1
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("natsembed: %w", err)
+	}
+	s.SetLoggerV2(&zapLogger{log.Named("nats").WithOptions(zap.AddCallerSkip(1)).Sugar()}, false, false, false)
+	go s.Start()
+	wait := cfg.ReadyTimeout
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	if !s.ReadyForConnections(wait) {
+		s.Shutdown()
+		s.WaitForShutdown()
+		return nil, fmt.Errorf("natsembed: server not ready for connections after %s (is %s:%d free?)", wait, opts.Host, opts.Port)
+	}
+	if !s.JetStreamEnabled() {
+		s.Shutdown()
+		s.WaitForShutdown()
+		return nil, errors.New("natsembed: JetStream did not start (is the store dir writable?)")
+	}
+	return s, nil
+}
+
+// zapLogger adapts zap to nats-server's logger interface.
+type zapLogger struct{ s *zap.SugaredLogger }
+
+func (l *zapLogger) Noticef(format string, v ...any) { l.s.Infof(format, v...) }
+func (l *zapLogger) Warnf(format string, v ...any)   { l.s.Warnf(format, v...) }
+func (l *zapLogger) Fatalf(format string, v ...any)  { l.s.Errorf(format, v...) }
+func (l *zapLogger) Errorf(format string, v ...any)  { l.s.Errorf(format, v...) }
+func (l *zapLogger) Debugf(format string, v ...any)  { l.s.Debugf(format, v...) }
+func (l *zapLogger) Tracef(format string, v ...any)  { l.s.Debugf(format, v...) }

@@ -1,0 +1,73 @@
+// Package testenv starts real NATS servers and connections for tests: an
+// embedded server per test on a free port with storage in t.TempDir().
+package testenv
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/assent-dev/assent/internal/natsembed"
+)
+
+// NATS is an embedded server started for a test, with what it takes to
+// restart it in the same place.
+type NATS struct {
+	*server.Server
+	Dir  string
+	Port int
+}
+
+// Server starts an embedded JetStream server for t with storage in a new
+// t.TempDir() and shuts it down when the test ends.
+func Server(t testing.TB) *NATS {
+	t.Helper()
+	return start(t, t.TempDir(), -1)
+}
+
+func start(t testing.TB, dir string, port int) *NATS {
+	t.Helper()
+	s, err := natsembed.Start(natsembed.Config{Port: port, StoreDir: dir, Sync: "1m"}, nil)
+	if err != nil {
+		t.Fatalf("start nats: %v", err)
+	}
+	n := &NATS{Server: s, Dir: dir, Port: s.Addr().(*net.TCPAddr).Port}
+	t.Cleanup(n.Stop)
+	return n
+}
+
+// Stop shuts the server down and waits; safe to call more than once.
+func (n *NATS) Stop() {
+	n.Shutdown()
+	n.WaitForShutdown()
+}
+
+// Restart stops the server and starts a new one on the same port and store
+// directory; connections made with Conn reconnect to it.
+func (n *NATS) Restart(t testing.TB) *NATS {
+	t.Helper()
+	n.Stop()
+	return start(t, n.Dir, n.Port)
+}
+
+// Conn connects to s and closes the connection when the test ends. The
+// connection reconnects forever, so tests can restart the server under it.
+func Conn(t testing.TB, s *NATS) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatalf("connect nats: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// Logger returns a zap logger that writes through t.
+func Logger(t testing.TB) *zap.Logger {
+	return zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
+}

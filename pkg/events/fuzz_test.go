@@ -1,0 +1,305 @@
+package events_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// Header modes of FuzzDecode, chosen by mode%4.
+const (
+	fuzzNoHeaders  = iota // body alone: the decoder falls back to structured mode
+	fuzzStructured        // Content-Type: application/cloudevents+json
+	fuzzHeaderText        // headers parsed from hdr, one "Key: value" per line
+	fuzzBinary            // valid ce- headers, Content-Type taken from hdr
+)
+
+// fuzzHeader builds the message header for one FuzzDecode input.
+func fuzzHeader(mode byte, hdr string) events.Header {
+	switch mode % 4 {
+	case fuzzStructured:
+		return events.Header{"Content-Type": {events.ContentTypeStructured}}
+	case fuzzHeaderText:
+		h := events.Header{}
+		for line := range strings.SplitSeq(hdr, "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			k = strings.TrimSpace(k)
+			h[k] = append(h[k], strings.TrimSpace(v))
+		}
+		return h
+	case fuzzBinary:
+		h := binaryHeader(testID, events.TypeRequested)
+		h["Content-Type"] = []string{hdr}
+		return h
+	}
+	return nil
+}
+
+// headerText is the inverse of fuzzHeader for mode fuzzHeaderText.
+func headerText(h events.Header) string {
+	var lines []string
+	for k, vs := range h {
+		for _, v := range vs {
+			lines = append(lines, k+": "+v)
+		}
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+func fuzzBinarySeed(f *testing.F, id, typ, data string) {
+	h := binaryHeader(id, typ)
+	h["ce-time"] = []string{"2025-01-02T03:04:05Z"}
+	f.Add(byte(fuzzHeaderText), headerText(h), []byte(data))
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, ev := range []struct{ typ, data string }{
+		{events.TypeRequested, requestedData},
+		{events.TypeResponded, respondedData},
+		{events.TypeDecided, decidedData},
+		{events.TypeCancel, `{"reason":"stop"}`},
+		{events.TypePending, `{"request_id":"` + testID + `","request":` + requestedData + `,"deadline":"2025-01-02T03:06:05Z"}`},
+		{events.TypeEscalated, `{"request_id":"` + testID + `","request":{"tool":"t"},"level":1,"deadline":"2025-01-02T03:06:05Z"}`},
+	} {
+		f.Add(byte(fuzzStructured), "", structured(testID, ev.typ, ev.data))
+		f.Add(byte(fuzzNoHeaders), "", structured(testID, ev.typ, ev.data))
+		fuzzBinarySeed(f, testID, ev.typ, ev.data)
+	}
+	f.Add(byte(fuzzBinary), "application/json", []byte(requestedData))
+	f.Add(byte(fuzzBinary), "application/json; charset=utf-8", []byte(`{"tool":"t","args":{"n":12345678901234567890}}`))
+	f.Add(byte(fuzzStructured), "", []byte(`{"specversion":"1.0","id":"a","type":"`+events.TypeRequested+
+		`","source":"agent/a","time":"2025-01-02T03:04:05.123+02:00","subject":"s","assentext":"x","data_base64":"eyJ0b29sIjoidCJ9"}`))
+	f.Add(byte(fuzzStructured), "", []byte(`{"specversion":"1.0","id":"a","type":"`+events.TypeCancel+`","source":"s"}`))
+	// Malformed inputs.
+	f.Add(byte(fuzzStructured), "", []byte(``))
+	f.Add(byte(fuzzStructured), "", []byte(`{`))
+	f.Add(byte(fuzzStructured), "", []byte(`null`))
+	f.Add(byte(fuzzStructured), "", []byte(`[{"specversion":"1.0"}]`))
+	f.Add(byte(fuzzNoHeaders), "", []byte(requestedData))
+	f.Add(byte(fuzzStructured), "", []byte(`{"specversion":"0.3","id":"a","type":"t","source":"s","datacontentencoding":"base64","data":"e30="}`))
+	f.Add(byte(fuzzStructured), "", structured("a.b", events.TypeRequested, requestedData))
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":5}`))
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"t","args":[1]}`))
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeResponded, `{"decision":"maybe","remember":{"scope":"x","ttl":5}}`))
+	f.Add(byte(fuzzStructured), "", []byte(`{"specversion":"1.0","id":"a","type":"t","source":"s","datacontenttype":"text/plain","data":"hi"}`))
+	f.Add(byte(fuzzStructured), "", []byte(`{"specversion":"1.0","specversion":"1.0","id":"a"}`))
+	f.Add(byte(fuzzHeaderText), "ce-specversion: 0.3\nce-id: a\nce-type: t\nce-source: s", []byte(`{}`))
+	f.Add(byte(fuzzHeaderText), "CE-SPECVERSION: 1.0\nCe-Id: a%2Eb\nce-type: t\nce-source: %zz\nce-time: x", []byte(`{}`))
+	f.Add(byte(fuzzBinary), "text/plain", []byte(`hello`))
+
+	f.Fuzz(func(t *testing.T, mode byte, hdr string, body []byte) {
+		h := fuzzHeader(mode, hdr)
+		e, err := events.Decode(h, body)
+		if err != nil {
+			if !errors.Is(err, events.ErrInvalid) {
+				t.Fatalf("Decode error does not match ErrInvalid: %v", err)
+			}
+			return
+		}
+		if e.SpecVersion() != "1.0" || !events.ValidToken(e.ID()) || e.Type() == "" || e.Source() == "" {
+			t.Fatalf("Decode accepted a bad envelope: %s %q %q %q", e.SpecVersion(), e.ID(), e.Type(), e.Source())
+		}
+		if structuredMode(h) && !json.Valid(body) {
+			t.Fatalf("Decode accepted a structured body that is not JSON: %q", body)
+		}
+		if len(e.Data()) > 0 && !json.Valid(e.Data()) {
+			t.Fatalf("Decode accepted data that is not JSON: %q", e.Data())
+		}
+
+		checkDataErr := func(name string, err error) {
+			t.Helper()
+			if err != nil && !errors.Is(err, events.ErrInvalid) {
+				t.Fatalf("%s error does not match ErrInvalid: %v", name, err)
+			}
+		}
+		r, err := events.DecodeRequested(&e)
+		checkDataErr("DecodeRequested", err)
+		if err == nil {
+			_, err := events.ArgsDigest(r.Args)
+			checkDataErr("ArgsDigest", err)
+		}
+		_, err = events.DecodeResponded(&e)
+		checkDataErr("DecodeResponded", err)
+		_, err = events.DecodeCancel(&e)
+		checkDataErr("DecodeCancel", err)
+		d, err := events.DecodeDecided(&e)
+		checkDataErr("DecodeDecided", err)
+		if err == nil {
+			checkDataErr("VerifyArgs", d.VerifyArgs())
+		}
+		_, err = events.DecodePending(&e)
+		checkDataErr("DecodePending", err)
+		_, err = events.DecodeEscalated(&e)
+		checkDataErr("DecodeEscalated", err)
+
+		// Whatever Decode accepts, Assent can re-publish in structured mode and
+		// read back unchanged. The limit is raised because re-encoding may add
+		// envelope bytes the original (binary) message did not have.
+		codec := events.Codec{MaxSize: 4 * events.DefaultMaxEventSize}
+		h2, b2, err := events.Encode(&e)
+		if err != nil {
+			t.Fatalf("Encode of a decoded event: %v", err)
+		}
+		e2, err := codec.Decode(h2, b2)
+		if err != nil {
+			t.Fatalf("Decode of re-encoded event: %v\nbody: %s", err, b2)
+		}
+		if e2.ID() != e.ID() || e2.Type() != e.Type() || e2.Source() != e.Source() {
+			t.Fatalf("round trip changed the envelope: %q %q %q -> %q %q %q",
+				e.ID(), e.Type(), e.Source(), e2.ID(), e2.Type(), e2.Source())
+		}
+		if !sameJSON(e2.Data(), e.Data()) {
+			t.Fatalf("round trip changed the data: %q -> %q\nbody: %s", e.Data(), e2.Data(), b2)
+		}
+	})
+}
+
+// structuredMode reports whether Decode reads h and its body in structured mode.
+func structuredMode(h events.Header) bool {
+	var ct, spec string
+	for k, vs := range h {
+		if len(vs) == 0 {
+			continue
+		}
+		switch {
+		case strings.EqualFold(k, "Content-Type") && ct == "":
+			ct = vs[0]
+		case strings.EqualFold(k, "ce-specversion") && spec == "":
+			spec = vs[0]
+		}
+	}
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), events.ContentTypeStructured) || spec == ""
+}
+
+// sameJSON reports whether a and b are the same JSON value, or both empty.
+// Numbers are compared as written.
+func sameJSON(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	var va, vb any
+	for _, p := range []struct {
+		raw []byte
+		v   *any
+	}{{a, &va}, {b, &vb}} {
+		dec := json.NewDecoder(bytes.NewReader(p.raw))
+		dec.UseNumber()
+		if err := dec.Decode(p.v); err != nil {
+			return false
+		}
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
+func FuzzParseSubject(f *testing.F) {
+	for _, s := range []string{
+		"assent.request.file-manager",
+		"assent.pending.file-manager",
+		"assent.response.alice." + testID,
+		"assent.cancel." + testID,
+		"assent.decision." + testID,
+		"", "assent", "assent.", "assent.>", "assent.request.*", "assent.request.a.b",
+		"assent.response.alice", "assent.unknown.a", "assent.request. ", "other.request.a",
+		"assent.decision." + strings.Repeat("x", events.MaxTokenLength+1),
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		sub, err := events.ParseSubject(s)
+		if err != nil {
+			if !errors.Is(err, events.ErrBadSubject) && !errors.Is(err, events.ErrBadToken) {
+				t.Fatalf("error matches neither ErrBadSubject nor ErrBadToken: %v", err)
+			}
+			if !errors.Is(err, events.ErrInvalid) {
+				t.Fatalf("error does not match ErrInvalid: %v", err)
+			}
+			return
+		}
+		// A parsed subject is rebuilt, byte for byte, by its builder.
+		var again string
+		switch sub.Kind {
+		case events.KindRequest:
+			again, err = events.RequestSubject(sub.Agent)
+		case events.KindPending:
+			again, err = events.PendingSubject(sub.Agent)
+		case events.KindResponse:
+			again, err = events.ResponseSubject(sub.Principal, sub.RequestID)
+		case events.KindCancel:
+			again, err = events.CancelSubject(sub.RequestID)
+		case events.KindDecision:
+			again, err = events.DecisionSubject(sub.RequestID)
+		default:
+			t.Fatalf("parsed %q to kind %v", s, sub.Kind)
+		}
+		if err != nil {
+			t.Fatalf("builder rejects the parts of %q (%+v): %v", s, sub, err)
+		}
+		if again != s {
+			t.Fatalf("parsed %q, rebuilt %q", s, again)
+		}
+		if strings.ContainsAny(s, " \t\r\n*>") {
+			t.Fatalf("accepted %q", s)
+		}
+	})
+}
+
+func FuzzCanonicalArgs(f *testing.F) {
+	for _, s := range []string{
+		`{"path":"/srv/reports/q3.csv"}`,
+		`{"b":2,"a":{"d":[1,{"z":null,"y":true}],"c":"<&>"}}`,
+		`{"n":12345678901234567890,"f":1.50e-3,"neg":-0}`,
+		`{"s":"\u2028\u00e9\ud83d\ude00\"\\"}`,
+		`{"a":1,"a":2}`,
+		``, `null`, ` `, `{}`, `[]`, `"x"`, `1`, `{`, `{"a":1} trailing`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		c, err := events.CanonicalArgs(raw)
+		if err != nil {
+			if !errors.Is(err, events.ErrInvalid) {
+				t.Fatalf("error does not match ErrInvalid: %v", err)
+			}
+			if _, err2 := events.ArgsDigest(raw); err2 == nil {
+				t.Fatalf("CanonicalArgs fails (%v) but ArgsDigest does not", err)
+			}
+			return
+		}
+		if !json.Valid(c) || len(c) == 0 || c[0] != '{' {
+			t.Fatalf("canonical form %q is not a JSON object", c)
+		}
+		c2, err := events.CanonicalArgs(c)
+		if err != nil {
+			t.Fatalf("canonical form %q rejected: %v", c, err)
+		}
+		if !bytes.Equal(c, c2) {
+			t.Fatalf("not idempotent:\n%q\n%q", c, c2)
+		}
+		d1, err := events.ArgsDigest(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d2, err := events.ArgsDigest(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d3, err := events.ArgsDigest(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d1 != d2 || d1 != d3 {
+			t.Fatalf("digest not stable: %s %s %s", d1, d2, d3)
+		}
+		if !strings.HasPrefix(d1, "sha256:") || len(d1) != len("sha256:")+64 {
+			t.Fatalf("digest %q has the wrong form", d1)
+		}
+	})
+}
