@@ -118,7 +118,7 @@ func Start(cfg Config, log *zap.Logger) (*server.Server, error) {
 // zapLogger adapts zap to nats-server's logger interface.
 type zapLogger struct{ s *zap.SugaredLogger }
 
-func (l *zapLogger) Noticef(format string, v ...any) { l.s.Infof(format, v...) }
+func (l *zapLogger) Noticef(format string, v ...any) { l.s.Debugf(format, v...) }
 func (l *zapLogger) Warnf(format string, v ...any)   { l.s.Warnf(format, v...) }
 func (l *zapLogger) Fatalf(format string, v ...any)  { l.s.Errorf(format, v...) }
 func (l *zapLogger) Errorf(format string, v ...any)  { l.s.Errorf(format, v...) }

@@ -1,0 +1,94 @@
+// Command broker runs Assent: an approval broker for AI agents on NATS JetStream.
+//
+//	broker [flags]          run the broker (embedded NATS unless --nats-url)
+//	broker version          print the version
+//
+// Run "broker -h" for the flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/assent-dev/assent/internal/app"
+	"github.com/assent-dev/assent/internal/broker"
+)
+
+var version = "dev"
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "version" {
+		fmt.Println("assent broker", version)
+		return
+	}
+	if err := run(os.Args[1:]); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "broker:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
+	var (
+		o        app.Options
+		mode     = fs.String("mode", "manual", "what to do with requests: manual, auto-approve or auto-deny")
+		logLevel = fs.String("log-level", "info", "debug, info, warn or error")
+		logJSON  = fs.Bool("log-json", false, "log JSON lines instead of console text")
+	)
+	fs.StringVar(&o.NATSURL, "nats-url", "", "use this NATS server or cluster instead of the embedded one")
+	fs.StringVar(&o.NATSCreds, "nats-creds", "", "NATS credentials file for --nats-url")
+	fs.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "embedded NATS: where clients connect")
+	fs.StringVar(&o.DataDir, "data", "./assent-data", "embedded NATS: JetStream storage directory")
+	fs.StringVar(&o.Sync, "sync", "always", "embedded NATS: fsync every write (always) or on an interval such as 2m (faster, can lose acknowledged writes on power loss)")
+	fs.StringVar(&o.HTTPListen, "http", "127.0.0.1:8080", "HTTP API address; empty disables it")
+	fs.StringVar(&o.Broker.Name, "name", "", "replica name (default: host name)")
+	fs.DurationVar(&o.Broker.DefaultTimeout, "timeout", 0, "timeout for requests that ask for none (default 5m)")
+	fs.DurationVar(&o.Broker.MaxTimeout, "max-timeout", 0, "longest timeout a request may ask for (default 24h)")
+	fs.DurationVar(&o.Broker.Retention, "retention", 0, "how long events and request state are kept (default 720h)")
+	fs.IntVar(&o.Broker.Replicas, "replicas", 0, "JetStream replicas for the stream and buckets (default 1; 3 on a cluster)")
+	fs.IntVar(&o.Broker.Workers, "workers", 0, "concurrent handlers per consumer (default 64)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (subcommands: version)", fs.Arg(0))
+	}
+	m, err := broker.ParseMode(*mode)
+	if err != nil {
+		return err
+	}
+	o.Broker.Mode = m
+	log, err := newLogger(*logLevel, *logJSON)
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck // nothing to do about it at exit
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return app.Run(ctx, o, log)
+}
+
+func newLogger(level string, asJSON bool) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("log level: %w", err)
+	}
+	cfg := zap.NewDevelopmentConfig()
+	if asJSON {
+		cfg = zap.NewProductionConfig()
+	}
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	cfg.DisableStacktrace = true
+	return cfg.Build()
+}

@@ -1,0 +1,183 @@
+// Package app assembles the broker process: NATS (embedded or remote), the
+// broker, and the HTTP gateway, with one lifecycle.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/httpapi"
+	"github.com/assent-dev/assent/internal/natsembed"
+)
+
+// Options configure the broker process.
+type Options struct {
+	// NATSURL connects to an existing server or cluster; empty runs an embedded
+	// server on NATSListen with storage in DataDir.
+	NATSURL string
+	// NATSCreds is a credentials file for NATSURL.
+	NATSCreds string
+	// NATSListen is host:port for the embedded server's clients.
+	NATSListen string
+	// DataDir is the embedded server's JetStream storage.
+	DataDir string
+	// Sync is the embedded server's fsync policy ("always" or an interval).
+	Sync string
+	// HTTPListen is host:port for the HTTP API; empty disables it.
+	HTTPListen string
+	// Broker settings.
+	Broker broker.Config
+	// Ready, if set, is called once the broker is ready, with the addresses it
+	// listens on.
+	Ready func(Addrs)
+}
+
+// Addrs are where a running process listens.
+type Addrs struct {
+	NATS string // client URL
+	HTTP string // http://host:port, or empty
+}
+
+// Validate reports every problem with o at once.
+func (o Options) Validate() error {
+	var errs []error
+	if o.NATSURL == "" {
+		if _, _, err := splitHostPort(o.NATSListen); err != nil {
+			errs = append(errs, fmt.Errorf("nats listen address: %w", err))
+		}
+		if o.DataDir == "" {
+			errs = append(errs, errors.New("data dir: required for the embedded NATS server"))
+		}
+		if err := (natsembed.Config{StoreDir: o.DataDir, Sync: o.Sync}).Validate(); err != nil && o.DataDir != "" {
+			errs = append(errs, err)
+		}
+	}
+	if o.HTTPListen != "" {
+		if _, _, err := splitHostPort(o.HTTPListen); err != nil {
+			errs = append(errs, fmt.Errorf("http listen address: %w", err))
+		}
+	}
+	if err := o.Broker.WithDefaults().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("port %q: want 0-65535", p)
+	}
+	return host, port, nil
+}
+
+// Run runs the process until ctx ends, then shuts down in order: HTTP stops
+// taking requests, the broker drains its consumers, the NATS connection drains,
+// and the embedded server (if any) stops.
+func Run(ctx context.Context, o Options, log *zap.Logger) error {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	url := o.NATSURL
+	var natsOpts []nats.Option
+	if url == "" {
+		host, port, _ := splitHostPort(o.NATSListen)
+		ns, err := natsembed.Start(natsembed.Config{Host: host, Port: port, StoreDir: o.DataDir, Sync: o.Sync, ServerName: o.Broker.WithDefaults().Name}, log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+		}()
+		url = ns.ClientURL()
+		natsOpts = append(natsOpts, nats.InProcessServer(ns))
+		log.Info("embedded NATS with JetStream running", zap.String("url", url), zap.String("data_dir", o.DataDir), zap.String("sync", syncName(o.Sync)))
+	}
+	if o.NATSCreds != "" {
+		natsOpts = append(natsOpts, nats.UserCredentials(o.NATSCreds))
+	}
+	natsOpts = append(natsOpts, nats.Name("assent-broker"), nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", zap.Error(err)) }),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", zap.String("url", c.ConnectedUrl())) }))
+	nc, err := nats.Connect(url, natsOpts...)
+	if err != nil {
+		return fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	defer nc.Close()
+
+	b, err := broker.New(nc, o.Broker, log)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return b.Run(gctx) })
+
+	addrs := Addrs{NATS: url}
+	if o.HTTPListen != "" {
+		ln, err := net.Listen("tcp", o.HTTPListen)
+		if err != nil {
+			return fmt.Errorf("http listen: %w", err)
+		}
+		addrs.HTTP = "http://" + ln.Addr().String()
+		srv := &http.Server{Handler: httpapi.New(b, httpapi.Config{MaxBodyBytes: int64(b.Config().MaxEventSize)}, log), ReadHeaderTimeout: 10 * time.Second}
+		g.Go(func() error {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-gctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return srv.Shutdown(sctx)
+		})
+		log.Info("HTTP API listening", zap.String("url", addrs.HTTP))
+	}
+	g.Go(func() error {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for !b.Ready() {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-t.C:
+			}
+		}
+		log.Info("ready: agents publish to assent.request.<agent>; approve over HTTP or NATS", zap.String("nats", addrs.NATS), zap.String("http", addrs.HTTP))
+		if o.Ready != nil {
+			o.Ready(addrs)
+		}
+		return nil
+	})
+	err = g.Wait()
+	if derr := nc.Drain(); derr != nil && !errors.Is(derr, nats.ErrConnectionClosed) {
+		log.Debug("drain NATS connection", zap.Error(derr))
+	}
+	return err
+}
+
+func syncName(s string) string {
+	if s == "" {
+		return "always"
+	}
+	return s
+}

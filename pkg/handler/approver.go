@@ -1,0 +1,292 @@
+package handler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// Handler answers one pending request. It runs with a context that ends at the
+// request's deadline or as soon as the request is decided elsewhere.
+//
+// Return ErrSkip to leave the request to other approvers. Any other error is
+// retried later, unless wrapped with Permanent.
+type Handler func(ctx context.Context, req Request) (Response, error)
+
+// Response is an approver's answer.
+type Response struct {
+	Decision events.Verdict
+	Reason   string
+	// Args, if set on an approval, replaces the request's arguments.
+	Args json.RawMessage
+	// Payload is a structured answer, checked against the request's response_schema.
+	Payload  json.RawMessage
+	Remember *events.Remember
+}
+
+// ErrSkip tells the runtime not to answer this request.
+var ErrSkip = errors.New("skip request")
+
+// Permanent marks a handler error that retrying cannot fix; the runtime stops
+// offering that request to this approver.
+func Permanent(err error) error { return &permanentError{err} }
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// ApproverConfig configures an Approver.
+type ApproverConfig struct {
+	// Principal is who answers; answers go to assent.response.<Principal>.<id>.
+	Principal string
+	// Channel names the transport in decisions ("slack", "email", "cli", ...).
+	Channel string
+	// Agents limits the requests offered to those of these agents; empty means all.
+	Agents []string
+	// Durable names the consumer that remembers this approver's progress.
+	// Default "approver-<Principal>-<Channel>".
+	Durable string
+	// Concurrency bounds how many requests the handler sees at once. Default 16.
+	Concurrency int
+	// Lookback is how far back a new approver looks for requests still pending.
+	// Default 24h (the broker's default maximum timeout).
+	Lookback time.Duration
+	// Logger; nil logs nothing.
+	Logger *zap.Logger
+}
+
+// Approver feeds pending requests to a Handler and publishes its answers.
+type Approver struct {
+	cfg     ApproverConfig
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	h       Handler
+	log     *zap.Logger
+	client  *Client
+	running sync.Mutex
+}
+
+// NewApprover returns an approver runtime for h on nc.
+func NewApprover(nc *nats.Conn, cfg ApproverConfig, h Handler) (*Approver, error) {
+	if nc == nil || h == nil {
+		return nil, errors.New("handler: NewApprover needs a connection and a handler")
+	}
+	var errs []error
+	if err := events.CheckToken("principal", cfg.Principal); err != nil {
+		errs = append(errs, err)
+	}
+	if cfg.Channel == "" {
+		cfg.Channel = "sdk"
+	}
+	if err := events.CheckToken("channel", cfg.Channel); err != nil {
+		errs = append(errs, err)
+	}
+	for _, a := range cfg.Agents {
+		if err := events.CheckToken("agent", a); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if cfg.Durable == "" {
+		cfg.Durable = "approver-" + cfg.Principal + "-" + cfg.Channel
+	}
+	if err := events.CheckToken("durable", cfg.Durable); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("handler: approver config: %w", err)
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 16
+	}
+	if cfg.Lookback <= 0 {
+		cfg.Lookback = 24 * time.Hour
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	client, err := NewClient(nc, Config{Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return &Approver{cfg: cfg, nc: nc, js: js, h: h, client: client,
+		log: cfg.Logger.Named("approver").With(zap.String("principal", cfg.Principal), zap.String("channel", cfg.Channel))}, nil
+}
+
+// Run offers pending requests to the handler until ctx ends, then waits for
+// running handlers to return.
+func (a *Approver) Run(ctx context.Context) error {
+	if !a.running.TryLock() {
+		return errors.New("handler: Approver.Run is already running")
+	}
+	defer a.running.Unlock()
+	filters := []string{events.PendingPrefix + "*"}
+	if len(a.cfg.Agents) > 0 {
+		filters = filters[:0]
+		for _, ag := range a.cfg.Agents {
+			filters = append(filters, events.PendingPrefix+ag)
+		}
+	}
+	start := time.Now().Add(-a.cfg.Lookback)
+	cons, err := a.js.CreateOrUpdateConsumer(ctx, StreamName, jetstream.ConsumerConfig{
+		Durable:        a.cfg.Durable,
+		Description:    "Assent approver " + a.cfg.Principal + " via " + a.cfg.Channel,
+		FilterSubjects: filters,
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &start,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        30 * time.Second,
+		MaxAckPending:  4 * a.cfg.Concurrency,
+		MaxDeliver:     10,
+	})
+	if err != nil {
+		return fmt.Errorf("handler: approver consumer: %w", err)
+	}
+	sem := make(chan struct{}, a.cfg.Concurrency)
+	var wg sync.WaitGroup
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			a.handle(ctx, msg)
+		})
+	}, jetstream.PullMaxMessages(2*a.cfg.Concurrency))
+	if err != nil {
+		return fmt.Errorf("handler: consume pending: %w", err)
+	}
+	<-ctx.Done()
+	cc.Stop()
+	<-cc.Closed()
+	wg.Wait()
+	return nil
+}
+
+// handle offers one pending event to the handler and settles the message.
+func (a *Approver) handle(ctx context.Context, msg jetstream.Msg) {
+	e, err := events.Decode(events.Header(msg.Headers()), msg.Data())
+	if err != nil {
+		_ = msg.TermWithReason("malformed: " + err.Error())
+		return
+	}
+	var req Request
+	switch e.Type() {
+	case events.TypePending:
+		p, err := events.DecodePending(&e)
+		if err != nil {
+			_ = msg.TermWithReason("malformed: " + err.Error())
+			return
+		}
+		req = Request{ID: p.RequestID, Requested: p.Request, Deadline: p.Deadline}
+	case events.TypeEscalated:
+		p, err := events.DecodeEscalated(&e)
+		if err != nil {
+			_ = msg.TermWithReason("malformed: " + err.Error())
+			return
+		}
+		req = Request{ID: p.RequestID, Requested: p.Request, Deadline: p.Deadline}
+	default:
+		_ = msg.Ack()
+		return
+	}
+	log := a.log.With(zap.String("request_id", req.ID), zap.String("tool", req.Tool))
+	if !time.Now().Before(req.Deadline) {
+		_ = msg.Ack()
+		return
+	}
+	if _, decided, err := a.client.Decision(ctx, req.ID); err == nil && decided {
+		_ = msg.Ack()
+		return
+	}
+
+	hctx, cancel := context.WithDeadline(ctx, req.Deadline)
+	defer cancel()
+	// Stop the handler as soon as the request is decided elsewhere.
+	decSubj, _ := events.DecisionSubject(req.ID)
+	sub, err := a.nc.Subscribe(decSubj, func(*nats.Msg) { cancel() })
+	if err == nil {
+		defer sub.Unsubscribe() //nolint:errcheck // best effort
+	}
+	// Keep the message ours while a person thinks.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				_ = msg.InProgress()
+			case <-stop:
+				return
+			}
+		}
+	}()
+
+	resp, err := a.h(hctx, req)
+	var perm *permanentError
+	switch {
+	case errors.Is(err, ErrSkip):
+		_ = msg.Ack()
+		return
+	case hctx.Err() != nil && ctx.Err() == nil:
+		_ = msg.Ack() // decided elsewhere or deadline passed: nothing to answer
+		return
+	case errors.As(err, &perm):
+		log.Warn("handler failed permanently", zap.Error(err))
+		_ = msg.TermWithReason(err.Error())
+		return
+	case err != nil:
+		log.Warn("handler failed; will retry", zap.Error(err))
+		_ = msg.NakWithDelay(5 * time.Second)
+		return
+	}
+	if err := a.answer(ctx, req.ID, resp); err != nil {
+		log.Warn("publish answer failed; will retry", zap.Error(err))
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	_ = msg.Ack()
+}
+
+// answer publishes a responded event.
+func (a *Approver) answer(ctx context.Context, id string, r Response) error {
+	return Answer(ctx, a.js, a.cfg.Principal, id, events.Responded{
+		Decision: r.Decision, Reason: r.Reason, Args: r.Args, Payload: r.Payload, Remember: r.Remember, Channel: a.cfg.Channel,
+	})
+}
+
+// Answer publishes one approver's answer to request id on
+// assent.response.<principal>.<id>, for programs that do not run an Approver.
+// The broker decides whether it counts; watch the decision to learn the outcome.
+func Answer(ctx context.Context, js jetstream.JetStream, principal, id string, r events.Responded) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	subj, err := events.ResponseSubject(principal, id)
+	if err != nil {
+		return err
+	}
+	e, err := events.New(events.TypeResponded, "", "approver/"+principal, r)
+	if err != nil {
+		return err
+	}
+	h, body, err := events.Encode(&e)
+	if err != nil {
+		return err
+	}
+	_, err = js.PublishMsg(ctx, &nats.Msg{Subject: subj, Header: nats.Header(h), Data: body}, jetstream.WithMsgID(e.ID()))
+	return err
+}

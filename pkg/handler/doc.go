@@ -1,0 +1,17 @@
+// Package handler is Assent's Go SDK, handler-first.
+//
+// Agent side: a Client asks before a guarded tool call and blocks until the
+// broker decides:
+//
+//	c, _ := handler.NewClient(nc, handler.Config{Agent: "file-manager"})
+//	d, err := c.Request(ctx, handler.Request{Requested: events.Requested{Tool: "delete_file", Args: args}})
+//	if err != nil { /* no decision: do not run */ }
+//	if d.Approved() { run(d.Args) } // always the decided args: an approver may have edited them
+//
+// Approver side: a Handler is a func(ctx, Request) (Response, error); an
+// Approver feeds it pending requests and publishes its answers. Slack, email,
+// webhooks and terminals are all just Handlers.
+//
+// Both sides speak the wire contract of package events over NATS JetStream; the
+// broker runs elsewhere (cmd/broker).
+package handler
