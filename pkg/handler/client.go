@@ -58,10 +58,10 @@ type Config struct {
 
 // Client asks for approvals. It is safe for concurrent use.
 type Client struct {
-	cfg    Config
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	log    *zap.Logger
+	cfg Config
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	log *zap.Logger
 
 	mu     sync.Mutex
 	stream jetstream.Stream // found on first use

@@ -1,0 +1,97 @@
+package handler_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/natsembed"
+	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/handler"
+)
+
+// exampleBroker starts NATS and a manual-mode broker for the examples; real
+// programs connect to a running broker's NATS instead.
+func exampleBroker() (*nats.Conn, func()) {
+	dir, _ := os.MkdirTemp("", "assent-example")
+	ns, err := natsembed.Start(natsembed.Config{Port: -1, StoreDir: dir}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	nc, _ := nats.Connect(ns.ClientURL())
+	b, _ := broker.New(nc, broker.Config{}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- b.Run(ctx) }()
+	for !b.Ready() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nc, func() { cancel(); <-done; nc.Close(); ns.Shutdown(); ns.WaitForShutdown(); os.RemoveAll(dir) }
+}
+
+// An agent asks before deleting a file and runs only what was approved, with the
+// arguments the approver settled on.
+func ExampleClient_Request() {
+	nc, stop := exampleBroker()
+	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// Someone approves, narrowing the call to the draft.
+	a, _ := handler.NewApprover(nc, handler.ApproverConfig{Principal: "alice", Channel: "cli"},
+		func(_ context.Context, req handler.Request) (handler.Response, error) {
+			return handler.Response{Decision: events.Approve, Args: json.RawMessage(`{"path":"/srv/reports/q3-draft.csv"}`)}, nil
+		})
+	go a.Run(ctx) //nolint:errcheck
+
+	client, err := handler.NewClient(nc, handler.Config{Agent: "file-manager"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	d, err := client.Request(ctx, handler.Request{Requested: events.Requested{
+		Tool:    "delete_file",
+		Args:    json.RawMessage(`{"path":"/srv/reports/q3.csv"}`),
+		Hint:    "Delete the Q3 report?",
+		Timeout: events.Duration(2 * time.Minute),
+	}})
+	if err != nil {
+		log.Fatal(err) // no decision: do not run the call
+	}
+	fmt.Println(d.Outcome, d.Edited, string(d.Args), d.DecidedBy[0].Principal)
+	// Output: approved true {"path":"/srv/reports/q3-draft.csv"} alice
+}
+
+// An approver is a Handler: here a rule bot that denies anything touching /etc.
+func ExampleNewApprover() {
+	nc, stop := exampleBroker()
+	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	bot := func(_ context.Context, req handler.Request) (handler.Response, error) {
+		var args struct{ Path string }
+		if err := json.Unmarshal(req.Args, &args); err != nil {
+			return handler.Response{}, handler.Permanent(err)
+		}
+		if len(args.Path) >= 5 && args.Path[:5] == "/etc/" {
+			return handler.Response{Decision: events.Deny, Reason: "system files are off limits"}, nil
+		}
+		return handler.Response{}, handler.ErrSkip // leave it to people
+	}
+	a, err := handler.NewApprover(nc, handler.ApproverConfig{Principal: "rulebot", Channel: "bot"}, bot)
+	if err != nil {
+		log.Fatal(err)
+	}
+	go a.Run(ctx) //nolint:errcheck
+
+	client, _ := handler.NewClient(nc, handler.Config{Agent: "file-manager"})
+	d, _ := client.Request(ctx, handler.Request{Requested: events.Requested{Tool: "delete_file", Args: json.RawMessage(`{"path":"/etc/passwd"}`)}})
+	fmt.Println(d.Outcome+":", d.Reason)
+	// Output: denied: system files are off limits
+}

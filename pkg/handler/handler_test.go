@@ -1,0 +1,215 @@
+package handler_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/handler"
+)
+
+// runBroker runs a broker on nc and returns a func that stops it and waits.
+func runBroker(t *testing.T, nc *nats.Conn, cfg broker.Config) func() {
+	t.Helper()
+	b, err := broker.New(nc, cfg, testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	var once atomic.Bool
+	stop := func() {
+		if once.CompareAndSwap(false, true) {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("broker: %v", err)
+			}
+		}
+	}
+	t.Cleanup(stop)
+	for deadline := time.Now().Add(10 * time.Second); !b.Ready(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("broker not ready")
+		}
+	}
+	return stop
+}
+
+// runApprover runs an approver runtime with h until the test ends.
+func runApprover(t *testing.T, nc *nats.Conn, principal string, h handler.Handler) {
+	t.Helper()
+	a, err := handler.NewApprover(nc, handler.ApproverConfig{Principal: principal, Channel: "test"}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("approver: %v", err)
+		}
+	})
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestApproverEditsArgs(t *testing.T) {
+	ns := testenv.Server(t)
+	runBroker(t, testenv.Conn(t, ns), broker.Config{})
+	runApprover(t, testenv.Conn(t, ns), "alice", func(_ context.Context, req handler.Request) (handler.Response, error) {
+		if req.Tool != "delete_file" || req.Deadline.IsZero() {
+			return handler.Response{}, handler.Permanent(errors.New("unexpected request"))
+		}
+		return handler.Response{Decision: events.Approve, Reason: "only the draft", Args: json.RawMessage(`{"path":"/srv/q3-draft.csv"}`)}, nil
+	})
+	c, err := handler.NewClient(testenv.Conn(t, ns), handler.Config{Agent: "file-manager"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Request(testCtx(t), handler.Request{Requested: events.Requested{Tool: "delete_file", Args: json.RawMessage(`{"path":"/srv/q3.csv"}`), Timeout: events.Duration(20 * time.Second)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Approved() || !d.Edited || string(d.Args) != `{"path":"/srv/q3-draft.csv"}` || d.Reason != "only the draft" {
+		t.Fatalf("decision %+v", d)
+	}
+	if len(d.DecidedBy) != 1 || d.DecidedBy[0].Principal != "alice" || d.DecidedBy[0].Channel != "test" {
+		t.Fatalf("decided by %+v", d.DecidedBy)
+	}
+}
+
+func TestDenyReasonAndSkip(t *testing.T) {
+	ns := testenv.Server(t)
+	runBroker(t, testenv.Conn(t, ns), broker.Config{})
+	var skipped atomic.Int32
+	runApprover(t, testenv.Conn(t, ns), "bob", func(context.Context, handler.Request) (handler.Response, error) {
+		skipped.Add(1)
+		return handler.Response{}, handler.ErrSkip
+	})
+	runApprover(t, testenv.Conn(t, ns), "carol", func(context.Context, handler.Request) (handler.Response, error) {
+		return handler.Response{Decision: events.Deny, Reason: "not on a Friday"}, nil
+	})
+	c, _ := handler.NewClient(testenv.Conn(t, ns), handler.Config{Agent: "deployer"})
+	d, err := c.Request(testCtx(t), handler.Request{Requested: events.Requested{Tool: "deploy", Timeout: events.Duration(20 * time.Second)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Approved() || d.Outcome != events.Denied || d.Reason != "not on a Friday" {
+		t.Fatalf("decision %+v", d)
+	}
+}
+
+func TestCancelOnContext(t *testing.T) {
+	ns := testenv.Server(t)
+	runBroker(t, testenv.Conn(t, ns), broker.Config{})
+	c, _ := handler.NewClient(testenv.Conn(t, ns), handler.Config{Agent: "a1"})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	id := events.NewID()
+	_, err := c.Request(ctx, handler.Request{ID: id, Requested: events.Requested{Tool: "rm", Timeout: events.Duration(time.Minute)}})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v, want deadline exceeded", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		d, ok, err := c.Decision(testCtx(t), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			if d.Outcome != events.Cancelled {
+				t.Fatalf("outcome %s", d.Outcome)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no cancelled decision")
+		}
+	}
+	// Asking again with the same id returns the stored decision at once.
+	d, err := c.Request(testCtx(t), handler.Request{ID: id, Requested: events.Requested{Tool: "rm"}})
+	if err != nil || d.Outcome != events.Cancelled {
+		t.Fatalf("retry: %+v, %v", d, err)
+	}
+}
+
+func TestNoBrokerMeansNoDecision(t *testing.T) {
+	ns := testenv.Server(t)
+	stop := runBroker(t, testenv.Conn(t, ns), broker.Config{})
+	stop() // the stream stays; nobody decides
+	c, _ := handler.NewClient(testenv.Conn(t, ns), handler.Config{Agent: "a1", Grace: 200 * time.Millisecond})
+	_, err := c.Request(testCtx(t), handler.Request{Requested: events.Requested{Tool: "rm", Timeout: events.Duration(time.Second)}})
+	if !errors.Is(err, handler.ErrNoDecision) {
+		t.Fatalf("err %v, want ErrNoDecision", err)
+	}
+}
+
+// TestForgedDecisionIgnored publishes a decided event whose args do not match
+// its digest before the real one: the client must not accept it.
+func TestForgedDecisionIgnored(t *testing.T) {
+	ns := testenv.Server(t)
+	runBroker(t, testenv.Conn(t, ns), broker.Config{})
+	nc := testenv.Conn(t, ns)
+	c, _ := handler.NewClient(nc, handler.Config{Agent: "a1"})
+	id := events.NewID()
+	type result struct {
+		d   handler.Decision
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		d, err := c.Request(testCtx(t), handler.Request{ID: id, Requested: events.Requested{Tool: "pay", Args: json.RawMessage(`{"amount":5}`), Timeout: events.Duration(3 * time.Second)}})
+		res <- result{d, err}
+	}()
+	digest, _ := events.ArgsDigest(json.RawMessage(`{"amount":5}`))
+	forged := events.Decided{RequestID: id, Outcome: events.Approved, Args: json.RawMessage(`{"amount":5000}`), ArgsDigest: digest, DecidedAt: time.Now()}
+	e, _ := events.New(events.TypeDecided, "", "broker/evil", forged)
+	h, body, _ := events.Encode(&e)
+	subj, _ := events.DecisionSubject(id)
+	for range 20 { // keep forging while the client subscribes
+		_ = nc.PublishMsg(&nats.Msg{Subject: subj, Header: nats.Header(h), Data: body})
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := <-res
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.d.Outcome != events.Expired || string(r.d.Args) != `{"amount":5}` {
+		t.Fatalf("accepted %+v", r.d)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	ns := testenv.Server(t)
+	nc := testenv.Conn(t, ns)
+	if _, err := handler.NewClient(nc, handler.Config{Agent: "bad agent"}); !errors.Is(err, events.ErrBadToken) {
+		t.Fatalf("client: %v", err)
+	}
+	_, err := handler.NewApprover(nc, handler.ApproverConfig{Principal: "a.b", Channel: "x y", Agents: []string{"*"}}, func(context.Context, handler.Request) (handler.Response, error) {
+		return handler.Response{}, nil
+	})
+	if !errors.Is(err, events.ErrBadToken) {
+		t.Fatalf("approver: %v", err)
+	}
+	c, _ := handler.NewClient(nc, handler.Config{})
+	if _, err := c.Request(testCtx(t), handler.Request{Requested: events.Requested{Tool: "x"}}); !errors.Is(err, events.ErrBadToken) {
+		t.Fatalf("request without agent: %v", err)
+	}
+	if _, err := c.Request(testCtx(t), handler.Request{Requested: events.Requested{Agent: "a"}}); !errors.Is(err, events.ErrMissingTool) {
+		t.Fatalf("request without tool: %v", err)
+	}
+}
