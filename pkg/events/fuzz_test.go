@@ -258,7 +258,7 @@ func FuzzCanonicalArgs(f *testing.F) {
 		`{"n":12345678901234567890,"f":1.50e-3,"neg":-0}`,
 		`{"s":"\u2028\u00e9\ud83d\ude00\"\\"}`,
 		`{"a":1,"a":2}`,
-		``, `null`, ` `, `{}`, `[]`, `"x"`, `1`, `{`, `{"a":1} trailing`,
+		``, `null`, ` `, `{}`, `[]`, `"x"`, `1`, `{`, `{"a":1,}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -272,6 +272,9 @@ func FuzzCanonicalArgs(f *testing.F) {
 				t.Fatalf("CanonicalArgs fails (%v) but ArgsDigest does not", err)
 			}
 			return
+		}
+		if len(bytes.TrimSpace(raw)) > 0 && !json.Valid(raw) {
+			t.Fatalf("CanonicalArgs accepted input that is not JSON: %q -> %q", raw, c)
 		}
 		if !json.Valid(c) || len(c) == 0 || c[0] != '{' {
 			t.Fatalf("canonical form %q is not a JSON object", c)

@@ -8,14 +8,14 @@ import (
 // Subject prefixes of the v1 contract. All of them live in one JetStream stream
 // whose subjects are Prefix + ">".
 const (
-	Prefix          = "assent."
-	RequestPrefix   = "assent.request."
-	PendingPrefix   = "assent.pending."
-	ResponsePrefix  = "assent.response."
-	CancelPrefix    = "assent.cancel."
-	DecisionPrefix  = "assent.decision."
-	AllSubjects     = "assent.>"
-	MaxTokenLength  = 128
+	Prefix         = "assent."
+	RequestPrefix  = "assent.request."
+	PendingPrefix  = "assent.pending."
+	ResponsePrefix = "assent.response."
+	CancelPrefix   = "assent.cancel."
+	DecisionPrefix = "assent.decision."
+	AllSubjects    = "assent.>"
+	MaxTokenLength = 128
 )
 
 // Kind names which part of the contract a subject belongs to.
