@@ -27,7 +27,8 @@ type Options struct {
 	NATSURL string
 	// NATSCreds is a credentials file for NATSURL.
 	NATSCreds string
-	// NATSListen is host:port for the embedded server's clients.
+	// NATSListen is host:port for the embedded server's clients; port 0 picks a
+	// free port.
 	NATSListen string
 	// DataDir is the embedded server's JetStream storage.
 	DataDir string
@@ -99,6 +100,9 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 	var natsOpts []nats.Option
 	if url == "" {
 		host, port, _ := splitHostPort(o.NATSListen)
+		if port == 0 {
+			port = -1 // any free port, as for HTTP
+		}
 		ns, err := natsembed.Start(natsembed.Config{Host: host, Port: port, StoreDir: o.DataDir, Sync: o.Sync, ServerName: o.Broker.WithDefaults().Name}, log)
 		if err != nil {
 			return err

@@ -33,7 +33,7 @@ type Outcome string
 // denied, expired, cancelled) or one of no_decision, rejected, error and
 // interrupted; an unguarded one with unguarded (or interrupted).
 const (
-	OutcomeUnguarded   Outcome = "unguarded"   // no approval asked for
+	OutcomeUnguarded   Outcome = "unguarded" // no approval asked for
 	OutcomeApproved    Outcome = Outcome(events.Approved)
 	OutcomeDenied      Outcome = Outcome(events.Denied)
 	OutcomeExpired     Outcome = Outcome(events.Expired)
@@ -74,6 +74,7 @@ type Summary struct {
 	Executed int `json:"executed"` // ran and succeeded
 	Declined int `json:"declined"` // denied, expired, cancelled or undecided: not run, by design
 	Failed   int `json:"failed"`   // should have run and did not
+	NotRun   int `json:"not_run"`  // interrupted, or not reached because the run stopped
 }
 
 // AgentConfig holds an Agent's settings.
@@ -153,6 +154,7 @@ func (a *Agent) RunPlan(ctx context.Context, plan Plan, report func(StepReport))
 	for i, step := range plan.Steps {
 		n := i + 1
 		if err := ctx.Err(); err != nil {
+			sum.NotRun = sum.Steps - i
 			return sum, fmt.Errorf("plan stopped before step %d: %w", n, err)
 		}
 		r := a.runStep(ctx, log, plan.Name, session, n, step)
@@ -161,7 +163,9 @@ func (a *Agent) RunPlan(ctx context.Context, plan Plan, report func(StepReport))
 			sum.Executed++
 		case r.Failed:
 			sum.Failed++
-		case r.Outcome != OutcomeInterrupted:
+		case r.Outcome == OutcomeInterrupted:
+			sum.NotRun = sum.Steps - i
+		default:
 			sum.Declined++
 		}
 		if report != nil {
@@ -177,10 +181,10 @@ func (a *Agent) RunPlan(ctx context.Context, plan Plan, report func(StepReport))
 	return sum, nil
 }
 
-func (a *Agent) runStep(ctx context.Context, log *zap.Logger, planName, session string, n int, step Step) StepReport {
-	r := StepReport{Step: n, Tool: step.Tool, Args: step.Args}
+func (a *Agent) runStep(ctx context.Context, log *zap.Logger, planName, session string, n int, step Step) (r StepReport) {
+	r = StepReport{Step: n, Tool: step.Tool, Args: step.Args}
 	log = log.With(zap.Int("step", n), zap.String("tool", step.Tool))
-	defer func() {
+	defer func() { // r is the named result: this fills in what is returned
 		if r.Err != nil {
 			r.Error = r.Err.Error()
 		}

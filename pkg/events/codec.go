@@ -127,7 +127,7 @@ func (c Codec) Decode(h Header, body []byte) (Event, error) {
 	ct := headerValue(h, headerContentType)
 	switch {
 	case mediaType(ct) == ContentTypeStructured:
-		if err := e.UnmarshalJSON(body); err != nil {
+		if err := unmarshalStructured(&e, body); err != nil {
 			return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 		}
 	case headerValue(h, binaryPrefix+"specversion") != "":
@@ -136,7 +136,7 @@ func (c Codec) Decode(h Header, body []byte) (Event, error) {
 			return Event{}, err
 		}
 	default:
-		if err := e.UnmarshalJSON(body); err != nil {
+		if err := unmarshalStructured(&e, body); err != nil {
 			return Event{}, fmt.Errorf("%w: not a structured CloudEvent and no ce- headers: %v", ErrMalformed, err)
 		}
 	}
@@ -164,7 +164,7 @@ func decodeBinary(h Header, body []byte) (Event, error) {
 			return Event{}, fieldErr(k, fmt.Errorf("%w: bad percent-encoding", ErrMalformed))
 		}
 		switch name {
-		case "specversion":
+		case "specversion", "data":
 		case "id":
 			e.SetID(val)
 		case "type":
@@ -191,6 +191,9 @@ func decodeBinary(h Header, body []byte) (Event, error) {
 		}
 	}
 	if ct := headerValue(h, headerContentType); ct != "" {
+		if mediaType(ct) == ContentTypeJSON {
+			ct = ContentTypeJSON
+		}
 		e.SetDataContentType(ct)
 	}
 	if len(body) > 0 {
@@ -223,11 +226,19 @@ func checkEnvelope(e *Event) error {
 	if err := CheckToken("id", e.ID()); err != nil {
 		return err
 	}
-	if ct := mediaType(e.DataContentType()); ct != "" && ct != ContentTypeJSON {
-		return fieldErr("datacontenttype", fmt.Errorf("%w: %q (want %s)", ErrBadValue, truncate(ct, 60), ContentTypeJSON))
+	if t := e.Time(); !t.IsZero() && (t.UTC().Year() < 0 || t.UTC().Year() > 9999) {
+		return fieldErr("time", fmt.Errorf("%w: outside years 0000-9999 in UTC", ErrBadValue))
+	}
+	if ct := e.DataContentType(); ct != "" {
+		if mt, _ := e.Context.GetDataMediaType(); mt != ContentTypeJSON {
+			return fieldErr("datacontenttype", fmt.Errorf("%w: %q (want %s)", ErrBadValue, truncate(ct, 60), ContentTypeJSON))
+		}
 	}
 	if len(e.Data()) > 0 && !json.Valid(e.Data()) {
 		return fieldErr("data", fmt.Errorf("%w: not valid JSON", ErrMalformed))
+	}
+	if len(e.Data()) > 0 && e.DataContentType() == "" {
+		e.SetDataContentType(ContentTypeJSON)
 	}
 	return nil
 }
@@ -301,3 +312,18 @@ func DecodePending(e *Event) (Pending, error) { return DecodeData[Pending](e, Ty
 
 // DecodeEscalated reads and validates the data of an escalated event.
 func DecodeEscalated(e *Event) (Escalated, error) { return DecodeData[Escalated](e, TypeEscalated) }
+
+// unmarshalStructured reads a structured-mode body. The SDK's parser is lenient
+// (it accepts a missing "{" or trailing bytes) and panics on some inputs, so the
+// body is checked first and a panic becomes an error.
+func unmarshalStructured(e *Event, body []byte) (err error) {
+	if !json.Valid(body) {
+		return fmt.Errorf("body is not valid JSON")
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("cannot parse event: %v", r)
+		}
+	}()
+	return e.UnmarshalJSON(body)
+}

@@ -131,8 +131,12 @@ func TestRequestedValidate(t *testing.T) {
 		{"labels ok", func(r *events.Requested) { r.Labels = labels(events.MaxLabels) }, nil, ""},
 		{"too many labels", func(r *events.Requested) { r.Labels = labels(events.MaxLabels + 1) }, events.ErrBadValue, "labels"},
 		{"empty label key", func(r *events.Requested) { r.Labels = map[string]string{"": "v"} }, events.ErrBadValue, "labels"},
-		{"long label key", func(r *events.Requested) { r.Labels = map[string]string{strings.Repeat("k", events.MaxLabelLength+1): "v"} }, events.ErrBadValue, "labels"},
-		{"long label value", func(r *events.Requested) { r.Labels = map[string]string{"k": strings.Repeat("v", events.MaxLabelLength+1)} }, events.ErrBadValue, "labels"},
+		{"long label key", func(r *events.Requested) {
+			r.Labels = map[string]string{strings.Repeat("k", events.MaxLabelLength+1): "v"}
+		}, events.ErrBadValue, "labels"},
+		{"long label value", func(r *events.Requested) {
+			r.Labels = map[string]string{"k": strings.Repeat("v", events.MaxLabelLength+1)}
+		}, events.ErrBadValue, "labels"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -161,7 +161,7 @@ type Decided struct {
 // Approved reports whether the guarded call may run.
 func (d Decided) Approved() bool { return d.Outcome == Approved }
 
-// Terminal reports whether o is one of the four outcomes.
+// Valid reports whether o is one of the four outcomes.
 func (o Outcome) Valid() bool {
 	switch o {
 	case Approved, Denied, Expired, Cancelled:

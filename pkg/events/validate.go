@@ -47,7 +47,7 @@ func (r *Requested) Validate() error {
 	if len(r.Hint) > MaxTextLength {
 		errs = append(errs, fieldErr("hint", fmt.Errorf("%w: longer than %d bytes", ErrBadValue, MaxTextLength)))
 	}
-	if len(r.ResponseSchema) > 0 && !isJSONObject(r.ResponseSchema) {
+	if len(r.ResponseSchema) > 0 && !isJSONObject(r.ResponseSchema) && !isJSONNull(r.ResponseSchema) {
 		errs = append(errs, fieldErr("response_schema", fmt.Errorf("%w: must be a JSON Schema object", ErrBadValue)))
 	}
 	if r.Timeout < 0 || r.Timeout.Std() > MaxTimeout {
@@ -163,6 +163,9 @@ func isJSONNull(raw json.RawMessage) bool {
 func CanonicalArgs(args json.RawMessage) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(args)) == 0 || isJSONNull(args) {
 		return json.RawMessage("{}"), nil
+	}
+	if !json.Valid(args) {
+		return nil, fieldErr("args", fmt.Errorf("%w: not valid JSON", ErrMalformed))
 	}
 	dec := json.NewDecoder(bytes.NewReader(args))
 	dec.UseNumber()

@@ -32,7 +32,14 @@ func exampleBroker() (*nats.Conn, func()) {
 	for !b.Ready() {
 		time.Sleep(5 * time.Millisecond)
 	}
-	return nc, func() { cancel(); <-done; nc.Close(); ns.Shutdown(); ns.WaitForShutdown(); os.RemoveAll(dir) }
+	return nc, func() {
+		cancel()
+		<-done
+		nc.Close()
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		os.RemoveAll(dir)
+	}
 }
 
 // An agent asks before deleting a file and runs only what was approved, with the

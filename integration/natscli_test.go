@@ -1,0 +1,144 @@
+package integration
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/assent-dev/assent/internal/app"
+	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// buildNatsCLI builds the pinned nats CLI (tools/natscli) into a temp dir.
+func buildNatsCLI(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("go is not on PATH; cannot build the nats CLI")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	toolDir := filepath.Join(filepath.Dir(file), "..", "tools", "natscli")
+	bin := filepath.Join(t.TempDir(), "nats")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/nats-io/natscli/nats")
+	cmd.Dir = toolDir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build nats CLI: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// runApp runs the broker process (embedded NATS, HTTP) until the test ends.
+func runApp(t *testing.T, mode broker.Mode) app.Addrs {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan app.Addrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- app.Run(ctx, app.Options{
+			NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), Sync: "always", HTTPListen: "127.0.0.1:0",
+			Broker: broker.Config{Mode: mode},
+			Ready:  func(a app.Addrs) { ready <- a },
+		}, testenv.Logger(t))
+	}()
+	select {
+	case a := <-ready:
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("app: %v", err)
+			}
+		})
+		return a
+	case err := <-done:
+		cancel()
+		t.Fatalf("app stopped: %v", err)
+	case <-time.After(20 * time.Second):
+		cancel()
+		<-done
+		t.Fatal("app not ready")
+	}
+	return app.Addrs{}
+}
+
+// TestNatsCLIReadme runs the README's nats commands, as written, against a
+// running broker: ask with `nats pub`, answer with `nats pub`, read the decision
+// with `nats stream get --last-for`.
+func TestNatsCLIReadme(t *testing.T) {
+	nats := buildNatsCLI(t)
+	addrs := runApp(t, broker.ModeManual)
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(nats, append([]string{"--server", addrs.NATS}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("nats %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	id := events.NewID()
+	run("pub", "assent.request.file-manager", "-H", "Nats-Msg-Id:"+id, `{"specversion":"1.0","id":"`+id+`",
+  "type":"dev.assent.approval.requested","source":"agent/file-manager",
+  "datacontenttype":"application/json",
+  "data":{"tool":"delete_file","args":{"path":"/srv/reports/q3.csv"},"timeout":"2m"}}`)
+
+	// The request shows up as pending over HTTP.
+	var got struct {
+		State string `json:"state"`
+	}
+	for deadline := time.Now().Add(10 * time.Second); got.State != "pending"; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("request %s not pending: %+v", id, got)
+		}
+		resp, err := http.Get(addrs.HTTP + "/v1/approvals/" + id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&got)
+		resp.Body.Close()
+	}
+
+	run("pub", "assent.response.alice."+id, `{"specversion":"1.0","id":"`+events.NewID()+`",
+  "type":"dev.assent.approval.responded","source":"approver/alice",
+  "datacontenttype":"application/json",
+  "data":{"decision":"approve","reason":"ok","channel":"cli"}}`)
+
+	var d events.Decided
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		cmd := exec.Command(nats, "--server", addrs.NATS, "stream", "get", "ASSENT", "--last-for", "assent.decision."+id, "--json")
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			var msg struct {
+				Data string `json:"data"`
+			}
+			if err := json.Unmarshal(out, &msg); err != nil {
+				t.Fatalf("stream get output: %v\n%s", err, out)
+			}
+			body, err := base64.StdEncoding.DecodeString(msg.Data)
+			if err != nil {
+				t.Fatalf("stream get data: %v", err)
+			}
+			e, err := events.Decode(nil, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d, err = events.DecodeDecided(&e); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no decision: %v\n%s", err, out)
+		}
+	}
+	if d.Outcome != events.Approved || d.DecidedBy[0].Principal != "alice" || d.DecidedBy[0].Channel != "cli" || string(d.Args) != `{"path":"/srv/reports/q3.csv"}` {
+		t.Fatalf("decision %+v", d)
+	}
+}

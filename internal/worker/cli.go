@@ -1,0 +1,298 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/handler"
+)
+
+// DefaultNATSURL is where the worker looks for NATS unless told otherwise.
+const DefaultNATSURL = "nats://127.0.0.1:4222"
+
+// ErrUsage: the command line is wrong. ParseArgs has printed the usage.
+var ErrUsage = errors.New("usage")
+
+// ConnOptions says how to reach NATS.
+type ConnOptions struct {
+	URL   string
+	Creds string // NATS credentials file; optional
+	Name  string // connection name, shown by the server
+}
+
+// Connect connects to NATS as o says, reconnecting forever once connected.
+// A first connection that fails is an error at once.
+func Connect(o ConnOptions, log *zap.Logger) (*nats.Conn, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	opts := []nats.Option{
+		nats.Name(o.Name),
+		nats.Timeout(5 * time.Second),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: we closed it
+				log.Warn("NATS disconnected", zap.Error(err))
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("NATS reconnected", zap.String("url", c.ConnectedUrl()))
+		}),
+	}
+	if o.Creds != "" {
+		opts = append(opts, nats.UserCredentials(o.Creds))
+	}
+	nc, err := nats.Connect(o.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", o.URL, err)
+	}
+	return nc, nil
+}
+
+// RunOptions are the settings of "agent-worker run".
+type RunOptions struct {
+	Plan        string
+	Sandbox     string
+	InitSandbox bool
+	Agent       string
+	Config      AgentConfig
+	JSON        bool
+}
+
+// LoadOptions are the settings of "agent-worker load".
+type LoadOptions struct {
+	Agent  string
+	Config LoadConfig
+	JSON   bool
+}
+
+// Command is a parsed command line.
+type Command struct {
+	// Name is "run" or "load"; Run or Load holds its settings.
+	Name     string
+	Conn     ConnOptions
+	LogLevel zapcore.Level
+	Run      RunOptions
+	Load     LoadOptions
+}
+
+const usage = `usage: agent-worker <command> [flags]
+
+commands:
+  run   run a tool plan in a sandbox, asking Assent before guarded steps
+  load  send many approval requests and measure decision latency
+
+"agent-worker <command> -h" lists a command's flags.
+`
+
+// ParseArgs parses the command line after the program name. Problems, and
+// -h, print usage to stderr; the error then wraps ErrUsage, or is
+// flag.ErrHelp.
+func ParseArgs(args []string, stderr io.Writer) (Command, error) {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return Command{}, fmt.Errorf("%w: no command", ErrUsage)
+	}
+	cmd := Command{Name: args[0], LogLevel: zapcore.WarnLevel}
+	fs := flag.NewFlagSet("agent-worker "+cmd.Name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cmd.Conn.URL, "nats-url", DefaultNATSURL, "NATS server `URL`")
+	fs.StringVar(&cmd.Conn.Creds, "creds", "", "NATS credentials `file` (optional)")
+	fs.Var(&cmd.LogLevel, "log-level", "log `level` on stderr: debug, info, warn, error")
+	cmd.Conn.Name = "assent-agent-worker-" + cmd.Name
+
+	var check func() []error
+	switch cmd.Name {
+	case "run":
+		o := &cmd.Run
+		fs.StringVar(&o.Plan, "plan", "", "plan `file` (JSON list of steps); required")
+		fs.StringVar(&o.Sandbox, "sandbox", "", "sandbox `directory` the tools may not leave; required")
+		fs.BoolVar(&o.InitSandbox, "init-sandbox", false, "create (or reset) a demo sandbox with a few files first")
+		fs.StringVar(&o.Agent, "agent", "file-manager", "agent `name`; requests go to assent.request.<name>")
+		fs.StringVar(&o.Config.Session, "session", "", "session `id` for this run's requests (default: a new id)")
+		fs.StringVar(&o.Config.User, "user", "", "`user` on whose behalf the agent acts")
+		fs.DurationVar(&o.Config.Timeout, "timeout", 2*time.Minute, "approval timeout asked for each guarded step")
+		fs.BoolVar(&o.JSON, "json", false, "print one JSON object per step instead of text")
+		fs.Usage = func() {
+			fmt.Fprintf(stderr, "usage: agent-worker run --plan FILE --sandbox DIR [flags]\n\nRuns the plan's steps in order; steps with \"approval\": true run only if\nAssent approves them, and then with the approved (possibly edited) args.\n\n")
+			fs.PrintDefaults()
+		}
+		check = func() []error {
+			var errs []error
+			if o.Plan == "" {
+				errs = append(errs, errors.New("--plan is required"))
+			}
+			if o.Sandbox == "" {
+				errs = append(errs, errors.New("--sandbox is required"))
+			}
+			if err := events.CheckToken("--agent", o.Agent); err != nil {
+				errs = append(errs, err)
+			}
+			if o.Config.Timeout <= 0 {
+				errs = append(errs, fmt.Errorf("--timeout %s: must be positive", o.Config.Timeout))
+			} else if err := o.Config.Validate(); err != nil {
+				errs = append(errs, err)
+			}
+			return errs
+		}
+	case "load":
+		o := &cmd.Load
+		fs.IntVar(&o.Config.N, "n", 10000, "number of requests")
+		fs.IntVar(&o.Config.Concurrency, "c", 64, "requests in flight at once")
+		fs.StringVar(&o.Agent, "agent", "load", "agent `name`; requests go to assent.request.<name>")
+		fs.StringVar(&o.Config.Tool, "tool", "load_test", "tool `name` of the requests")
+		fs.DurationVar(&o.Config.Timeout, "timeout", 30*time.Second, "timeout asked for each request")
+		fs.BoolVar(&o.JSON, "json", false, "print the result as one JSON object")
+		fs.Usage = func() {
+			fmt.Fprintf(stderr, "usage: agent-worker load [flags]\n\nSends N approval requests, C at a time, and reports throughput and\nrequest-to-decision latency. Run the broker in auto-approve mode.\n\n")
+			fs.PrintDefaults()
+		}
+		check = func() []error {
+			var errs []error
+			if err := events.CheckToken("--agent", o.Agent); err != nil {
+				errs = append(errs, err)
+			}
+			// Validate without defaults: an explicit --c 0 or --timeout 0
+			// is a mistake, not a request for the default.
+			cfg := o.Config
+			if err := cfg.Validate(); err != nil {
+				errs = append(errs, err)
+			}
+			return errs
+		}
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stderr, usage)
+		return Command{}, flag.ErrHelp
+	default:
+		fmt.Fprint(stderr, usage)
+		return Command{}, fmt.Errorf("%w: unknown command %q", ErrUsage, cmd.Name)
+	}
+
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return Command{}, err
+		}
+		return Command{}, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	errs := check()
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
+	}
+	if cmd.Conn.URL == "" {
+		errs = append(errs, errors.New("--nats-url is empty"))
+	}
+	if len(errs) > 0 {
+		err := fmt.Errorf("%w: %w", ErrUsage, errors.Join(errs...))
+		fmt.Fprintf(stderr, "agent-worker %s: %v\n\n", cmd.Name, errors.Join(errs...))
+		fs.Usage()
+		return Command{}, err
+	}
+	return cmd, nil
+}
+
+// Execute runs the command: it writes its report to stdout and notes to
+// stderr. For "run", an error wrapping ErrStepsFailed means the plan ran but
+// some steps failed; denials are not errors.
+func (c Command) Execute(ctx context.Context, log *zap.Logger, stdout, stderr io.Writer) error {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	switch c.Name {
+	case "run":
+		return c.execRun(ctx, log, stdout, stderr)
+	case "load":
+		return c.execLoad(ctx, log, stdout)
+	}
+	return fmt.Errorf("%w: unknown command %q", ErrUsage, c.Name)
+}
+
+func (c Command) execRun(ctx context.Context, log *zap.Logger, stdout, stderr io.Writer) error {
+	o := c.Run
+	if o.InitSandbox {
+		if err := InitDemoSandbox(o.Sandbox); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "initialised demo sandbox %s\n", o.Sandbox)
+	}
+	plan, err := LoadPlan(o.Plan)
+	if err != nil {
+		return err
+	}
+	sb, err := OpenSandbox(o.Sandbox)
+	if err != nil {
+		return err
+	}
+	defer sb.Close() //nolint:errcheck // a directory handle
+	nc, err := Connect(c.Conn, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	client, err := handler.NewClient(nc, handler.Config{Agent: o.Agent, Logger: log})
+	if err != nil {
+		return err
+	}
+	agent, err := NewAgent(client, sb, o.Config, log)
+	if err != nil {
+		return err
+	}
+	var werr error
+	sum, err := agent.RunPlan(ctx, plan, func(r StepReport) {
+		if werr != nil {
+			return
+		}
+		if o.JSON {
+			werr = WriteJSONLine(stdout, r)
+		} else {
+			werr = WriteStepText(stdout, r, len(plan.Steps))
+		}
+	})
+	if o.JSON {
+		// Keep stdout one kind of line; the tally goes to stderr.
+		_ = WriteSummaryText(stderr, sum)
+	} else if werr == nil {
+		werr = WriteSummaryText(stdout, sum)
+	}
+	if werr != nil {
+		return errors.Join(err, fmt.Errorf("write report: %w", werr))
+	}
+	return err
+}
+
+func (c Command) execLoad(ctx context.Context, log *zap.Logger, stdout io.Writer) error {
+	o := c.Load
+	nc, err := Connect(c.Conn, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	client, err := handler.NewClient(nc, handler.Config{Agent: o.Agent, Logger: log})
+	if err != nil {
+		return err
+	}
+	res, err := Load(ctx, client, o.Config)
+	if res.Sent == 0 {
+		return err
+	}
+	var werr error
+	if o.JSON {
+		werr = WriteJSONLine(stdout, res)
+	} else {
+		werr = WriteLoadText(stdout, res)
+	}
+	if werr != nil {
+		return errors.Join(err, fmt.Errorf("write report: %w", werr))
+	}
+	return err
+}

@@ -1,0 +1,209 @@
+package worker_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+
+	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/internal/worker"
+)
+
+func TestParseArgs(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    string
+		wantErr error
+		check   func(t *testing.T, c worker.Command)
+	}{
+		{"run with defaults", "run --plan p.json --sandbox sb", nil, func(t *testing.T, c worker.Command) {
+			if c.Name != "run" || c.Run.Plan != "p.json" || c.Run.Sandbox != "sb" || c.Run.Agent != "file-manager" ||
+				c.Run.Config.Timeout != 2*time.Minute || c.Conn.URL != worker.DefaultNATSURL || c.Conn.Creds != "" || c.LogLevel != zapcore.WarnLevel || c.Run.JSON {
+				t.Errorf("%+v", c)
+			}
+		}},
+		{"run with everything", "run --plan p --sandbox s --init-sandbox --agent fm --session s1 --user carol --timeout 90s --json --nats-url nats://x:1 --creds c.creds --log-level debug", nil, func(t *testing.T, c worker.Command) {
+			o := c.Run
+			if !o.InitSandbox || o.Agent != "fm" || o.Config.Session != "s1" || o.Config.User != "carol" || o.Config.Timeout != 90*time.Second ||
+				!o.JSON || c.Conn.URL != "nats://x:1" || c.Conn.Creds != "c.creds" || c.LogLevel != zapcore.DebugLevel {
+				t.Errorf("%+v", c)
+			}
+		}},
+		{"load with defaults", "load", nil, func(t *testing.T, c worker.Command) {
+			o := c.Load
+			if o.Config.N != 10000 || o.Config.Concurrency != 64 || o.Agent != "load" || o.Config.Tool != "load_test" || o.Config.Timeout != 30*time.Second || o.JSON {
+				t.Errorf("%+v", c)
+			}
+		}},
+		{"load with everything", "load --n 5 --c 2 --agent a --tool t --timeout 1s --json", nil, func(t *testing.T, c worker.Command) {
+			o := c.Load
+			if o.Config.N != 5 || o.Config.Concurrency != 2 || o.Agent != "a" || o.Config.Tool != "t" || o.Config.Timeout != time.Second || !o.JSON {
+				t.Errorf("%+v", c)
+			}
+		}},
+		{"no command", "", worker.ErrUsage, nil},
+		{"unknown command", "fly", worker.ErrUsage, nil},
+		{"help", "help", flag.ErrHelp, nil},
+		{"command help", "run -h", flag.ErrHelp, nil},
+		{"run without plan and sandbox", "run", worker.ErrUsage, nil},
+		{"unknown flag", "run --plan p --sandbox s --force", worker.ErrUsage, nil},
+		{"stray argument", "run --plan p --sandbox s extra", worker.ErrUsage, nil},
+		{"bad agent", "run --plan p --sandbox s --agent a.b", worker.ErrUsage, nil},
+		{"bad timeout", "run --plan p --sandbox s --timeout 0s", worker.ErrUsage, nil},
+		{"bad log level", "load --log-level loud", worker.ErrUsage, nil},
+		{"no requests", "load --n 0", worker.ErrUsage, nil},
+		{"empty URL", "load --nats-url=", worker.ErrUsage, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			c, err := worker.ParseArgs(strings.Fields(tt.args), &stderr)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("err %v, want %v", err, tt.wantErr)
+				}
+				if !strings.Contains(stderr.String(), "usage:") {
+					t.Errorf("no usage printed: %q", stderr.String())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("err %v; stderr %s", err, stderr.String())
+			}
+			tt.check(t, c)
+		})
+	}
+}
+
+// The example plan, end to end through the command line code, against an
+// auto-approve broker: every step runs.
+func TestExecuteExamplePlan(t *testing.T) {
+	ns := testenv.Server(t)
+	startBroker(t, testenv.Conn(t, ns), broker.ModeAutoApprove)
+	dir := filepath.Join(t.TempDir(), "demo")
+
+	for _, asJSON := range []bool{true, false} {
+		args := []string{"run", "--plan", "../../examples/plan.json", "--sandbox", dir, "--init-sandbox", "--nats-url", ns.ClientURL()}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		cmd, err := worker.ParseArgs(args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr bytes.Buffer
+		if err := cmd.Execute(testCtx(t), testenv.Logger(t), &stdout, &stderr); err != nil {
+			t.Fatalf("execute: %v\nstdout:\n%s\nstderr:\n%s", err, &stdout, &stderr)
+		}
+		if !exists(t, filepath.Join(dir, "archive", "todo.txt")) || exists(t, filepath.Join(dir, "old-report.csv")) ||
+			readFile(t, filepath.Join(dir, "notes", "summary.txt")) == "" {
+			t.Fatal("the example plan's effects are not on disk")
+		}
+		if !asJSON {
+			out := stdout.String()
+			for _, want := range []string{"step 4/6 delete_file: approved", "-> deleted old-report.csv", "step 5/6 move_file: approved", "6 steps: 6 executed"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("text output lacks %q:\n%s", want, out)
+				}
+			}
+			continue
+		}
+		sc := bufio.NewScanner(&stdout)
+		n := 0
+		for sc.Scan() {
+			var r struct {
+				Step      int             `json:"step"`
+				Tool      string          `json:"tool"`
+				RequestID string          `json:"request_id"`
+				Outcome   string          `json:"outcome"`
+				Edited    *bool           `json:"edited"`
+				Executed  bool            `json:"executed"`
+				Result    json.RawMessage `json:"result"`
+				Error     string          `json:"error"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				t.Fatalf("line %q: %v", sc.Text(), err)
+			}
+			n++
+			if r.Step != n || !r.Executed || r.Error != "" || len(r.Result) == 0 || r.Edited == nil {
+				t.Errorf("line %d: %s", n, sc.Text())
+			}
+			guarded := r.Tool == worker.ToolDeleteFile || r.Tool == worker.ToolMoveFile
+			if guarded && (r.Outcome != "approved" || r.RequestID == "") || !guarded && r.Outcome != "unguarded" {
+				t.Errorf("line %d: %s", n, sc.Text())
+			}
+		}
+		if n != 6 {
+			t.Fatalf("%d JSON lines, want 6:\n%s", n, &stdout)
+		}
+	}
+}
+
+// A failed step makes Execute fail with ErrStepsFailed (and so a non-zero
+// exit status); the report still has every line.
+func TestExecuteFailedStep(t *testing.T) {
+	ns := testenv.Server(t)
+	startBroker(t, testenv.Conn(t, ns), broker.ModeAutoDeny)
+	dir := t.TempDir()
+	plan := filepath.Join(t.TempDir(), "plan.json")
+	writeFiles(t, filepath.Dir(plan), map[string]string{"plan.json": `[
+		{"tool": "read_file", "args": {"path": "missing.txt"}},
+		{"tool": "write_file", "args": {"path": "x.txt", "content": "x"}, "approval": true}
+	]`})
+	cmd, err := worker.ParseArgs([]string{"run", "--plan", plan, "--sandbox", dir, "--nats-url", ns.ClientURL()}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout bytes.Buffer
+	err = cmd.Execute(testCtx(t), testenv.Logger(t), &stdout, io.Discard)
+	if !errors.Is(err, worker.ErrStepsFailed) {
+		t.Fatalf("execute: %v", err)
+	}
+	out := stdout.String()
+	for _, want := range []string{"step 1/2 read_file: no approval needed -> FAILED:", "step 2/2 write_file: denied", "-> not executed", "2 steps: 0 executed, 1 not executed by decision, 1 failed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if exists(t, filepath.Join(dir, "x.txt")) {
+		t.Fatal("the denied write ran")
+	}
+}
+
+func TestExecuteLoad(t *testing.T) {
+	ns := testenv.Server(t)
+	startBroker(t, testenv.Conn(t, ns), broker.ModeAutoApprove)
+	cmd, err := worker.ParseArgs([]string{"load", "--n", "50", "--c", "4", "--nats-url", ns.ClientURL()}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout bytes.Buffer
+	if err := cmd.Execute(testCtx(t), testenv.Logger(t), &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"requests    50 sent, concurrency 4", "throughput", "p50", "p99", "outcomes    approved=50", "errors      0"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, &stdout)
+		}
+	}
+}
+
+func TestExecuteNoServer(t *testing.T) {
+	cmd, err := worker.ParseArgs([]string{"load", "--n", "1", "--nats-url", "nats://127.0.0.1:1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Execute(testCtx(t), nil, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "connect to NATS") {
+		t.Fatalf("execute without a server: %v", err)
+	}
+}
