@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -22,8 +23,10 @@ var (
 	// ErrNoDecision: the wait ended without a decision (broker unreachable or
 	// too slow). Treat it as "not approved".
 	ErrNoDecision = errors.New("no decision")
-	// ErrTampered: a decision arrived whose args do not match its digest, or
-	// that names another request. It is never returned as a Decision.
+	// ErrTampered: a decision failed verification (its args do not match its
+	// digest, or it names another request). Client.Decision returns it for a
+	// stored decision; Request logs and ignores such messages and goes on
+	// waiting for the real one.
 	ErrTampered = errors.New("decision failed verification")
 )
 
@@ -46,8 +49,9 @@ type Config struct {
 	Agent string
 	// Source is the CloudEvents source; default "agent/<Agent>".
 	Source string
-	// DefaultTimeout is asked for when a Request sets none. Default 5m; the
-	// broker clamps it to its policy.
+	// DefaultTimeout is asked for when a Request sets none. Zero leaves it to
+	// the broker's default (its --timeout). Either way the broker clamps it to
+	// its policy, and Request waits for the deadline the broker actually set.
 	DefaultTimeout time.Duration
 	// Grace is how long past the request's timeout the client waits for the
 	// broker's expiry decision before giving up with ErrNoDecision. Default 15s.
@@ -65,6 +69,7 @@ type Client struct {
 
 	mu     sync.Mutex
 	stream jetstream.Stream // found on first use
+	state  jetstream.Stream
 }
 
 // NewClient returns a client on nc. The connection stays the caller's.
@@ -77,8 +82,8 @@ func NewClient(nc *nats.Conn, cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("handler: %w", err)
 		}
 	}
-	if cfg.DefaultTimeout <= 0 {
-		cfg.DefaultTimeout = 5 * time.Minute
+	if cfg.DefaultTimeout < 0 {
+		return nil, errors.New("handler: negative DefaultTimeout")
 	}
 	if cfg.Grace <= 0 {
 		cfg.Grace = 15 * time.Second
@@ -100,9 +105,10 @@ func NewClient(nc *nats.Conn, cfg Config) (*Client, error) {
 // was waiting.
 //
 // If ctx ends first, Request publishes a cancel for the request and returns
-// ctx's error. If no decision arrives within the request's timeout plus
+// ctx's error. If no decision arrives within the broker's deadline plus
 // Config.Grace, ErrNoDecision is returned. In every error case the call must
-// not run.
+// not run; the returned Decision then carries only the RequestID, so the caller
+// can report or cancel the request it made.
 func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 	if req.ID == "" {
 		req.ID = events.NewID()
@@ -112,6 +118,12 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 	}
 	if req.Timeout <= 0 {
 		req.Timeout = events.Duration(c.cfg.DefaultTimeout)
+	}
+	// Until the broker's deadline is known, wait as long as asked, or as long
+	// as the broker's default of 5 minutes.
+	initialWait := req.Timeout.Std()
+	if initialWait <= 0 {
+		initialWait = 5 * time.Minute
 	}
 	if err := req.Validate(); err != nil {
 		return Decision{}, err
@@ -141,16 +153,16 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 	decisions := make(chan *nats.Msg, 4)
 	sub, err := c.nc.ChanSubscribe(decSubj, decisions)
 	if err != nil {
-		return Decision{}, fmt.Errorf("subscribe %s: %w", decSubj, err)
+		return Decision{RequestID: req.ID}, fmt.Errorf("subscribe %s: %w", decSubj, err)
 	}
 	defer sub.Unsubscribe() //nolint:errcheck // best effort
 
 	ack, err := c.js.PublishMsg(ctx, &nats.Msg{Subject: subj, Header: nats.Header(h), Data: body}, jetstream.WithMsgID(req.ID))
 	if err != nil {
 		if ctx.Err() != nil {
-			return Decision{}, ctx.Err()
+			return Decision{RequestID: req.ID}, ctx.Err()
 		}
-		return Decision{}, fmt.Errorf("publish request: %w", err)
+		return Decision{RequestID: req.ID}, fmt.Errorf("publish request: %w", err)
 	}
 	log := c.log.With(zap.String("request_id", req.ID), zap.String("tool", req.Tool))
 	if ack.Duplicate {
@@ -162,11 +174,13 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 		}
 	}
 
-	wait := time.NewTimer(req.Timeout.Std() + c.cfg.Grace)
+	waitUntil := time.Now().Add(initialWait + c.cfg.Grace)
+	wait := time.NewTimer(time.Until(waitUntil))
 	defer wait.Stop()
-	// Look at the stored decision now and then: it covers a retry of a request
-	// decided longer ago than JetStream's duplicate window, and decisions
-	// published while a reconnect dropped the subscription.
+	// Look at the stored state now and then: it covers a retry of a request
+	// decided longer ago than JetStream's duplicate window and decisions
+	// published while a reconnect dropped the subscription, and it learns the
+	// deadline the broker set.
 	recheck := time.NewTimer(time.Second)
 	defer recheck.Stop()
 	for {
@@ -174,6 +188,12 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 		case <-recheck.C:
 			if d, ok, err := c.Decision(ctx, req.ID); err == nil && ok {
 				return d, nil
+			}
+			if dl, err := c.deadline(ctx, req.ID); err == nil && !dl.IsZero() {
+				waitUntil = dl.Add(c.cfg.Grace)
+				wait.Reset(time.Until(waitUntil))
+			} else if err != nil {
+				log.Debug("read deadline", zap.Error(err))
 			}
 			recheck.Reset(30 * time.Second)
 		case m := <-decisions:
@@ -188,14 +208,14 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 			if d, ok, err := c.Decision(context.WithoutCancel(ctx), req.ID); err == nil && ok {
 				return d, nil
 			}
-			return Decision{}, fmt.Errorf("%w for %s after %s", ErrNoDecision, req.ID, req.Timeout.Std()+c.cfg.Grace)
+			return Decision{RequestID: req.ID}, fmt.Errorf("%w for %s by %s", ErrNoDecision, req.ID, waitUntil.Format(time.RFC3339))
 		case <-ctx.Done():
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			if err := c.Cancel(cctx, req.ID, "requester stopped waiting: "+ctx.Err().Error()); err != nil {
+			if err := c.cancel(cctx, source, req.ID, "requester stopped waiting: "+ctx.Err().Error()); err != nil {
 				log.Warn("publish cancel", zap.Error(err))
 			}
 			cancel()
-			return Decision{}, ctx.Err()
+			return Decision{RequestID: req.ID}, ctx.Err()
 		}
 	}
 }
@@ -224,6 +244,40 @@ func (c *Client) Decision(ctx context.Context, id string) (Decision, bool, error
 	return d, true, nil
 }
 
+// stateStream is the stream behind the broker's request-state bucket.
+const stateStream = "KV_assent-requests"
+
+// deadline reads the deadline the broker set for request id from its state
+// entry; zero when the broker has not stored the request yet.
+func (c *Client) deadline(ctx context.Context, id string) (time.Time, error) {
+	c.mu.Lock()
+	s := c.state
+	c.mu.Unlock()
+	if s == nil {
+		var err error
+		if s, err = c.js.Stream(ctx, stateStream); err != nil {
+			return time.Time{}, err
+		}
+		c.mu.Lock()
+		c.state = s
+		c.mu.Unlock()
+	}
+	m, err := s.GetLastMsgForSubject(ctx, "$KV.assent-requests."+id)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	var rec struct {
+		Deadline time.Time `json:"deadline"`
+	}
+	if err := json.Unmarshal(m.Data, &rec); err != nil {
+		return time.Time{}, err
+	}
+	return rec.Deadline, nil
+}
+
 func (c *Client) getStream(ctx context.Context) (jetstream.Stream, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -239,13 +293,20 @@ func (c *Client) getStream(ctx context.Context) (jetstream.Stream, error) {
 
 // Cancel asks the broker to end request id as cancelled.
 func (c *Client) Cancel(ctx context.Context, id, reason string) error {
+	source := c.cfg.Source
+	if source == "" && c.cfg.Agent != "" {
+		source = "agent/" + c.cfg.Agent
+	}
+	if source == "" {
+		source = "agent/unknown"
+	}
+	return c.cancel(ctx, source, id, reason)
+}
+
+func (c *Client) cancel(ctx context.Context, source, id, reason string) error {
 	subj, err := events.CancelSubject(id)
 	if err != nil {
 		return err
-	}
-	source := c.cfg.Source
-	if source == "" {
-		source = "agent/" + c.cfg.Agent
 	}
 	e, err := events.New(events.TypeCancel, "", source, events.Cancel{Reason: reason})
 	if err != nil {

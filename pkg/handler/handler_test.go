@@ -213,3 +213,28 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatalf("request without tool: %v", err)
 	}
 }
+
+// TestWaitsForBrokerDeadline asks with no timeout of its own: the client must
+// learn the broker's deadline (2s here, not its 5 minute fallback) and give up
+// shortly after it when no broker is left to decide.
+func TestWaitsForBrokerDeadline(t *testing.T) {
+	ns := testenv.Server(t)
+	stop := runBroker(t, testenv.Conn(t, ns), broker.Config{DefaultTimeout: 2 * time.Second})
+	nc := testenv.Conn(t, ns)
+	c, _ := handler.NewClient(nc, handler.Config{Agent: "a1", Grace: 500 * time.Millisecond})
+	// Stop the broker once the request is pending, so nothing will expire it.
+	sub, err := nc.Subscribe("assent.pending.a1", func(*nats.Msg) { go stop() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe() //nolint:errcheck
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d, err := c.Request(ctx, handler.Request{Requested: events.Requested{Tool: "rm"}})
+	if !errors.Is(err, handler.ErrNoDecision) {
+		t.Fatalf("err %v, want ErrNoDecision", err)
+	}
+	if d.RequestID == "" || d.Approved() {
+		t.Fatalf("decision %+v", d)
+	}
+}
