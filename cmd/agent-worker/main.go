@@ -15,9 +15,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-
+	"github.com/assent-dev/assent/internal/logging"
 	"github.com/assent-dev/assent/internal/worker"
 )
 
@@ -34,7 +32,7 @@ func run() int {
 		return 2
 	}
 
-	log, err := newLogger(cmd.LogLevel)
+	log, err := logging.New(cmd.LogLevel.String(), false)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "agent-worker: logger: %v\n", err)
 		return 1
@@ -53,14 +51,3 @@ func run() int {
 }
 
 // newLogger logs at level and above to stderr, in the console format.
-func newLogger(level zapcore.Level) (*zap.Logger, error) {
-	cfg := zap.NewProductionConfig()
-	cfg.Level = zap.NewAtomicLevelAt(level)
-	cfg.Encoding = "console"
-	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
-	cfg.OutputPaths = []string{"stderr"}
-	cfg.ErrorOutputPaths = []string{"stderr"}
-	cfg.DisableStacktrace = true
-	cfg.Sampling = nil
-	return cfg.Build()
-}

@@ -15,11 +15,9 @@ import (
 	"os/signal"
 	"syscall"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-
 	"github.com/assent-dev/assent/internal/app"
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/logging"
 )
 
 var version = "dev"
@@ -68,7 +66,7 @@ func run(args []string) error {
 		return err
 	}
 	o.Broker.Mode = m
-	log, err := newLogger(*logLevel, *logJSON)
+	log, err := logging.New(*logLevel, *logJSON)
 	if err != nil {
 		return err
 	}
@@ -77,18 +75,4 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return app.Run(ctx, o, log)
-}
-
-func newLogger(level string, asJSON bool) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
-	if err != nil {
-		return nil, fmt.Errorf("log level: %w", err)
-	}
-	cfg := zap.NewDevelopmentConfig()
-	if asJSON {
-		cfg = zap.NewProductionConfig()
-	}
-	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	cfg.DisableStacktrace = true
-	return cfg.Build()
 }

@@ -11,33 +11,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 )
 
-// start runs a broker on nc until the test ends and waits until it is ready.
+// start runs a broker on nc until the test ends.
 func start(t *testing.T, nc *nats.Conn, cfg broker.Config) *broker.Broker {
 	t.Helper()
-	b, err := broker.New(nc, cfg, testenv.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("broker run: %v", err)
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for !b.Ready() {
-		if time.Now().After(deadline) {
-			t.Fatal("broker not ready")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	b, _ := brokertest.Run(t, nc, cfg)
 	return b
 }
 

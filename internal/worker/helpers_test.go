@@ -11,40 +11,16 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
 )
 
-// startBroker runs a broker on nc until the test ends, waits until it is
-// ready, and at cleanup stops it and waits for Run to return.
+// startBroker runs a broker on nc until the test ends.
 func startBroker(t *testing.T, nc *nats.Conn, mode broker.Mode) *broker.Broker {
 	t.Helper()
-	b, err := broker.New(nc, broker.Config{Name: "test", Mode: mode}, testenv.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("broker run: %v", err)
-		}
-	})
-	deadline := time.Now().Add(10 * time.Second)
-	for !b.Ready() {
-		select {
-		case err := <-done:
-			t.Fatalf("broker stopped before it was ready: %v", err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("broker not ready after 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	b, _ := brokertest.Run(t, nc, broker.Config{Name: "test", Mode: mode})
 	return b
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
@@ -19,28 +20,7 @@ import (
 // runBroker runs a broker on nc and returns a func that stops it and waits.
 func runBroker(t *testing.T, nc *nats.Conn, cfg broker.Config) func() {
 	t.Helper()
-	b, err := broker.New(nc, cfg, testenv.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	var once atomic.Bool
-	stop := func() {
-		if once.CompareAndSwap(false, true) {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("broker: %v", err)
-			}
-		}
-	}
-	t.Cleanup(stop)
-	for deadline := time.Now().Add(10 * time.Second); !b.Ready(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("broker not ready")
-		}
-	}
+	_, stop := brokertest.Run(t, nc, cfg)
 	return stop
 }
 
