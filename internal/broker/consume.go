@@ -156,11 +156,7 @@ func (b *Broker) handleResponse(ctx context.Context, msg jetstream.Msg) error {
 		b.log.Info("request decided", zap.String("request_id", rec.ID), zap.String("outcome", string(rec.State)), zap.String("principal", sub.Principal))
 		return nil
 	case errors.Is(err, ErrNotFound):
-		// The answer may have overtaken its request on another replica.
-		if md, mdErr := msg.Metadata(); mdErr == nil && md.NumDelivered < 4 {
-			return &retryError{err, 500 * time.Millisecond}
-		}
-		return permanent(err)
+		return notYet(msg, err)
 	case errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrExpired), errors.Is(err, ErrNotEligible), errors.Is(err, ErrInvalid):
 		return permanent(err)
 	}
@@ -182,14 +178,22 @@ func (b *Broker) handleCancel(ctx context.Context, msg jetstream.Msg) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, ErrNotFound):
-		if md, mdErr := msg.Metadata(); mdErr == nil && md.NumDelivered < 4 {
-			return &retryError{err, 500 * time.Millisecond}
-		}
-		return permanent(err)
+		return notYet(msg, err)
 	case errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrExpired):
 		return permanent(err)
 	}
 	return err
+}
+
+// notYet handles an answer or cancel for a request the broker has not stored:
+// it may have overtaken its request (published on another connection, or
+// ingested by another replica), so it is retried a few times before it is
+// rejected as unknown.
+func notYet(msg jetstream.Msg, err error) error {
+	if md, mdErr := msg.Metadata(); mdErr == nil && md.NumDelivered < 4 {
+		return &retryError{err, 500 * time.Millisecond}
+	}
+	return permanent(err)
 }
 
 // handleTimeout expires a request whose durable schedule fired.
