@@ -1,0 +1,66 @@
+package natsembed_test
+
+import (
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/assent-dev/assent/internal/natsembed"
+)
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  natsembed.Config
+		want string // substring of the error; empty means valid
+	}{
+		{"defaults", natsembed.Config{StoreDir: "x"}, ""},
+		{"interval", natsembed.Config{StoreDir: "x", Sync: "2m"}, ""},
+		{"no dir", natsembed.Config{}, "StoreDir is required"},
+		{"bad sync", natsembed.Config{StoreDir: "x", Sync: "sometimes"}, `sync "sometimes"`},
+		{"zero interval", natsembed.Config{StoreDir: "x", Sync: "0s"}, `sync "0s"`},
+		{"bad port", natsembed.Config{StoreDir: "x", Port: 70000}, "port 70000"},
+		{"all at once", natsembed.Config{Sync: "x", Port: -5}, "StoreDir is required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want it to mention %q", err, tc.want)
+			}
+		})
+	}
+	// Every problem is reported at once.
+	err := natsembed.Config{Sync: "x", Port: -5}.Validate()
+	if n := strings.Count(err.Error(), "\n") + 1; n != 3 {
+		t.Fatalf("%d problems reported, want 3: %v", n, err)
+	}
+}
+
+func TestStartWithJetStream(t *testing.T) {
+	s, err := natsembed.Start(natsembed.Config{Port: -1, StoreDir: t.TempDir()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Shutdown(); s.WaitForShutdown() }()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if !s.JetStreamEnabled() || s.JetStreamConfig().SyncAlways != true {
+		t.Fatalf("JetStream enabled=%v sync always=%v", s.JetStreamEnabled(), s.JetStreamConfig().SyncAlways)
+	}
+	// A second server on the same port fails with a clear error.
+	port := s.Addr().(*net.TCPAddr).Port
+	if _, err := natsembed.Start(natsembed.Config{Port: port, StoreDir: t.TempDir(), ReadyTimeout: 2e9}, nil); err == nil {
+		t.Fatal("second server on a used port started")
+	}
+}
