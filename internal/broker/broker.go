@@ -226,6 +226,9 @@ func (b *Broker) Submit(ctx context.Context, id, source string, req events.Reque
 	if err != nil {
 		return Record{}, err
 	}
+	if size := len(msg.Data) + headerSize(msg.Header); size > b.cfg.MaxEventSize {
+		return Record{}, fmt.Errorf("%w: %w: the event would be %d bytes, limit %d", ErrInvalid, events.ErrTooLarge, size, b.cfg.MaxEventSize)
+	}
 	ch, cancel := b.records.wait(id)
 	defer cancel()
 	if _, err := b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id)); err != nil {
@@ -243,6 +246,16 @@ func (b *Broker) Submit(ctx context.Context, id, source string, req events.Reque
 			return Record{}, fmt.Errorf("request %s published but not yet stored by a broker: %w", id, ctx.Err())
 		}
 	}
+}
+
+func headerSize(h nats.Header) int {
+	n := 0
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(v)
+		}
+	}
+	return n
 }
 
 // Filter selects records for List. Empty fields match everything.

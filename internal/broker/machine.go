@@ -43,7 +43,7 @@ func (b *Broker) transition(ctx context.Context, id string, change func(r *Recor
 			return Record{}, err
 		}
 		if rec.State.Terminal() {
-			if err := b.publishDecision(ctx, &rec); err != nil {
+			if err := b.republish(ctx, &rec); err != nil {
 				return rec, err
 			}
 			return rec, rec.terminalErr()
@@ -85,6 +85,35 @@ func (b *Broker) decided(ctx context.Context, r *Record) {
 	if r.Decision != nil && !r.Decision.Auto {
 		b.cancelSchedule(ctx, r.ID)
 	}
+}
+
+// republishAfter is how old a stored outcome must be before a replica that
+// finds it unpublished publishes it: a younger one is still being published by
+// the replica that chose it.
+const republishAfter = 10 * time.Second
+
+// republish makes sure an outcome found already stored is on the stream too,
+// for when the replica that chose it died before publishing. It publishes only
+// if the stream has no decision for the request and the outcome is older than
+// republishAfter: a second publish would be refused by the stream but still
+// reach plain NATS subscribers of the decision subject.
+func (b *Broker) republish(ctx context.Context, r *Record) error {
+	if r.Decision == nil || b.now().Sub(r.Decision.DecidedAt) < republishAfter {
+		return nil
+	}
+	subj, err := events.DecisionSubject(r.ID)
+	if err != nil {
+		return err
+	}
+	_, err = b.res.stream.GetLastMsgForSubject(ctx, subj)
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, jetstream.ErrMsgNotFound):
+		return fmt.Errorf("look up decision of %s: %w", r.ID, err)
+	}
+	b.log.Warn("publishing a decision its replica did not publish", zap.String("request_id", r.ID))
+	return b.publishDecision(ctx, r)
 }
 
 // publishDecision publishes r's decided event exactly once: the stream refuses a
@@ -155,6 +184,9 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 	case errors.Is(err, jetstream.ErrKeyExists):
 		if rec, err = b.load(ctx, id); err != nil {
 			return Record{}, err
+		}
+		if rec.State.Terminal() {
+			return rec, b.republish(ctx, &rec)
 		}
 	case err != nil:
 		return Record{}, fmt.Errorf("store request %s: %w", id, err)
@@ -264,6 +296,9 @@ func (b *Broker) Respond(ctx context.Context, principal, id string, resp events.
 	if err := events.CheckToken("principal", principal); err != nil {
 		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	if !events.ValidToken(id) {
+		return Record{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
 	if err := resp.Validate(); err != nil {
 		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -307,6 +342,9 @@ func (b *Broker) Respond(ctx context.Context, principal, id string, resp events.
 // Cancel ends request id as cancelled on behalf of by (the agent or an admin).
 // If the request was already decided, ErrAlreadyDecided or ErrExpired is returned.
 func (b *Broker) Cancel(ctx context.Context, id, by, reason string) (Record, error) {
+	if !events.ValidToken(id) {
+		return Record{}, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
 	now := b.now()
 	if reason == "" {
 		reason = "cancelled by " + by

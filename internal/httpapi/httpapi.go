@@ -264,6 +264,8 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 // fail maps a broker error to a status and a stable code.
 func (s *Server) fail(w http.ResponseWriter, err error) {
 	switch {
+	case errors.Is(err, events.ErrTooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", err.Error())
 	case errors.Is(err, broker.ErrInvalid), errors.Is(err, events.ErrInvalid):
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 	case errors.Is(err, broker.ErrNotFound):
