@@ -92,13 +92,15 @@ func (b *Broker) Run(ctx context.Context) error {
 		return fmt.Errorf("broker: provision: %w", err)
 	}
 	b.res = res
-	sub, err := b.nc.Subscribe("$KV."+StateBucket+".>", func(m *nats.Msg) {
-		b.records.deliver(m.Subject[len("$KV."+StateBucket+"."):])
-	})
+	// Wake callers waiting on a request when its entry changes. A watcher, not
+	// a plain subscription: it delivers only what was stored, after it was
+	// stored, so a re-read sees the change and a losing compare-and-set is
+	// never mistaken for one.
+	watch, err := res.state.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
 	if err != nil {
-		return fmt.Errorf("broker: subscribe state updates: %w", err)
+		return fmt.Errorf("broker: watch state updates: %w", err)
 	}
-	defer sub.Unsubscribe() //nolint:errcheck // best effort on the way out
+	defer watch.Stop() //nolint:errcheck // best effort on the way out
 	if err := b.recover(ctx); err != nil {
 		return fmt.Errorf("broker: recover pending requests: %w", err)
 	}
@@ -109,6 +111,21 @@ func (b *Broker) Run(ctx context.Context) error {
 	g.Go(func() error { return b.consume(gctx, res.cancels, "cancels", b.handleCancel) })
 	g.Go(func() error { return b.consume(gctx, res.timeouts, "timeouts", b.handleTimeout) })
 	g.Go(func() error { return b.expiryLoop(gctx) })
+	g.Go(func() error {
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case entry, ok := <-watch.Updates():
+				if !ok {
+					return errors.New("broker: state watcher stopped")
+				}
+				if entry != nil {
+					b.records.deliver(entry.Key())
+				}
+			}
+		}
+	})
 	b.ready.Store(true)
 	b.log.Info("broker running", zap.String("mode", string(b.cfg.Mode)), zap.Duration("default_timeout", b.cfg.DefaultTimeout))
 	err = g.Wait()
