@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
@@ -13,8 +12,6 @@ import (
 	"time"
 
 	"github.com/assent-dev/assent/internal/app"
-	"github.com/assent-dev/assent/internal/broker"
-	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 )
 
@@ -35,45 +32,12 @@ func buildNatsCLI(t *testing.T) string {
 	return bin
 }
 
-// runApp runs the broker process (embedded NATS, HTTP) until the test ends.
-func runApp(t *testing.T, mode broker.Mode) app.Addrs {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan app.Addrs, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- app.Run(ctx, app.Options{
-			NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), Sync: "always", HTTPListen: "127.0.0.1:0",
-			Broker: broker.Config{Mode: mode},
-			Ready:  func(a app.Addrs) { ready <- a },
-		}, testenv.Logger(t))
-	}()
-	select {
-	case a := <-ready:
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("app: %v", err)
-			}
-		})
-		return a
-	case err := <-done:
-		cancel()
-		t.Fatalf("app stopped: %v", err)
-	case <-time.After(20 * time.Second):
-		cancel()
-		<-done
-		t.Fatal("app not ready")
-	}
-	return app.Addrs{}
-}
-
 // TestNatsCLIReadme runs the README's nats commands, as written, against a
 // running broker: ask with `nats pub`, answer with `nats pub`, read the decision
 // with `nats stream get --last-for`.
 func TestNatsCLIReadme(t *testing.T) {
 	nats := buildNatsCLI(t)
-	addrs := runApp(t, broker.ModeManual)
+	addrs := startApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0"})
 	run := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(nats, append([]string{"--server", addrs.NATS}, args...)...)

@@ -92,15 +92,6 @@ func (b *Broker) Run(ctx context.Context) error {
 		return fmt.Errorf("broker: provision: %w", err)
 	}
 	b.res = res
-	// Wake callers waiting on a request when its entry changes. A watcher, not
-	// a plain subscription: it delivers only what was stored, after it was
-	// stored, so a re-read sees the change and a losing compare-and-set is
-	// never mistaken for one.
-	watch, err := res.state.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
-	if err != nil {
-		return fmt.Errorf("broker: watch state updates: %w", err)
-	}
-	defer watch.Stop() //nolint:errcheck // best effort on the way out
 	if err := b.recover(ctx); err != nil {
 		return fmt.Errorf("broker: recover pending requests: %w", err)
 	}
@@ -111,21 +102,7 @@ func (b *Broker) Run(ctx context.Context) error {
 	g.Go(func() error { return b.consume(gctx, res.cancels, "cancels", b.handleCancel) })
 	g.Go(func() error { return b.consume(gctx, res.timeouts, "timeouts", b.handleTimeout) })
 	g.Go(func() error { return b.expiryLoop(gctx) })
-	g.Go(func() error {
-		for {
-			select {
-			case <-gctx.Done():
-				return nil
-			case entry, ok := <-watch.Updates():
-				if !ok {
-					return errors.New("broker: state watcher stopped")
-				}
-				if entry != nil {
-					b.records.deliver(entry.Key())
-				}
-			}
-		}
-	})
+	g.Go(func() error { return b.watchState(gctx) })
 	b.ready.Store(true)
 	b.log.Info("broker running", zap.String("mode", string(b.cfg.Mode)), zap.Duration("default_timeout", b.cfg.DefaultTimeout))
 	err = g.Wait()
@@ -135,6 +112,38 @@ func (b *Broker) Run(ctx context.Context) error {
 	}
 	b.log.Info("broker stopped")
 	return err
+}
+
+// watchState wakes callers waiting on a request whenever its entry changes. It
+// uses a watcher, not a plain subscription to the bucket's subjects: a watcher
+// delivers only what was stored, after it was stored, so a re-read sees the
+// change and a losing compare-and-set is never mistaken for one. A watcher that
+// closes while the broker runs is replaced.
+func (b *Broker) watchState(ctx context.Context) error {
+	for ctx.Err() == nil {
+		w, err := b.res.state.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			b.log.Warn("watch state updates; retrying", zap.Error(err))
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for entry := range w.Updates() {
+			if entry != nil {
+				b.records.deliver(entry.Key())
+			}
+		}
+		_ = w.Stop()
+		if ctx.Err() == nil {
+			b.log.Warn("state watcher closed; starting a new one")
+		}
+	}
+	return nil
 }
 
 // recover arms a local timer for every pending request, and expires those whose
@@ -206,6 +215,7 @@ func (b *Broker) Wait(ctx context.Context, id string) (Record, error) {
 		}
 		select {
 		case <-ch:
+		case <-time.After(time.Second): // in case a wake-up was lost (watcher replaced)
 		case <-ctx.Done():
 			if err != nil {
 				return rec, err

@@ -50,8 +50,10 @@ type Config struct {
 	Replicas int
 	// MaxEventSize bounds one incoming event, body plus headers. Default 1 MiB.
 	MaxEventSize int
-	// AckWait is how long a consumer waits for a handler before redelivery.
-	// Default 30s.
+	// AckWait is how long a message handed to a replica stays its own before it
+	// is redelivered (a handler that runs longer keeps it with progress
+	// heartbeats). It bounds how late a request handed to a replica that then
+	// crashed is seen by another. Default 2s.
 	AckWait time.Duration
 }
 
@@ -88,7 +90,7 @@ func (c Config) WithDefaults() Config {
 		c.MaxEventSize = events.DefaultMaxEventSize
 	}
 	if c.AckWait == 0 {
-		c.AckWait = 30 * time.Second
+		c.AckWait = 2 * time.Second
 	}
 	return c
 }

@@ -45,7 +45,10 @@ func (b *Broker) consume(ctx context.Context, cons jetstream.Consumer, name stri
 		wg.Go(func() {
 			for msg := range work {
 				hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handleTimeout)
-				b.settle(log, msg, handle(hctx, msg))
+				stop := b.keepAlive(msg)
+				err := handle(hctx, msg)
+				stop()
+				b.settle(log, msg, err)
 				cancel()
 			}
 		})
@@ -72,6 +75,29 @@ func (b *Broker) consume(ctx context.Context, cons jetstream.Consumer, name stri
 	close(work)
 	wg.Wait()
 	return nil
+}
+
+// keepAlive tells the server, while a slow handler runs, that msg is still being
+// worked on, so the short AckWait redelivers only messages whose replica died.
+func (b *Broker) keepAlive(msg jetstream.Msg) (stop func()) {
+	every := b.cfg.AckWait / 2
+	var t *time.Timer
+	var mu sync.Mutex
+	stopped := false
+	t = time.AfterFunc(every, func() {
+		_ = msg.InProgress()
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(every)
+		}
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // settle acknowledges msg according to the handler's result.
@@ -150,7 +176,13 @@ func (b *Broker) handleResponse(ctx context.Context, msg jetstream.Msg) error {
 	if err != nil {
 		return permanent(err)
 	}
-	rec, err := b.Respond(ctx, sub.Principal, sub.RequestID, resp)
+	md, err := msg.Metadata()
+	if err != nil {
+		return permanent(err)
+	}
+	// The answer counts as given when the stream stored it, so an approver who
+	// answered in time is not refused because the broker was slow or down.
+	rec, err := b.respond(ctx, sub.Principal, sub.RequestID, resp, md.Timestamp)
 	switch {
 	case err == nil:
 		b.log.Info("request decided", zap.String("request_id", rec.ID), zap.String("outcome", string(rec.State)), zap.String("principal", sub.Principal))

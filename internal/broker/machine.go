@@ -44,7 +44,7 @@ func (b *Broker) transition(ctx context.Context, id string, change func(r *Recor
 		}
 		if rec.State.Terminal() {
 			if err := b.republish(ctx, &rec); err != nil {
-				return rec, err
+				return rec, errors.Join(rec.terminalErr(), err)
 			}
 			return rec, rec.terminalErr()
 		}
@@ -92,13 +92,21 @@ func (b *Broker) decided(ctx context.Context, r *Record) {
 // the replica that chose it.
 const republishAfter = 10 * time.Second
 
+// errPublishPending: a stored outcome is not on the stream yet and is young
+// enough that its replica may still publish it; look again later.
+var errPublishPending = errors.New("decision stored but not yet published")
+
 // republish makes sure an outcome found already stored is on the stream too,
 // for when the replica that chose it died before publishing. It publishes only
 // if the stream has no decision for the request and the outcome is older than
 // republishAfter: a second publish would be refused by the stream but still
 // reach plain NATS subscribers of the decision subject.
+//
+// If the outcome is too young it returns a retryError wrapping
+// errPublishPending, so that a message handler asks for redelivery and looks
+// again once the window has passed.
 func (b *Broker) republish(ctx context.Context, r *Record) error {
-	if r.Decision == nil || b.now().Sub(r.Decision.DecidedAt) < republishAfter {
+	if r.Decision == nil {
 		return nil
 	}
 	subj, err := events.DecisionSubject(r.ID)
@@ -111,6 +119,9 @@ func (b *Broker) republish(ctx context.Context, r *Record) error {
 		return nil
 	case !errors.Is(err, jetstream.ErrMsgNotFound):
 		return fmt.Errorf("look up decision of %s: %w", r.ID, err)
+	}
+	if age := b.now().Sub(r.Decision.DecidedAt); age < republishAfter {
+		return &retryError{fmt.Errorf("%w: %s", errPublishPending, r.ID), republishAfter - age}
 	}
 	b.log.Warn("publishing a decision its replica did not publish", zap.String("request_id", r.ID))
 	return b.publishDecision(ctx, r)
@@ -293,6 +304,12 @@ func (b *Broker) cancelSchedule(ctx context.Context, id string) {
 // the answer is malformed (or its payload does not fit the request's schema),
 // an error wrapping ErrInvalid. Only the first valid answer decides.
 func (b *Broker) Respond(ctx context.Context, principal, id string, resp events.Responded) (Record, error) {
+	return b.respond(ctx, principal, id, resp, b.now())
+}
+
+// respond applies an answer given at at (for NATS answers, when the stream
+// stored it).
+func (b *Broker) respond(ctx context.Context, principal, id string, resp events.Responded, at time.Time) (Record, error) {
 	if err := events.CheckToken("principal", principal); err != nil {
 		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -303,8 +320,11 @@ func (b *Broker) Respond(ctx context.Context, principal, id string, resp events.
 		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	now := b.now()
+	if at.After(now) {
+		at = now
+	}
 	rec, err := b.transition(ctx, id, func(r *Record) error {
-		if !now.Before(r.Deadline) {
+		if !at.Before(r.Deadline) {
 			return errNotDue // handled below: expire it now
 		}
 		if resp.Decision == events.Approve {
@@ -316,7 +336,7 @@ func (b *Broker) Respond(ctx context.Context, principal, id string, resp events.
 			outcome: events.Denied,
 			reason:  resp.Reason,
 			payload: resp.Payload,
-			by:      []events.DecidedBy{{Principal: principal, Channel: resp.Channel, Decision: resp.Decision, At: now.UTC()}},
+			by:      []events.DecidedBy{{Principal: principal, Channel: resp.Channel, Decision: resp.Decision, At: at.UTC()}},
 			rule:    "mode:" + string(b.cfg.Mode),
 			at:      now,
 		}
@@ -367,6 +387,8 @@ func (b *Broker) expire(ctx context.Context, id string, now time.Time) (Record, 
 	case errors.Is(err, errNotDue):
 		b.timers.arm(id, rec.Deadline)
 		return rec, b.schedule(ctx, id, rec.Deadline)
+	case errors.Is(err, errPublishPending):
+		return rec, err // a retryError: the timeout message comes back later
 	case errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrExpired):
 		return rec, nil
 	}

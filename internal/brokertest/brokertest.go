@@ -13,6 +13,9 @@ import (
 	"github.com/assent-dev/assent/internal/testenv"
 )
 
+// patience bounds how long a broker may take to become ready or to stop.
+const patience = 30 * time.Second
+
 // Run starts a broker on nc and returns it once it is ready, with a func that
 // stops it and waits for Run to return. The broker is also stopped when the
 // test ends; stopping twice is fine.
@@ -29,24 +32,28 @@ func Run(t testing.TB, nc *nats.Conn, cfg broker.Config) (*broker.Broker, func()
 	stop := func() {
 		once.Do(func() {
 			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("broker run: %v", err)
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("broker %s: Run: %v", cfg.Name, err)
+				}
+			case <-time.After(patience):
+				t.Errorf("broker %s: Run did not return %s after its context ended", cfg.Name, patience)
 			}
 		})
 	}
 	t.Cleanup(stop)
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(patience)
 	for !b.Ready() {
 		select {
 		case err := <-done:
 			once.Do(func() {})
-			t.Fatalf("broker stopped before it was ready: %v", err)
-		default:
+			t.Fatalf("broker %s stopped before it was ready: %v", cfg.Name, err)
+		case <-time.After(5 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("broker not ready after 10s")
+			t.Fatalf("broker %s not ready after %s", cfg.Name, patience)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	return b, stop
 }

@@ -116,13 +116,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	status := http.StatusCreated
 	if wait > 0 && !rec.State.Terminal() {
 		rec = s.wait(r.Context(), rec, wait)
-		status = http.StatusOK
 	}
 	w.Header().Set("Location", "/v1/approvals/"+rec.ID)
-	writeJSON(w, status, approval(rec))
+	writeJSON(w, http.StatusCreated, approval(rec))
 }
 
 func (s *Server) get(w http.ResponseWriter, r *http.Request) {

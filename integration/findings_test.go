@@ -1,0 +1,207 @@
+package integration
+
+// Tests that pin down defects found while writing this suite. Each names the
+// invariant or contract clause it checks; see the comments for the cause.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// TestDecisionPublishedOnceOnTheWire: "exactly one decided event per request,
+// ever" holds for plain NATS subscribers of assent.decision.<id> too (the SDK's
+// Client.Request and any non-Go agent listen there), not only for the stream.
+// Late answers, duplicate requests and fired timers must not broadcast the
+// decision again.
+func TestDecisionPublishedOnceOnTheWire(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	rec, err := e.b.Submit(testCtx(t, patience), "", "agent/wire", events.Requested{Tool: "rm", Agent: "wire", Timeout: events.Duration(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj, _ := events.DecisionSubject(rec.ID)
+	var seen atomic.Int64
+	sub, err := e.nc.Subscribe(subj, func(*nats.Msg) { seen.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+rec.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusOK)
+	waitDecision(t, e.js, rec.ID)
+	// Five late answers over HTTP, five over NATS, and the request again.
+	for range 5 {
+		wantError(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+rec.ID+"/decision", decisionBody{"bob", events.Responded{Decision: events.Deny}}), http.StatusConflict, "already_decided")
+		answerNATS(t, e.js, "carol", rec.ID, events.Responded{Decision: events.Deny})
+	}
+	reqSubj, _ := events.RequestSubject("wire")
+	mustPublish(t, e.js, reqSubj, rawEvent(rec.ID, events.TypeRequested, "agent/wire", `{"tool":"rm"}`), "")
+	waitBrokerIdle(t, e.js)
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := countDecisions(t, e.js, rec.ID); n != 1 {
+		t.Fatalf("the stream holds %d decided messages, want 1", n)
+	}
+	if n := seen.Load(); n != 1 {
+		t.Fatalf("a NATS subscriber of %s received %d decided events for one decision, want 1", subj, n)
+	}
+}
+
+// TestHTTPAnswerToMalformedID: an id that cannot exist is "not found" for
+// every route, as GET already says (404 not_found), not an internal error.
+func TestHTTPAnswerToMalformedID(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	for _, id := range []string{"no such id", "a*b", "a>b"} {
+		base := e.api + "/v1/approvals/" + url.PathEscape(id)
+		wantError(t, call(t, http.MethodGet, base, nil), http.StatusNotFound, "not_found")
+		wantError(t, call(t, http.MethodPost, base+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusNotFound, "not_found")
+		wantError(t, call(t, http.MethodPost, base+"/cancel", nil), http.StatusNotFound, "not_found")
+	}
+}
+
+// TestHTTPCreateJustUnderBodyLimit: a body the gateway accepts (under its
+// 1 MiB limit) becomes an event a little over the broker's 1 MiB event limit,
+// which the request consumer terminates without storing anything. The POST must
+// get a prompt 4xx, not hang until the client gives up.
+func TestHTTPCreateJustUnderBodyLimit(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	prefix, suffix := `{"agent":"big","tool":"rm","args":{"blob":"`, `"}}`
+	body := prefix + strings.Repeat("x", events.DefaultMaxEventSize-len(prefix)-len(suffix)-16) + suffix
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := doHTTP(ctx, http.MethodPost, e.api+"/v1/approvals", body)
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("POST /v1/approvals with a %d-byte body (under the %d-byte limit) got no answer in 10s", len(body), events.DefaultMaxEventSize)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.status == http.StatusCreated {
+		return // stored after all: fine
+	}
+	if r.status != http.StatusRequestEntityTooLarge && r.status != http.StatusBadRequest {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+}
+
+// TestLongPollSeesEveryDecision: GET /v1/approvals/{id}?wait= returns as soon
+// as the request is decided. Many long polls are open while their requests
+// are decided at once; none may sit out its whole wait and report "pending"
+// for a request that was decided at the start of it. (Broker.Wait wakes on the
+// KV update's core NATS message and then re-reads the entry; the read can
+// still return the previous revision, and no further wake-up comes.)
+func TestLongPollSeesEveryDecision(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	const n, rounds = 200, 3
+	for round := range rounds {
+		ids := make([]string, n)
+		var wg sync.WaitGroup
+		for i := range ids {
+			wg.Go(func() {
+				ctx, cancel := opCtx()
+				defer cancel()
+				rec, err := e.b.Submit(ctx, "", "agent/poller", events.Requested{Tool: "rm", Agent: "poller", Timeout: events.Duration(time.Minute)})
+				if err != nil {
+					t.Error(err)
+				}
+				ids[i] = rec.ID
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		states := make([]broker.State, n)
+		var polls sync.WaitGroup
+		for i, id := range ids {
+			polls.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				r, err := doHTTP(ctx, http.MethodGet, e.api+"/v1/approvals/"+id+"?wait=5s", nil)
+				if err != nil || r.status != http.StatusOK {
+					t.Errorf("GET %s: %v %d %s", id, err, r.status, r.body)
+					return
+				}
+				var a struct{ State broker.State }
+				if err := json.Unmarshal(r.body, &a); err != nil {
+					t.Error(err)
+				}
+				states[i] = a.State
+			})
+		}
+		// Give the polls a moment to start waiting; answered either way.
+		time.Sleep(200 * time.Millisecond)
+		for _, id := range ids {
+			wg.Go(func() {
+				ctx, cancel := opCtx()
+				defer cancel()
+				if _, err := e.b.Respond(ctx, "alice", id, events.Responded{Decision: events.Approve}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		polls.Wait()
+		missed := 0
+		for i, st := range states {
+			if st == broker.StatePending {
+				missed++
+				if rec, err := e.b.Get(testCtx(t, patience), ids[i]); err != nil || rec.State != broker.StateApproved {
+					t.Fatalf("request %s: %+v, %v", ids[i], rec, err)
+				}
+			}
+		}
+		if missed > 0 {
+			t.Fatalf("round %d: %d of %d long polls (?wait=5s) returned \"pending\" after the full wait, although their requests were approved at its start", round, missed, n)
+		}
+	}
+}
+
+// TestBrokerRunReturnsNilOnShutdown: Run returns nil when its context ends
+// (STYLE: a clean stop is not an error; app.Run and every test helper treat a
+// non-nil result as a failure). Started and stopped many times, because the
+// outcome depends on goroutine scheduling: the state watcher is created with
+// Run's context, so on shutdown its Updates channel closes at about the same
+// moment the errgroup's context ends, and the loop that reads it reports
+// "state watcher stopped" whenever it sees the closed channel first.
+func TestBrokerRunReturnsNilOnShutdown(t *testing.T) {
+	ns := testenv.Server(t)
+	nc := testenv.Conn(t, ns)
+	for cycle := range 80 {
+		b, err := broker.New(nc, broker.Config{Name: "cycler"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- b.Run(ctx) }()
+		eventually(t, patience, func() (bool, string) { return b.Ready(), "broker not ready" })
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("cycle %d: Run returned %q after its context was cancelled, want nil", cycle, err)
+			}
+		case <-time.After(patience):
+			t.Fatalf("cycle %d: Run did not return after its context was cancelled", cycle)
+		}
+	}
+}
