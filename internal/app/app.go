@@ -119,7 +119,11 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 		natsOpts = append(natsOpts, nats.UserCredentials(o.NATSCreds))
 	}
 	natsOpts = append(natsOpts, nats.Name("assent-broker"), nats.MaxReconnects(-1),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", zap.Error(err)) }),
+		nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
+			if !c.IsClosed() && !c.IsDraining() {
+				log.Warn("NATS disconnected", zap.Error(err))
+			}
+		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", zap.String("url", c.ConnectedUrl())) }))
 	nc, err := nats.Connect(url, natsOpts...)
 	if err != nil {
@@ -173,8 +177,13 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 		return nil
 	})
 	err = g.Wait()
+	// The broker has drained its consumers; drain the connection too (flush
+	// what is buffered) and wait for it before the embedded server stops.
 	if derr := nc.Drain(); derr != nil && !errors.Is(derr, nats.ErrConnectionClosed) {
 		log.Debug("drain NATS connection", zap.Error(derr))
+	}
+	for deadline := time.Now().Add(5 * time.Second); !nc.IsClosed() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
 	}
 	return err
 }

@@ -20,6 +20,7 @@ func New(level string, asJSON bool) (*zap.Logger, error) {
 		cfg.Encoding = "console"
 		cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
 	}
+	cfg.EncoderConfig.EncodeDuration = zapcore.StringDurationEncoder
 	cfg.Level = zap.NewAtomicLevelAt(lvl)
 	cfg.OutputPaths = []string{"stderr"}
 	cfg.ErrorOutputPaths = []string{"stderr"}

@@ -1,0 +1,97 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// Input is the part of a request that policy looks at. Build it with InputFrom;
+// a hand-built Input without ArgsDigest never matches call-scoped grants.
+type Input struct {
+	Tool    string
+	Agent   string
+	Session string
+	User    string
+	Labels  map[string]string
+	// Args holds the decoded arguments as CEL sees them: nil, bool, string,
+	// int64 (integers that fit), float64 (every other number), []any and
+	// map[string]any.
+	Args map[string]any
+	// ArgsDigest is events.ArgsDigest of the request's arguments.
+	ArgsDigest string
+	// Timeout is the timeout the request asked for; zero if none.
+	Timeout time.Duration
+}
+
+// InputFrom reads a request. Arguments that are not a JSON object give an error
+// wrapping ErrInput.
+func InputFrom(req events.Requested) (Input, error) {
+	in := Input{
+		Tool:    req.Tool,
+		Agent:   req.Agent,
+		Session: req.Session,
+		User:    req.User,
+		Labels:  req.Labels,
+		Timeout: req.Timeout.Std(),
+	}
+	digest, err := events.ArgsDigest(req.Args)
+	if err != nil {
+		return Input{}, fmt.Errorf("%w: %w", ErrInput, err)
+	}
+	in.ArgsDigest = digest
+	if in.Args, err = DecodeArgs(req.Args); err != nil {
+		return Input{}, err
+	}
+	return in, nil
+}
+
+// DecodeArgs decodes a JSON object of arguments the way Input.Args holds them.
+// Empty or null input gives an empty map; anything but an object is an error
+// wrapping ErrInput.
+func DecodeArgs(raw json.RawMessage) (map[string]any, error) {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || string(t) == "null" {
+		return map[string]any{}, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(t))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%w: args: %v", ErrInput, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: args: trailing data after the object", ErrInput)
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: args: %w", ErrInput, events.ErrArgsNotObject)
+	}
+	return convertNumbers(m).(map[string]any), nil
+}
+
+// convertNumbers replaces json.Number values in place with int64 when the
+// number is an integer that fits, float64 otherwise.
+func convertNumbers(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := strconv.ParseInt(string(x), 10, 64); err == nil {
+			return i
+		}
+		f, _ := strconv.ParseFloat(string(x), 64) // out of range gives ±Inf
+		return f
+	case map[string]any:
+		for k, e := range x {
+			x[k] = convertNumbers(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = convertNumbers(e)
+		}
+	}
+	return v
+}
