@@ -183,7 +183,7 @@ func TestRoundTripExpires(t *testing.T) {
 		t.Fatalf("Request: %v", r.err)
 	}
 	d := r.d
-	if d.Outcome != events.Expired || d.Approved() || d.Rule != "timeout" || !d.Auto || len(d.DecidedBy) != 0 {
+	if d.Outcome != events.Expired || d.Approved() || d.Rule != "mode:manual" || !strings.HasPrefix(d.Reason, "timeout") || !d.Auto || len(d.DecidedBy) != 0 {
 		t.Fatalf("decision %+v: want an automatic expiry", d)
 	}
 	if got := pending.Deadline.Sub(pending.ReceivedAt); got != time.Second {
@@ -223,7 +223,7 @@ func TestRoundTripCancelOnContextEnd(t *testing.T) {
 		t.Fatalf("Request returned %+v, %v; want context.Canceled", r.d, r.err)
 	}
 	d := waitDecision(t, e.js, id)
-	if d.Outcome != events.Cancelled || d.Approved() || d.Rule != "cancel" {
+	if d.Outcome != events.Cancelled || d.Approved() || d.Rule != "mode:manual" {
 		t.Fatalf("decision %+v: want cancelled", d)
 	}
 	if len(d.DecidedBy) != 1 || d.DecidedBy[0].Principal != "agent/quitter" || !strings.Contains(d.Reason, "stopped waiting") {

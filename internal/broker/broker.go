@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/policy"
 )
 
 // Broker runs the approval state machine. Any number of replicas may run against
@@ -28,6 +29,9 @@ type Broker struct {
 	now    func() time.Time
 
 	res     *resources
+	pol     atomic.Pointer[policy.Policy]
+	custom  atomic.Bool // a policy file is in force, not the built-in policy
+	grants  *grants
 	timers  *timers
 	metrics metrics
 	records *hub // KV updates by request id, for callers waiting on a record
@@ -52,7 +56,7 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Broker{
+	b := &Broker{
 		cfg:     cfg,
 		nc:      nc,
 		js:      js,
@@ -62,7 +66,18 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 		now:     time.Now,
 		timers:  newTimers(),
 		records: newHub(),
-	}, nil
+		grants:  newGrants(),
+	}
+	builtin, err := builtinPolicy(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("broker: built-in policy: %w", err)
+	}
+	b.pol.Store(builtin)
+	if cfg.Policy != nil {
+		b.pol.Store(cfg.Policy)
+		b.custom.Store(true)
+	}
+	return b, nil
 }
 
 // Config returns the effective configuration, defaults applied.
@@ -97,12 +112,17 @@ func (b *Broker) Run(ctx context.Context) error {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return b.watchState(gctx) })
+	g.Go(func() error { return b.watchGrants(gctx) })
+	select { // remembered choices must be known before requests are judged
+	case <-b.grants.ready:
+	case <-gctx.Done():
+	}
 	g.Go(func() error { return b.consume(gctx, res.requests, "requests", b.handleRequest) })
 	g.Go(func() error { return b.consume(gctx, res.responses, "responses", b.handleResponse) })
 	g.Go(func() error { return b.consume(gctx, res.cancels, "cancels", b.handleCancel) })
 	g.Go(func() error { return b.consume(gctx, res.timeouts, "timeouts", b.handleTimeout) })
 	g.Go(func() error { return b.expiryLoop(gctx) })
-	g.Go(func() error { return b.watchState(gctx) })
 	b.ready.Store(true)
 	b.log.Info("broker running", zap.String("mode", string(b.cfg.Mode)), zap.Duration("default_timeout", b.cfg.DefaultTimeout))
 	err = g.Wait()

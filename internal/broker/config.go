@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/policy"
 )
 
 // Mode is what the broker does with a request when no rule says otherwise.
@@ -34,8 +35,11 @@ type Config struct {
 	// Name identifies this replica in logs and as the source of its events
 	// ("broker/<name>"). Default: the host name.
 	Name string
-	// Mode decides requests that no rule decides. Default manual.
+	// Mode decides requests when no Policy is given. Default manual.
 	Mode Mode
+	// Policy decides who must approve what; nil means the built-in policy:
+	// Mode decides, anyone may approve, answers may be remembered.
+	Policy *policy.Policy
 	// DefaultTimeout applies when a request asks for none. Default 5m.
 	DefaultTimeout time.Duration
 	// MinTimeout and MaxTimeout clamp what a request asks for. Defaults 1s and 24h.

@@ -185,7 +185,7 @@ func (b *Broker) handleResponse(ctx context.Context, msg jetstream.Msg) error {
 	rec, err := b.respond(ctx, sub.Principal, sub.RequestID, resp, md.Timestamp)
 	switch {
 	case err == nil:
-		b.log.Info("request decided", zap.String("request_id", rec.ID), zap.String("outcome", string(rec.State)), zap.String("principal", sub.Principal))
+		b.log.Info("answer applied", zap.String("request_id", rec.ID), zap.String("state", string(rec.State)), zap.String("principal", sub.Principal))
 		return nil
 	case errors.Is(err, ErrNotFound):
 		return notYet(msg, err)

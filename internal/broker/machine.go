@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"slices"
 	"errors"
 	"fmt"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/policy"
 )
 
 // maxCASAttempts bounds the read-modify-write loop; contention on one request is
@@ -180,10 +182,8 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 		Request:    req,
 		Source:     source,
 		ReceivedAt: receivedAt.UTC(),
-		Deadline:   receivedAt.Add(b.cfg.clamp(req.Timeout.Std())).UTC(),
 	}
-	now := b.now()
-	if err := b.initialVerdict(&rec, now); err != nil {
+	if err := b.evaluate(&rec, b.now()); err != nil {
 		return Record{}, err
 	}
 	val, err := encodeRecord(&rec)
@@ -216,21 +216,6 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 		return rec, err
 	}
 	return rec, b.announce(ctx, &rec)
-}
-
-// initialVerdict decides a new request at once when the mode says so, when its
-// deadline passed before the broker saw it, or when it is invalid.
-func (b *Broker) initialVerdict(r *Record, now time.Time) error {
-	rule := "mode:" + string(b.cfg.Mode)
-	switch {
-	case !now.Before(r.Deadline):
-		return r.decide(verdict{outcome: events.Expired, reason: "deadline passed before the broker saw the request", rule: rule, auto: true, at: now})
-	case b.cfg.Mode == ModeAutoApprove:
-		return r.decide(verdict{outcome: events.Approved, reason: "auto-approve mode", rule: rule, auto: true, at: now})
-	case b.cfg.Mode == ModeAutoDeny:
-		return r.decide(verdict{outcome: events.Denied, reason: "auto-deny mode", rule: rule, auto: true, at: now})
-	}
-	return nil
 }
 
 // reject records an invalid request as denied, so its agent learns why at once
@@ -323,31 +308,64 @@ func (b *Broker) respond(ctx context.Context, principal, id string, resp events.
 	if at.After(now) {
 		at = now
 	}
+	var grant *policy.Grant
 	rec, err := b.transition(ctx, id, func(r *Record) error {
 		if !at.Before(r.Deadline) {
 			return errNotDue // handled below: expire it now
 		}
-		if resp.Decision == events.Approve {
-			if err := events.CheckPayload(r.Request.ResponseSchema, resp.Payload); err != nil {
-				return fmt.Errorf("%w: %w", ErrInvalid, err)
-			}
+		a := b.approvalFor(r)
+		in, err := policy.InputFrom(r.Request)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
-		v := verdict{
-			outcome: events.Denied,
-			reason:  resp.Reason,
-			payload: resp.Payload,
-			by:      []events.DecidedBy{{Principal: principal, Channel: resp.Channel, Decision: resp.Decision, At: at.UTC()}},
-			rule:    "mode:" + string(b.cfg.Mode),
-			at:      now,
+		if err := a.Eligible(principal, in); err != nil {
+			return fmt.Errorf("%w: %s may not answer %s: %w", ErrNotEligible, principal, id, err)
 		}
-		if resp.Decision == events.Approve {
-			v.outcome = events.Approved
-			if len(resp.Args) > 0 && string(resp.Args) != "null" {
-				v.args = resp.Args
+		grant = nil
+		if resp.Remember != nil {
+			g, err := a.NewGrant(events.NewID(), resp.Decision, *resp.Remember, in, principal, now)
+			if err != nil {
+				return fmt.Errorf("%w: remember: %w", ErrInvalid, err)
 			}
+			g.RequestID = id
+			grant = &g
+		}
+		vote := events.DecidedBy{Principal: principal, Channel: resp.Channel, Decision: resp.Decision, At: at.UTC()}
+		v := verdict{outcome: events.Denied, reason: resp.Reason, payload: resp.Payload, rule: r.Rule, at: now}
+		if resp.Decision == events.Deny {
+			v.by = append(slices.Clone(r.Votes), vote)
+			return r.decide(v)
+		}
+		if err := events.CheckPayload(r.Request.ResponseSchema, resp.Payload); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		edited := len(resp.Args) > 0 && string(resp.Args) != "null"
+		if edited && a.Quorum > 1 {
+			return fmt.Errorf("%w: args: edited arguments need a rule with quorum 1 (this one needs %d approvals of the same call)", ErrInvalid, a.Quorum)
+		}
+		votes := r.Votes
+		if !slices.ContainsFunc(votes, func(d events.DecidedBy) bool { return d.Principal == principal }) {
+			votes = append(slices.Clone(votes), vote)
+		}
+		pv := make([]policy.Vote, len(votes))
+		for i, d := range votes {
+			pv[i] = policy.Vote{Principal: d.Principal, Verdict: d.Decision}
+		}
+		if t := a.Tally(in, pv); !t.Decided {
+			r.Votes = votes // counted; more approvals needed
+			return nil
+		}
+		v.outcome, v.by = events.Approved, votes
+		if edited {
+			v.args = resp.Args
 		}
 		return r.decide(v)
 	})
+	if err == nil && grant != nil && rec.State.Terminal() {
+		if gerr := b.remember(ctx, *grant); gerr != nil {
+			b.log.Error("decided, but the remembered choice was not stored", zap.String("request_id", id), zap.Error(gerr))
+		}
+	}
 	if errors.Is(err, errNotDue) {
 		// The deadline passed before the answer: record the expiry the timers
 		// have not recorded yet, and refuse the answer.
@@ -370,7 +388,7 @@ func (b *Broker) Cancel(ctx context.Context, id, by, reason string) (Record, err
 		reason = "cancelled by " + by
 	}
 	return b.transition(ctx, id, func(r *Record) error {
-		return r.decide(verdict{outcome: events.Cancelled, reason: reason, by: []events.DecidedBy{{Principal: by, At: now.UTC()}}, rule: "cancel", at: now})
+		return r.decide(verdict{outcome: events.Cancelled, reason: reason, by: []events.DecidedBy{{Principal: by, At: now.UTC()}}, rule: r.Rule, at: now})
 	})
 }
 
@@ -381,7 +399,10 @@ func (b *Broker) expire(ctx context.Context, id string, now time.Time) (Record, 
 		if now.Before(r.Deadline) {
 			return errNotDue
 		}
-		return r.decide(verdict{outcome: events.Expired, reason: "timeout: no decision before the deadline", rule: "timeout", auto: true, at: now})
+		if b.approvalFor(r).OnTimeout == events.Approve {
+			return r.decide(verdict{outcome: events.Approved, reason: "timeout: rule " + r.Rule + " approves when nobody answers", by: r.Votes, rule: r.Rule, auto: true, at: now})
+		}
+		return r.decide(verdict{outcome: events.Expired, reason: "timeout: no decision before the deadline", by: r.Votes, rule: r.Rule, auto: true, at: now})
 	})
 	switch {
 	case errors.Is(err, errNotDue):

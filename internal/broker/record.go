@@ -56,6 +56,13 @@ type Record struct {
 	ReceivedAt time.Time        `json:"received_at"`
 	Deadline   time.Time        `json:"deadline"`
 	Decision   *events.Decided  `json:"decision"`
+	// Rule is the policy rule the request falls under ("mode:<mode>" when no
+	// rule matched); Approvers and Quorum say who must answer.
+	Rule      string   `json:"rule,omitempty"`
+	Approvers []string `json:"approvers,omitempty"`
+	Quorum    int      `json:"quorum,omitempty"`
+	// Votes are the approvals given so far, while a quorum is not reached.
+	Votes []events.DecidedBy `json:"votes,omitempty"`
 	// DecisionEventID is the id of the decided CloudEvent, fixed when the outcome
 	// is chosen so that every retry publishes the same event.
 	DecisionEventID string `json:"decision_event_id,omitempty"`

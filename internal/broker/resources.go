@@ -76,6 +76,7 @@ func consumerConfig(c Config, name, filter string) jetstream.ConsumerConfig {
 type resources struct {
 	stream    jetstream.Stream
 	state     jetstream.KeyValue
+	grants    jetstream.KeyValue
 	requests  jetstream.Consumer
 	responses jetstream.Consumer
 	cancels   jetstream.Consumer
@@ -92,6 +93,9 @@ func provision(ctx context.Context, js jetstream.JetStream, c Config) (*resource
 	}
 	if r.state, err = js.CreateOrUpdateKeyValue(ctx, stateBucketConfig(c)); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", StateBucket, err)
+	}
+	if r.grants, err = js.CreateOrUpdateKeyValue(ctx, grantBucketConfig(c)); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", GrantBucket, err)
 	}
 	for _, cc := range []struct {
 		dst            *jetstream.Consumer

@@ -1,0 +1,195 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/assent-dev/assent/pkg/policy"
+)
+
+// GrantBucket holds remembered choices, one key per grant (policy.Grant.Key),
+// each with a per-key TTL ending when the grant expires.
+const GrantBucket = "assent-remembered"
+
+func grantBucketConfig(c Config) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:         GrantBucket,
+		Description:    "Assent remembered choices; each key expires with its grant",
+		History:        1,
+		Storage:        jetstream.FileStorage,
+		Replicas:       c.Replicas,
+		LimitMarkerTTL: time.Minute,
+	}
+}
+
+// grants is this replica's copy of the remembered choices, kept current by a
+// watcher on the bucket, so that a lookup costs no round trip and a revocation
+// on any replica reaches every replica as soon as the watcher delivers it.
+type grants struct {
+	mu       sync.RWMutex
+	byPrefix map[string]map[string]policy.Grant // GrantKey prefix -> key -> grant
+	ready    chan struct{}
+}
+
+func newGrants() *grants {
+	return &grants{byPrefix: make(map[string]map[string]policy.Grant), ready: make(chan struct{})}
+}
+
+// Grants implements policy.Remembered.
+func (g *grants) Grants(in policy.Input) []policy.Grant {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	var out []policy.Grant
+	for _, prefix := range policy.GrantKeys(in) {
+		for _, gr := range g.byPrefix[prefix] {
+			out = append(out, gr)
+		}
+	}
+	return out
+}
+
+// list returns every grant, newest first.
+func (g *grants) list() []policy.Grant {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	var out []policy.Grant
+	for _, m := range g.byPrefix {
+		for _, gr := range m {
+			out = append(out, gr)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
+	return out
+}
+
+// find returns the grant with id.
+func (g *grants) find(id string) (policy.Grant, bool) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	for _, m := range g.byPrefix {
+		for _, gr := range m {
+			if gr.ID == id {
+				return gr, true
+			}
+		}
+	}
+	return policy.Grant{}, false
+}
+
+func prefixOf(key string) string {
+	if i := strings.LastIndexByte(key, '.'); i > 0 {
+		return key[:i]
+	}
+	return key
+}
+
+func (g *grants) put(key string, gr policy.Grant) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := prefixOf(key)
+	if g.byPrefix[p] == nil {
+		g.byPrefix[p] = make(map[string]policy.Grant)
+	}
+	g.byPrefix[p][key] = gr
+}
+
+func (g *grants) remove(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := prefixOf(key)
+	delete(g.byPrefix[p], key)
+	if len(g.byPrefix[p]) == 0 {
+		delete(g.byPrefix, p)
+	}
+}
+
+// watchGrants keeps b.grants in step with the bucket until ctx ends.
+func (b *Broker) watchGrants(ctx context.Context) error {
+	initial := true
+	for ctx.Err() == nil {
+		w, err := b.res.grants.WatchAll(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			b.log.Warn("watch remembered choices; retrying", zap.Error(err))
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for entry := range w.Updates() {
+			if entry == nil {
+				if initial {
+					close(b.grants.ready)
+					initial = false
+				}
+				continue
+			}
+			if entry.Operation() != jetstream.KeyValuePut {
+				b.grants.remove(entry.Key())
+				continue
+			}
+			var gr policy.Grant
+			if err := json.Unmarshal(entry.Value(), &gr); err != nil {
+				b.log.Error("skip corrupt remembered choice", zap.String("key", entry.Key()), zap.Error(err))
+				continue
+			}
+			b.grants.put(entry.Key(), gr)
+		}
+		_ = w.Stop()
+	}
+	return nil
+}
+
+// remember stores a grant with a TTL that ends when it expires.
+func (b *Broker) remember(ctx context.Context, gr policy.Grant) error {
+	val, err := json.Marshal(gr)
+	if err != nil {
+		return err
+	}
+	ttl := time.Until(gr.ExpiresAt)
+	if ttl < time.Second {
+		return nil // expires before it could be used
+	}
+	if _, err := b.res.grants.Create(ctx, gr.Key(), val, jetstream.KeyTTL(ttl)); err != nil {
+		return fmt.Errorf("store remembered choice: %w", err)
+	}
+	b.grants.put(gr.Key(), gr) // visible here at once; the watcher confirms it
+	return nil
+}
+
+// Remembered lists the remembered choices in force, newest first.
+func (b *Broker) Remembered() []policy.Grant {
+	now := b.now()
+	var out []policy.Grant
+	for _, gr := range b.grants.list() {
+		if now.Before(gr.ExpiresAt) {
+			out = append(out, gr)
+		}
+	}
+	return out
+}
+
+// Forget revokes the remembered choice with id on every replica. If there is
+// none, ErrNotFound is returned.
+func (b *Broker) Forget(ctx context.Context, id string) (policy.Grant, error) {
+	gr, ok := b.grants.find(id)
+	if !ok {
+		return policy.Grant{}, fmt.Errorf("%w: no remembered choice %q", ErrNotFound, id)
+	}
+	if err := b.res.grants.Purge(ctx, gr.Key()); err != nil {
+		return gr, fmt.Errorf("revoke remembered choice %s: %w", id, err)
+	}
+	b.grants.remove(gr.Key())
+	return gr, nil
+}

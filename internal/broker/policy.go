@@ -1,0 +1,90 @@
+package broker
+
+import (
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/policy"
+)
+
+// builtinPolicy is the policy of a broker started without a policy file: the
+// mode decides, anyone may approve (the requester too), answers may be
+// remembered, and a request may ask for any timeout up to MaxTimeout.
+func builtinPolicy(c Config) (*policy.Policy, error) {
+	src := fmt.Sprintf("version: 1\nmode: %s\ndefaults:\n  timeout: %s\n  allow_self_approval: true\n", c.Mode, c.DefaultTimeout)
+	return policy.Parse([]byte(src), "built-in policy")
+}
+
+// Policy returns the policy in force.
+func (b *Broker) Policy() *policy.Policy { return b.pol.Load() }
+
+// SetPolicy replaces the policy in force for new requests and answers. Pending
+// requests keep their rule by name; one whose rule is gone falls back to the
+// new policy's mode.
+func (b *Broker) SetPolicy(p *policy.Policy) {
+	if p == nil {
+		return
+	}
+	b.pol.Store(p)
+	b.custom.Store(true)
+	b.log.Info("policy in force", zap.String("file", p.File), zap.Int("rules", len(p.Rules)), zap.String("mode", string(p.Mode)))
+}
+
+// approvalFor returns the approval requirements of a pending record under the
+// current policy: its rule's, or the mode's.
+func (b *Broker) approvalFor(r *Record) *policy.Approval {
+	p := b.Policy()
+	for _, rule := range p.Rules {
+		if rule.Name == r.Rule && rule.Approval != nil {
+			return rule.Approval
+		}
+	}
+	return p.ModeApproval()
+}
+
+// evaluate applies the policy to a new record: it sets the record's rule and
+// deadline, and decides it at once when the policy says so.
+func (b *Broker) evaluate(r *Record, now time.Time) error {
+	in, err := policy.InputFrom(r.Request)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	res := b.Policy().Evaluate(in, now, b.grants)
+	for _, cerr := range res.Errors {
+		b.log.Warn("policy condition failed; applied fail-closed", zap.String("request_id", r.ID), zap.String("tool", r.Request.Tool), zap.Error(cerr))
+	}
+	timeout := b.cfg.clamp(r.Request.Timeout.Std())
+	if res.Approval != nil && b.custom.Load() {
+		timeout = b.cfg.clamp(res.Approval.TimeoutFor(r.Request.Timeout.Std()))
+	}
+	r.Deadline = r.ReceivedAt.Add(timeout).UTC()
+	r.Rule = res.Rule
+	if res.Approval != nil {
+		r.Rule = res.Approval.Rule
+		r.Approvers = res.Approval.Approvers
+		r.Quorum = res.Approval.Quorum
+	}
+	if !now.Before(r.Deadline) {
+		return r.decide(verdict{outcome: events.Expired, reason: "deadline passed before the broker saw the request", rule: r.Rule, auto: true, at: now})
+	}
+	reason := res.Reason
+	if res.Grant != nil {
+		reason = fmt.Sprintf("remembered choice %s by %s until %s", res.Grant.ID, res.Grant.CreatedBy, res.Grant.ExpiresAt.Format(time.RFC3339))
+	}
+	switch res.Action {
+	case policy.Allow:
+		if reason == "" {
+			reason = "allowed by " + res.Rule
+		}
+		return r.decide(verdict{outcome: events.Approved, reason: reason, rule: res.Rule, auto: true, at: now})
+	case policy.Deny:
+		if reason == "" {
+			reason = "denied by " + res.Rule
+		}
+		return r.decide(verdict{outcome: events.Denied, reason: reason, rule: res.Rule, auto: true, at: now})
+	}
+	return nil
+}
