@@ -2,9 +2,9 @@ package broker
 
 import (
 	"context"
-	"slices"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
