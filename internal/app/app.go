@@ -36,6 +36,11 @@ type Options struct {
 	Sync string
 	// HTTPListen is host:port for the HTTP API; empty disables it.
 	HTTPListen string
+	// PolicyFile, if set, is loaded at start (a bad file stops the process) and
+	// reloaded when it changes or Reload fires; a bad reload keeps the old one.
+	PolicyFile string
+	// Reload asks for the policy file to be read again (main feeds it SIGHUP).
+	Reload <-chan struct{}
 	// Broker settings.
 	Broker broker.Config
 	// Ready, if set, is called once the broker is ready, with the addresses it
@@ -96,6 +101,14 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
+	if o.PolicyFile != "" {
+		p, err := LoadPolicy(o.PolicyFile)
+		if err != nil {
+			return err
+		}
+		o.Broker.Policy = p
+		log.Info("policy loaded", zap.String("file", o.PolicyFile), zap.Int("rules", len(p.Rules)), zap.String("mode", string(p.Mode)))
+	}
 	url := o.NATSURL
 	var natsOpts []nats.Option
 	if url == "" {
@@ -137,6 +150,9 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return b.Run(gctx) })
+	if o.PolicyFile != "" {
+		g.Go(func() error { watchPolicy(gctx, o.PolicyFile, o.Reload, b, log); return nil })
+	}
 
 	addrs := Addrs{NATS: url}
 	if o.HTTPListen != "" {

@@ -171,7 +171,7 @@ func (b *Broker) remember(ctx context.Context, gr policy.Grant) error {
 // Remembered lists the remembered choices in force, newest first.
 func (b *Broker) Remembered() []policy.Grant {
 	now := b.now()
-	var out []policy.Grant
+	out := []policy.Grant{}
 	for _, gr := range b.grants.list() {
 		if now.Before(gr.ExpiresAt) {
 			out = append(out, gr)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/policy"
 )
 
 // MaxWait caps ?wait=, so a long poll cannot hold a connection forever.
@@ -29,6 +30,8 @@ type Broker interface {
 	List(ctx context.Context, f broker.Filter) ([]broker.Record, error)
 	Respond(ctx context.Context, principal, id string, r events.Responded) (broker.Record, error)
 	Cancel(ctx context.Context, id, by, reason string) (broker.Record, error)
+	Remembered() []policy.Grant
+	Forget(ctx context.Context, id string) (policy.Grant, error)
 	Ready() bool
 }
 
@@ -60,6 +63,17 @@ func New(b Broker, cfg Config, log *zap.Logger) *Server {
 	s.mux.HandleFunc("GET /v1/approvals/{id}", s.get)
 	s.mux.HandleFunc("POST /v1/approvals/{id}/decision", s.decide)
 	s.mux.HandleFunc("POST /v1/approvals/{id}/cancel", s.cancel)
+	s.mux.HandleFunc("GET /v1/remembered", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"remembered": s.b.Remembered()})
+	})
+	s.mux.HandleFunc("DELETE /v1/remembered/{id}", func(w http.ResponseWriter, r *http.Request) {
+		g, err := s.b.Forget(r.Context(), r.PathValue("id"))
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"revoked": g})
+	})
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

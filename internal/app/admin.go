@@ -1,0 +1,73 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"text/tabwriter"
+	"time"
+
+	"github.com/assent-dev/assent/pkg/policy"
+)
+
+// RememberedList prints the remembered choices a running broker holds, through
+// its HTTP API at base (e.g. http://127.0.0.1:8080).
+func RememberedList(ctx context.Context, w io.Writer, base string) error {
+	var out struct {
+		Remembered []policy.Grant `json:"remembered"`
+	}
+	if err := adminCall(ctx, http.MethodGet, base+"/v1/remembered", &out); err != nil {
+		return err
+	}
+	if len(out.Remembered) == 0 {
+		fmt.Fprintln(w, "no remembered choices")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tVERDICT\tTOOL\tSCOPE\tBY\tEXPIRES")
+	for _, g := range out.Remembered {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s=%s\t%s\t%s\n", g.ID, g.Verdict, g.Tool, g.Scope, g.ScopeValue, g.CreatedBy, g.ExpiresAt.Format(time.RFC3339))
+	}
+	return tw.Flush()
+}
+
+// RememberedRevoke revokes remembered choice id on a running broker.
+func RememberedRevoke(ctx context.Context, w io.Writer, base, id string) error {
+	var out struct {
+		Revoked policy.Grant `json:"revoked"`
+	}
+	if err := adminCall(ctx, http.MethodDelete, base+"/v1/remembered/"+url.PathEscape(id), &out); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "revoked %s (%s %s for %s=%s)\n", out.Revoked.ID, out.Revoked.Verdict, out.Revoked.Tool, out.Revoked.Scope, out.Revoked.ScopeValue)
+	return nil
+}
+
+func adminCall(ctx context.Context, method, u string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error.Code != "" {
+			return fmt.Errorf("%s: %s", e.Error.Code, e.Error.Message)
+		}
+		return fmt.Errorf("%s %s: %s", method, u, resp.Status)
+	}
+	return json.Unmarshal(body, out)
+}
