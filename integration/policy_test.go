@@ -1,0 +1,285 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/assent-dev/assent/internal/app"
+	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/httpapi"
+	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/policy"
+)
+
+const testPolicy = `version: 1
+mode: manual
+defaults:
+  timeout: 1m
+principals:
+  alice: {roles: [finance]}
+  bob:   {roles: [finance]}
+  carol: {roles: [finance]}
+  dave:  {roles: [engineering]}
+rules:
+  - name: read-only
+    tools: ["read_*"]
+    action: allow
+  - name: no-prod-drops
+    tools: [drop_database]
+    when: 'args.env == "production"'
+    action: deny
+    reason: production databases are never dropped by agents
+  - name: reimbursements
+    tools: [reimburse]
+    when: 'double(args.amount) > 1000.0'
+    action: require_approval
+    approvers: ["role:finance"]
+    quorum: 2
+    rememberable: false
+  - name: writes
+    tools: ["write_*"]
+    action: require_approval
+    approvers: ["role:finance", dave]
+    remember_scopes: [session]
+    max_remember: 1h
+  - name: nightly
+    tools: [rotate_logs]
+    action: require_approval
+    timeout: 2s
+    on_timeout: approve
+`
+
+func policyEnv(t *testing.T) *env {
+	t.Helper()
+	p, err := policy.Parse([]byte(testPolicy), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newEnv(t, broker.Config{Policy: p})
+}
+
+func submit(t *testing.T, e *env, req events.Requested) broker.Record {
+	t.Helper()
+	if req.Agent == "" {
+		req.Agent = "pol"
+	}
+	rec, err := e.b.Submit(testCtx(t, patience), "", "agent/"+req.Agent, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+func TestPolicyAllowDenyByRule(t *testing.T) {
+	e := policyEnv(t)
+	rec := submit(t, e, events.Requested{Tool: "read_file", Args: json.RawMessage(`{"path":"/x"}`)})
+	if rec.State != broker.StateApproved || !rec.Decision.Auto || rec.Decision.Rule != "read-only" {
+		t.Fatalf("read: %+v", rec.Decision)
+	}
+	rec = submit(t, e, events.Requested{Tool: "drop_database", Args: json.RawMessage(`{"env":"production"}`)})
+	if rec.State != broker.StateDenied || rec.Decision.Rule != "no-prod-drops" || !strings.Contains(rec.Decision.Reason, "never dropped") {
+		t.Fatalf("drop: %+v", rec.Decision)
+	}
+	// A condition that cannot be evaluated (no env) fails closed: deny.
+	rec = submit(t, e, events.Requested{Tool: "drop_database", Args: json.RawMessage(`{}`)})
+	if rec.State != broker.StateDenied || rec.Decision.Rule != "no-prod-drops" {
+		t.Fatalf("drop without env: %+v", rec.Decision)
+	}
+}
+
+// TestPolicyQuorum: two finance approvals decide; a deny from an eligible
+// principal denies; others are refused as not eligible.
+func TestPolicyQuorum(t *testing.T) {
+	e := policyEnv(t)
+	big := events.Requested{Tool: "reimburse", User: "carol", Args: json.RawMessage(`{"amount":2500}`)}
+	rec := submit(t, e, big)
+	if rec.State != broker.StatePending || rec.Rule != "reimbursements" || rec.Quorum != 2 {
+		t.Fatalf("pending: %+v", rec)
+	}
+	url := e.api + "/v1/approvals/" + rec.ID + "/decision"
+	wantError(t, call(t, http.MethodPost, url, decisionBody{"dave", events.Responded{Decision: events.Approve}}), http.StatusForbidden, "not_eligible")
+	wantError(t, call(t, http.MethodPost, url, decisionBody{"carol", events.Responded{Decision: events.Approve}}), http.StatusForbidden, "not_eligible") // self-approval
+	wantError(t, call(t, http.MethodPost, url, decisionBody{"alice", events.Responded{Decision: events.Approve, Args: json.RawMessage(`{"amount":1}`)}}), http.StatusBadRequest, "invalid_request")
+	if a := approvalOf(t, call(t, http.MethodPost, url, decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusOK); a.State != broker.StatePending {
+		t.Fatalf("after one approval: %s", a.State)
+	}
+	// The same principal again does not count twice.
+	if a := approvalOf(t, call(t, http.MethodPost, url, decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusOK); a.State != broker.StatePending {
+		t.Fatalf("after a repeated approval: %s", a.State)
+	}
+	a := approvalOf(t, call(t, http.MethodPost, url, decisionBody{"bob", events.Responded{Decision: events.Approve}}), http.StatusOK)
+	if a.State != broker.StateApproved || len(a.Decision.DecidedBy) != 2 {
+		t.Fatalf("after two approvals: %+v", a.Decision)
+	}
+	if d := waitDecision(t, e.js, rec.ID); d.Outcome != events.Approved || countDecisions(t, e.js, rec.ID) != 1 {
+		t.Fatalf("decision %+v", d)
+	}
+
+	// One approval then a deny: denied.
+	rec = submit(t, e, big)
+	url = e.api + "/v1/approvals/" + rec.ID + "/decision"
+	approvalOf(t, call(t, http.MethodPost, url, decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusOK)
+	a = approvalOf(t, call(t, http.MethodPost, url, decisionBody{"bob", events.Responded{Decision: events.Deny, Reason: "duplicate claim"}}), http.StatusOK)
+	if a.State != broker.StateDenied || a.Decision.Reason != "duplicate claim" || len(a.Decision.DecidedBy) != 2 {
+		t.Fatalf("deny after approval: %+v", a.Decision)
+	}
+	// Not rememberable: an answer asking to remember is refused.
+	rec = submit(t, e, big)
+	url = e.api + "/v1/approvals/" + rec.ID + "/decision"
+	wantError(t, call(t, http.MethodPost, url, decisionBody{"alice", events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession}}}), http.StatusBadRequest, "invalid_request")
+}
+
+// TestPolicyRememberedApproval: an approval remembered for the session decides
+// the next matching request automatically, names the grant, stops at its TTL,
+// and a revocation through one replica is seen by another at once.
+func TestPolicyRememberedApproval(t *testing.T) {
+	p, err := policy.Parse([]byte(testPolicy), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.Server(t)
+	b1, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "r1", Policy: p})
+	b2, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "r2", Policy: p})
+	e := &env{ns: ns, nc: testenv.Conn(t, ns), b: b1, api: serveAPI(t, b1)}
+	e.js = newJS(t, e.nc)
+	api2 := serveAPI(t, b2)
+
+	write := events.Requested{Tool: "write_file", Session: "s-1", Args: json.RawMessage(`{"path":"/a"}`)}
+	rec := submit(t, e, write)
+	if rec.State != broker.StatePending {
+		t.Fatalf("first write: %s", rec.State)
+	}
+	// A TTL over the rule's max_remember is refused.
+	url := e.api + "/v1/approvals/" + rec.ID + "/decision"
+	wantError(t, call(t, http.MethodPost, url, decisionBody{"dave", events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(2 * time.Hour)}}}), http.StatusBadRequest, "invalid_request")
+	approvalOf(t, call(t, http.MethodPost, url, decisionBody{"dave", events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(3 * time.Second)}}}), http.StatusOK)
+
+	// Both replicas know the grant.
+	var grantID string
+	eventually(t, 10*time.Second, func() (bool, string) {
+		g1, g2 := b1.Remembered(), b2.Remembered()
+		if len(g1) == 1 && len(g2) == 1 {
+			grantID = g1[0].ID
+			return true, ""
+		}
+		return false, "grant not on both replicas"
+	})
+	next := submit(t, e, write)
+	if next.State != broker.StateApproved || !next.Decision.Auto || next.Decision.Rule != "remembered:"+grantID {
+		t.Fatalf("second write: %+v", next.Decision)
+	}
+	// Another session is not covered.
+	if other := submit(t, e, events.Requested{Tool: "write_file", Session: "s-2"}); other.State != broker.StatePending {
+		t.Fatalf("other session: %s", other.State)
+	}
+	// After the TTL the grant no longer applies.
+	time.Sleep(3500 * time.Millisecond)
+	if later := submit(t, e, write); later.State != broker.StatePending {
+		t.Fatalf("after TTL: %+v", later.Decision)
+	}
+
+	// Remember again, then revoke through replica 2's API: replica 1 stops
+	// using it at once.
+	rec = submit(t, e, write)
+	approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+rec.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour)}}}), http.StatusOK)
+	eventually(t, 10*time.Second, func() (bool, string) { return len(b2.Remembered()) == 1, "grant not on replica 2" })
+	id := b2.Remembered()[0].ID
+	var listed struct{ Remembered []policy.Grant }
+	if err := json.Unmarshal(call(t, http.MethodGet, api2+"/v1/remembered", nil).body, &listed); err != nil || len(listed.Remembered) != 1 {
+		t.Fatalf("GET /v1/remembered: %+v %v", listed, err)
+	}
+	if r := call(t, http.MethodDelete, api2+"/v1/remembered/"+id, nil); r.status != http.StatusOK {
+		t.Fatalf("DELETE: %d %s", r.status, r.body)
+	}
+	wantError(t, call(t, http.MethodDelete, api2+"/v1/remembered/"+id, nil), http.StatusNotFound, "not_found")
+	eventually(t, 10*time.Second, func() (bool, string) { return len(b1.Remembered()) == 0, "replica 1 still holds the revoked grant" })
+	if after := submit(t, e, write); after.State != broker.StatePending {
+		t.Fatalf("after revocation: %+v", after.Decision)
+	}
+}
+
+// TestPolicyTimeoutApproves: a rule whose timeout means approve.
+func TestPolicyTimeoutApproves(t *testing.T) {
+	e := policyEnv(t)
+	rec := submit(t, e, events.Requested{Tool: "rotate_logs", Timeout: events.Duration(time.Hour)})
+	if got := rec.Deadline.Sub(rec.ReceivedAt); got != 2*time.Second {
+		t.Fatalf("timeout %s, want the rule's 2s (a request may not lengthen an approve-on-timeout)", got)
+	}
+	final := waitState(t, e.b, rec.ID, broker.StateApproved)
+	if !final.Decision.Auto || final.Decision.Rule != "nightly" || !strings.HasPrefix(final.Decision.Reason, "timeout") {
+		t.Fatalf("decision %+v", final.Decision)
+	}
+}
+
+// TestPolicyCommands runs policy check and policy test on the example files
+// and on a broken one.
+func TestPolicyCommands(t *testing.T) {
+	root := filepath.Join("..", "examples", "policies")
+	files, err := filepath.Glob(filepath.Join(root, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("example policies: %v", err)
+	}
+	for _, f := range files {
+		var out bytes.Buffer
+		if !app.PolicyCheck(&out, f) {
+			t.Errorf("%s: %s", f, out.String())
+		}
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("version: 1\nmode: sometimes\nrules:\n  - name: x\n    action: allow\n    quorum: 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if app.PolicyCheck(&out, bad) || !strings.Contains(out.String(), "bad.yaml:2:") || !strings.Contains(out.String(), "bad.yaml:6:") {
+		t.Fatalf("bad policy: %s", out.String())
+	}
+	req := filepath.Join(t.TempDir(), "req.json")
+	if err := os.WriteFile(req, []byte(`{"tool":"reimburse","user":"carol","args":{"amount":2500}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := app.PolicyTest(&out, filepath.Join(root, "reimbursements.yaml"), req, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "decision: require_approval") || !strings.Contains(out.String(), "big-reimbursements") {
+		t.Fatalf("policy test: %s", out.String())
+	}
+}
+
+// TestPolicyReload: a changed policy file takes effect; a broken one is
+// refused and the old policy stays.
+func TestPolicyReload(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "policy.yaml")
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("version: 1\nmode: auto-deny\n")
+	reload := make(chan struct{}, 1)
+	addrs := startApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0", PolicyFile: file, Reload: reload})
+	create := func() httpapi.Approval {
+		return approvalOf(t, call(t, http.MethodPost, addrs.HTTP+"/v1/approvals", map[string]any{"agent": "r", "tool": "x"}), http.StatusCreated)
+	}
+	if a := create(); a.State != broker.StateDenied {
+		t.Fatalf("auto-deny: %s", a.State)
+	}
+	write("version: 1\nmode: auto-approve\n")
+	reload <- struct{}{}
+	eventually(t, 10*time.Second, func() (bool, string) { return create().State == broker.StateApproved, "new policy not in force" })
+	write("version: 1\nmode: nonsense\n")
+	reload <- struct{}{}
+	time.Sleep(200 * time.Millisecond)
+	if a := create(); a.State != broker.StateApproved {
+		t.Fatalf("a broken reload replaced the policy: %s", a.State)
+	}
+}
