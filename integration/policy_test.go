@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/assent-dev/assent/internal/httpapi"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/handler"
 	"github.com/assent-dev/assent/pkg/policy"
 )
 
@@ -281,5 +283,60 @@ func TestPolicyReload(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if a := create(); a.State != broker.StateApproved {
 		t.Fatalf("a broken reload replaced the policy: %s", a.State)
+	}
+}
+
+// TestNoApproverFailsFast: with no open gateway, a request whose eligible
+// approvers have no live channel is denied at once (on_no_approver: deny), or
+// waits (on_no_approver: wait); once an approver runtime announces itself, the
+// request waits for it and it decides.
+func TestNoApproverFailsFast(t *testing.T) {
+	p, err := policy.Parse([]byte(`version: 1
+principals:
+  alice: {roles: [ops]}
+rules:
+  - name: deploys
+    tools: [deploy]
+    action: require_approval
+    approvers: ["role:ops"]
+  - name: patient
+    tools: [backup]
+    action: require_approval
+    approvers: ["role:ops"]
+    on_no_approver: wait
+`), "fast.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.Server(t)
+	b, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "fast", Policy: p, AnnouncedOnly: true})
+	e := &env{ns: ns, nc: testenv.Conn(t, ns), b: b}
+	start := time.Now()
+	rec := submit(t, e, events.Requested{Agent: "ci", Tool: "deploy", Timeout: events.Duration(time.Hour)})
+	if rec.State != broker.StateDenied || rec.Decision.Reason != policy.ReasonNoApprover || !rec.Decision.Auto {
+		t.Fatalf("no approver: %+v", rec.Decision)
+	}
+	if waited := time.Since(start); waited > 10*time.Second {
+		t.Fatalf("took %s to fail", waited)
+	}
+	if rec := submit(t, e, events.Requested{Agent: "ci", Tool: "backup", Timeout: events.Duration(time.Hour)}); rec.State != broker.StatePending {
+		t.Fatalf("on_no_approver wait: %s", rec.State)
+	}
+
+	runApprover(t, testenv.Conn(t, ns), "alice", "ci", func(_ context.Context, req handler.Request) (handler.Response, error) {
+		if req.Tool != "deploy" {
+			return handler.Response{}, handler.ErrSkip
+		}
+		return handler.Response{Decision: events.Approve, Reason: "go"}, nil
+	})
+	// Announced: the next deploy waits for alice, who approves.
+	var d broker.Record
+	eventually(t, 20*time.Second, func() (bool, string) {
+		d = submit(t, e, events.Requested{Agent: "ci", Tool: "deploy", Timeout: events.Duration(time.Hour)})
+		return d.State == broker.StatePending, "alice's channel not seen yet: " + string(d.State)
+	})
+	final := waitState(t, b, d.ID, broker.StateApproved)
+	if final.Decision.DecidedBy[0].Principal != "alice" {
+		t.Fatalf("decided by %+v", final.Decision.DecidedBy)
 	}
 }

@@ -144,6 +144,8 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 	}
 	defer nc.Close()
 
+	// Without an HTTP API, only announced approver channels reach anyone.
+	o.Broker.AnnouncedOnly = o.HTTPListen == ""
 	b, err := broker.New(nc, o.Broker, log)
 	if err != nil {
 		return err

@@ -28,13 +28,14 @@ type Broker struct {
 	source string
 	now    func() time.Time
 
-	res     *resources
-	pol     atomic.Pointer[policy.Policy]
-	custom  atomic.Bool // a policy file is in force, not the built-in policy
-	grants  *grants
-	timers  *timers
-	metrics metrics
-	records *hub // KV updates by request id, for callers waiting on a record
+	res      *resources
+	pol      atomic.Pointer[policy.Policy]
+	custom   atomic.Bool // a policy file is in force, not the built-in policy
+	grants   *grants
+	presence *presence
+	timers   *timers
+	metrics  metrics
+	records  *hub // KV updates by request id, for callers waiting on a record
 
 	ready   atomic.Bool
 	running atomic.Bool
@@ -57,16 +58,17 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{
-		cfg:     cfg,
-		nc:      nc,
-		js:      js,
-		log:     log.Named("broker").With(zap.String("replica", cfg.Name)),
-		codec:   events.Codec{MaxSize: cfg.MaxEventSize},
-		source:  "broker/" + cfg.Name,
-		now:     time.Now,
-		timers:  newTimers(),
-		records: newHub(),
-		grants:  newGrants(),
+		cfg:      cfg,
+		nc:       nc,
+		js:       js,
+		log:      log.Named("broker").With(zap.String("replica", cfg.Name)),
+		codec:    events.Codec{MaxSize: cfg.MaxEventSize},
+		source:   "broker/" + cfg.Name,
+		now:      time.Now,
+		timers:   newTimers(),
+		records:  newHub(),
+		grants:   newGrants(),
+		presence: &presence{everyone: !cfg.AnnouncedOnly, live: make(map[string]events.Announcement), ready: make(chan struct{})},
 	}
 	builtin, err := builtinPolicy(cfg)
 	if err != nil {
@@ -114,9 +116,14 @@ func (b *Broker) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return b.watchState(gctx) })
 	g.Go(func() error { return b.watchGrants(gctx) })
-	select { // remembered choices must be known before requests are judged
-	case <-b.grants.ready:
-	case <-gctx.Done():
+	g.Go(func() error { return b.watchPresence(gctx) })
+	// Remembered choices and live approvers must be known before requests
+	// are judged.
+	for _, ready := range []chan struct{}{b.grants.ready, b.presence.ready} {
+		select {
+		case <-ready:
+		case <-gctx.Done():
+		}
 	}
 	g.Go(func() error { return b.consume(gctx, res.requests, "requests", b.handleRequest) })
 	g.Go(func() error { return b.consume(gctx, res.responses, "responses", b.handleResponse) })

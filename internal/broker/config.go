@@ -37,6 +37,12 @@ type Config struct {
 	Name string
 	// Mode decides requests when no Policy is given. Default manual.
 	Mode Mode
+	// AnnouncedOnly says no open HTTP gateway serves this broker, so only the
+	// principals that approver channels announce are reachable; a request whose
+	// rule has no reachable eligible approver gets the rule's on_no_approver
+	// outcome at once. When false (the default, as with the broker's own HTTP
+	// API without authentication), every principal counts as reachable.
+	AnnouncedOnly bool
 	// Policy decides who must approve what; nil means the built-in policy:
 	// Mode decides, anyone may approve, answers may be remembered.
 	Policy *policy.Policy

@@ -70,6 +70,9 @@ func (b *Broker) evaluate(r *Record, now time.Time) error {
 	if !now.Before(r.Deadline) {
 		return r.decide(verdict{outcome: events.Expired, reason: "deadline passed before the broker saw the request", rule: r.Rule, auto: true, at: now})
 	}
+	if res.Action == policy.RequireApproval && res.Approval.OnNoApprover == policy.NoApproverDeny && !res.Approval.Reachable(in, b.presence) {
+		return r.decide(verdict{outcome: events.Denied, reason: policy.ReasonNoApprover, rule: r.Rule, auto: true, at: now})
+	}
 	reason := res.Reason
 	if res.Grant != nil {
 		reason = fmt.Sprintf("remembered choice %s by %s until %s", res.Grant.ID, res.Grant.CreatedBy, res.Grant.ExpiresAt.Format(time.RFC3339))

@@ -77,6 +77,7 @@ type resources struct {
 	stream    jetstream.Stream
 	state     jetstream.KeyValue
 	grants    jetstream.KeyValue
+	presence  jetstream.KeyValue
 	requests  jetstream.Consumer
 	responses jetstream.Consumer
 	cancels   jetstream.Consumer
@@ -96,6 +97,9 @@ func provision(ctx context.Context, js jetstream.JetStream, c Config) (*resource
 	}
 	if r.grants, err = js.CreateOrUpdateKeyValue(ctx, grantBucketConfig(c)); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", GrantBucket, err)
+	}
+	if r.presence, err = js.CreateOrUpdateKeyValue(ctx, presenceBucketConfig(c)); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", events.PresenceBucket, err)
 	}
 	for _, cc := range []struct {
 		dst            *jetstream.Consumer

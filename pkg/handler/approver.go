@@ -157,6 +157,7 @@ func (a *Approver) Run(ctx context.Context) error {
 	}
 	sem := make(chan struct{}, a.cfg.Concurrency)
 	var wg sync.WaitGroup
+	wg.Go(func() { a.announce(ctx) })
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		sem <- struct{}{}
 		wg.Go(func() {
@@ -172,6 +173,42 @@ func (a *Approver) Run(ctx context.Context) error {
 	<-cc.Closed()
 	wg.Wait()
 	return nil
+}
+
+// announce tells brokers that this channel reaches its principal, every
+// events.PresenceRefresh until ctx ends, then withdraws the announcement. A
+// broker that finds no reachable approver for a request can then fail fast
+// instead of letting it wait out its timeout.
+func (a *Approver) announce(ctx context.Context) {
+	key, err := events.PresenceKey(a.cfg.Principal, a.cfg.Channel)
+	if err != nil {
+		return // checked in NewApprover
+	}
+	kv, err := a.js.KeyValue(ctx, events.PresenceBucket)
+	if err != nil {
+		a.log.Warn("cannot announce presence; brokers may treat this principal as unreachable", zap.Error(err))
+		return
+	}
+	put := func() {
+		val, _ := json.Marshal(events.Announcement{Principal: a.cfg.Principal, Channel: a.cfg.Channel, At: time.Now().UTC()})
+		if _, err := kv.Put(ctx, key, val); err != nil && ctx.Err() == nil {
+			a.log.Warn("announce presence", zap.Error(err))
+		}
+	}
+	put()
+	t := time.NewTicker(events.PresenceRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			_ = kv.Delete(dctx, key)
+			cancel()
+			return
+		case <-t.C:
+			put()
+		}
+	}
 }
 
 // handle offers one pending event to the handler and settles the message.

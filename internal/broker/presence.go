@@ -1,0 +1,90 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+func presenceBucketConfig(c Config) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      events.PresenceBucket,
+		Description: "Assent live approver channels: <principal>.<channel>, expiring when not refreshed",
+		History:     1,
+		TTL:         events.PresenceTTL,
+		Storage:     jetstream.MemoryStorage,
+		Replicas:    c.Replicas,
+	}
+}
+
+// presence is this replica's view of which principals a live channel reaches;
+// it implements policy.Presence.
+type presence struct {
+	everyone bool // an open HTTP gateway reaches every principal
+	ready    chan struct{}
+	mu       sync.RWMutex
+	live     map[string]events.Announcement // key -> announcement
+}
+
+func (p *presence) Everyone() bool { return p.everyone }
+
+func (p *presence) Live() []string {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	cutoff := time.Now().Add(-events.PresenceTTL)
+	seen := make(map[string]bool, len(p.live))
+	out := make([]string, 0, len(p.live))
+	for _, a := range p.live {
+		if a.At.After(cutoff) && !seen[a.Principal] {
+			seen[a.Principal] = true
+			out = append(out, a.Principal)
+		}
+	}
+	return out
+}
+
+// watchPresence keeps b.presence in step with the presence bucket.
+func (b *Broker) watchPresence(ctx context.Context) error {
+	initial := true
+	for ctx.Err() == nil {
+		w, err := b.res.presence.WatchAll(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			b.log.Warn("watch approver presence; retrying", zap.Error(err))
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for entry := range w.Updates() {
+			if entry == nil {
+				if initial {
+					close(b.presence.ready)
+					initial = false
+				}
+				continue
+			}
+			b.presence.mu.Lock()
+			if entry.Operation() != jetstream.KeyValuePut {
+				delete(b.presence.live, entry.Key())
+			} else {
+				var a events.Announcement
+				if err := json.Unmarshal(entry.Value(), &a); err == nil && a.Principal != "" {
+					b.presence.live[entry.Key()] = a
+				}
+			}
+			b.presence.mu.Unlock()
+		}
+		_ = w.Stop()
+	}
+	return nil
+}
