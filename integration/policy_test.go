@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -338,5 +340,67 @@ rules:
 	final := waitState(t, b, d.ID, broker.StateApproved)
 	if final.Decision.DecidedBy[0].Principal != "alice" {
 		t.Fatalf("decided by %+v", final.Decision.DecidedBy)
+	}
+}
+
+// TestLimitAcrossReplicas: "auto-approve while the session's sum of
+// args.amount stays under 5000", with requests racing through two replicas:
+// the approved total never passes the limit, and the rest need a person.
+func TestLimitAcrossReplicas(t *testing.T) {
+	p, err := policy.Parse([]byte(`version: 1
+rules:
+  - name: payments
+    tools: [pay]
+    action: allow
+limits:
+  - name: session-spend
+    tools: [pay]
+    per: session
+    sum: args.amount
+    max: 5000
+    over: require_approval
+`), "limits.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.Server(t)
+	b1, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "l1", Policy: p})
+	b2, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "l2", Policy: p})
+	const n, amount = 40, 300
+	states := make([]broker.State, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		b := b1
+		if i%2 == 1 {
+			b = b2
+		}
+		wg.Go(func() {
+			ctx, cancel := opCtx()
+			defer cancel()
+			rec, err := b.Submit(ctx, "", "agent/payer", events.Requested{Agent: "payer", Tool: "pay", Session: "s-1", Args: json.RawMessage(fmt.Sprintf(`{"amount":%d}`, amount))})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			states[i] = rec.State
+		})
+	}
+	wg.Wait()
+	approved, pending := 0, 0
+	for _, st := range states {
+		switch st {
+		case broker.StateApproved:
+			approved++
+		case broker.StatePending:
+			pending++
+		}
+	}
+	if approved*amount > 5000 || approved != 5000/amount || pending != n-approved {
+		t.Fatalf("approved %d (total %d), pending %d of %d; want %d approved", approved, approved*amount, pending, n, 5000/amount)
+	}
+	// Another session has its own total.
+	rec, err := b1.Submit(testCtx(t, patience), "", "agent/payer", events.Requested{Agent: "payer", Tool: "pay", Session: "s-2", Args: json.RawMessage(`{"amount":4000}`)})
+	if err != nil || rec.State != broker.StateApproved {
+		t.Fatalf("other session: %+v %v", rec.State, err)
 	}
 }

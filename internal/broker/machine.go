@@ -183,7 +183,10 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 		Source:     source,
 		ReceivedAt: receivedAt.UTC(),
 	}
-	if err := b.evaluate(&rec, b.now()); err != nil {
+	switch err := b.evaluate(ctx, &rec, b.now()); {
+	case errors.Is(err, errSeen):
+		return b.resume(ctx, id)
+	case err != nil:
 		return Record{}, err
 	}
 	val, err := encodeRecord(&rec)
@@ -193,12 +196,7 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 	rev, err := b.res.state.Create(ctx, id, val)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyExists):
-		if rec, err = b.load(ctx, id); err != nil {
-			return Record{}, err
-		}
-		if rec.State.Terminal() {
-			return rec, b.republish(ctx, &rec)
-		}
+		return b.resume(ctx, id)
 	case err != nil:
 		return Record{}, fmt.Errorf("store request %s: %w", id, err)
 	default:
@@ -211,11 +209,30 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 	if rec.State.Terminal() {
 		return rec, b.publishDecision(ctx, &rec)
 	}
+	return rec, b.await(ctx, &rec)
+}
+
+// await starts a pending request's wait: local timer, durable schedule, and
+// the announcement to approver channels. Each step is idempotent.
+func (b *Broker) await(ctx context.Context, rec *Record) error {
 	b.timers.arm(rec.ID, rec.Deadline)
 	if err := b.schedule(ctx, rec.ID, rec.Deadline); err != nil {
-		return rec, err
+		return err
 	}
-	return rec, b.announce(ctx, &rec)
+	return b.announce(ctx, rec)
+}
+
+// resume finishes what an earlier ingestion of request id may have left
+// undone: publishing its decision, or its timers and announcement.
+func (b *Broker) resume(ctx context.Context, id string) (Record, error) {
+	rec, err := b.load(ctx, id)
+	if err != nil {
+		return Record{}, err
+	}
+	if rec.State.Terminal() {
+		return rec, b.republish(ctx, &rec)
+	}
+	return rec, b.await(ctx, &rec)
 }
 
 // reject records an invalid request as denied, so its agent learns why at once

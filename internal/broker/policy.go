@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -45,9 +47,13 @@ func (b *Broker) approvalFor(r *Record) *policy.Approval {
 	return p.ModeApproval()
 }
 
+// errSeen: the request is stored already; evaluating it again would count it
+// against its limits twice.
+var errSeen = errors.New("request already stored")
+
 // evaluate applies the policy to a new record: it sets the record's rule and
 // deadline, and decides it at once when the policy says so.
-func (b *Broker) evaluate(r *Record, now time.Time) error {
+func (b *Broker) evaluate(ctx context.Context, r *Record, now time.Time) error {
 	in, err := policy.InputFrom(r.Request)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -55,6 +61,15 @@ func (b *Broker) evaluate(r *Record, now time.Time) error {
 	res := b.Policy().Evaluate(in, now, b.grants)
 	for _, cerr := range res.Errors {
 		b.log.Warn("policy condition failed; applied fail-closed", zap.String("request_id", r.ID), zap.String("tool", r.Request.Tool), zap.Error(cerr))
+	}
+	if res.Action == policy.Allow && len(res.Limits) > 0 {
+		// Charge a request once: not again when it is delivered again.
+		if _, err := b.load(ctx, r.ID); err == nil {
+			return errSeen
+		}
+		if res, err = b.charge(ctx, res, in, now); err != nil {
+			return err
+		}
 	}
 	timeout := b.cfg.clamp(r.Request.Timeout.Std())
 	if res.Approval != nil && b.custom.Load() {

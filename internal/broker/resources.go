@@ -78,6 +78,7 @@ type resources struct {
 	state     jetstream.KeyValue
 	grants    jetstream.KeyValue
 	presence  jetstream.KeyValue
+	limits    jetstream.KeyValue
 	requests  jetstream.Consumer
 	responses jetstream.Consumer
 	cancels   jetstream.Consumer
@@ -97,6 +98,9 @@ func provision(ctx context.Context, js jetstream.JetStream, c Config) (*resource
 	}
 	if r.grants, err = js.CreateOrUpdateKeyValue(ctx, grantBucketConfig(c)); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", GrantBucket, err)
+	}
+	if r.limits, err = js.CreateOrUpdateKeyValue(ctx, limitBucketConfig(c)); err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", LimitBucket, err)
 	}
 	if r.presence, err = js.CreateOrUpdateKeyValue(ctx, presenceBucketConfig(c)); err != nil {
 		return nil, fmt.Errorf("bucket %s: %w", events.PresenceBucket, err)
