@@ -404,3 +404,41 @@ limits:
 		t.Fatalf("other session: %+v %v", rec.State, err)
 	}
 }
+
+// TestShadowPolicy: the shadow policy's disagreement is recorded as an audit
+// event and counted, and never acted on.
+func TestShadowPolicy(t *testing.T) {
+	live, err := policy.Parse([]byte("version: 1\nrules:\n  - name: reads\n    tools: [\"read_*\"]\n    action: allow\n"), "live.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shadow, err := policy.Parse([]byte("version: 1\nrules:\n  - name: no-secrets\n    tools: [read_secret]\n    action: deny\n  - name: reads\n    tools: [\"read_*\"]\n    action: allow\n"), "shadow.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, broker.Config{Policy: live, Shadow: shadow})
+	same := submit(t, e, events.Requested{Tool: "read_file"})
+	rec := submit(t, e, events.Requested{Tool: "read_secret"})
+	if rec.State != broker.StateApproved || rec.Decision.Rule != "reads" {
+		t.Fatalf("the shadow was acted on: %+v", rec.Decision)
+	}
+	s := streamOf(t, e.js)
+	m, err := s.GetLastMsgForSubject(testCtx(t, patience), events.ShadowPrefix+rec.ID)
+	if err != nil {
+		t.Fatalf("no audit event: %v", err)
+	}
+	ev, err := events.Decode(events.Header(m.Header), m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := events.DecodeData[events.ShadowDisagreement](&ev, events.TypeShadowDisagreement)
+	if err != nil || d.Live != "allow by reads" || d.Shadow != "deny by no-secrets" {
+		t.Fatalf("audit event %+v, %v", d, err)
+	}
+	if _, err := s.GetLastMsgForSubject(testCtx(t, patience), events.ShadowPrefix+same.ID); err == nil {
+		t.Fatal("an agreement was recorded as a disagreement")
+	}
+	if n := e.b.Stats().ShadowDisagreements; n != 1 {
+		t.Fatalf("counted %d disagreements, want 1", n)
+	}
+}

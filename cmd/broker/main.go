@@ -119,6 +119,7 @@ func serve(args []string) error {
 		logJSON  = fs.Bool("log-json", false, "log JSON lines instead of console text")
 	)
 	fs.StringVar(&o.PolicyFile, "policy", "", "policy `file` (YAML); reloaded on SIGHUP or when it changes (docs/policy.md)")
+	fs.StringVar(&o.ShadowPolicyFile, "shadow-policy", "", "candidate policy `file` evaluated beside --policy; disagreements are recorded, never acted on")
 	fs.StringVar(&o.NATSURL, "nats-url", "", "use this NATS server or cluster instead of the embedded one")
 	fs.StringVar(&o.NATSCreds, "nats-creds", "", "NATS credentials file for --nats-url")
 	fs.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "embedded NATS: where clients connect (port 0: any free port)")

@@ -39,6 +39,9 @@ type Options struct {
 	// PolicyFile, if set, is loaded at start (a bad file stops the process) and
 	// reloaded when it changes or Reload fires; a bad reload keeps the old one.
 	PolicyFile string
+	// ShadowPolicyFile, if set, is a candidate policy evaluated beside the live
+	// one; disagreements are recorded, never acted on. Reloaded with it.
+	ShadowPolicyFile string
 	// Reload asks for the policy file to be read again (main feeds it SIGHUP).
 	Reload <-chan struct{}
 	// Broker settings.
@@ -109,6 +112,14 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 		o.Broker.Policy = p
 		log.Info("policy loaded", zap.String("file", o.PolicyFile), zap.Int("rules", len(p.Rules)), zap.String("mode", string(p.Mode)))
 	}
+	if o.ShadowPolicyFile != "" {
+		p, err := LoadPolicy(o.ShadowPolicyFile)
+		if err != nil {
+			return fmt.Errorf("shadow %w", err)
+		}
+		o.Broker.Shadow = p
+		log.Info("shadow policy loaded; disagreements are recorded, never acted on", zap.String("file", o.ShadowPolicyFile))
+	}
 	url := o.NATSURL
 	var natsOpts []nats.Option
 	if url == "" {
@@ -152,8 +163,8 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return b.Run(gctx) })
-	if o.PolicyFile != "" {
-		g.Go(func() error { watchPolicy(gctx, o.PolicyFile, o.Reload, b, log); return nil })
+	if o.PolicyFile != "" || o.ShadowPolicyFile != "" {
+		g.Go(func() error { watchPolicy(gctx, o.PolicyFile, o.ShadowPolicyFile, o.Reload, b, log); return nil })
 	}
 
 	addrs := Addrs{NATS: url}

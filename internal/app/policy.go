@@ -88,36 +88,49 @@ func PolicyTest(w io.Writer, policyPath, requestPath string, now time.Time) erro
 	return err
 }
 
-// watchPolicy reloads the policy file when reload fires (SIGHUP) or the file
-// changes, until ctx ends. A file that does not parse is refused: the broker
-// keeps the policy it has, and the reason is logged.
-func watchPolicy(ctx context.Context, path string, reload <-chan struct{}, b *broker.Broker, log *zap.Logger) {
-	stat := func() time.Time {
-		fi, err := os.Stat(path)
+// watchPolicy reloads the policy files (live and shadow; either may be empty)
+// when reload fires (SIGHUP) or a file changes, until ctx ends. A file that
+// does not parse is refused: the broker keeps the policy it has, and the
+// reason is logged.
+func watchPolicy(ctx context.Context, path, shadowPath string, reload <-chan struct{}, b *broker.Broker, log *zap.Logger) {
+	stat := func(p string) time.Time {
+		if p == "" {
+			return time.Time{}
+		}
+		fi, err := os.Stat(p)
 		if err != nil {
 			return time.Time{}
 		}
 		return fi.ModTime()
 	}
-	last := stat()
+	last, lastShadow := stat(path), stat(shadowPath)
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
+		force := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-reload:
+			force = true
 		case <-tick.C:
-			if m := stat(); m.Equal(last) {
-				continue
+		}
+		if m := stat(path); path != "" && (force || !m.Equal(last)) {
+			last = m
+			if p, err := LoadPolicy(path); err != nil {
+				log.Error("policy reload refused; keeping the policy in force", zap.String("file", path), zap.Errors("problems", flatten(err)))
+			} else {
+				b.SetPolicy(p)
 			}
 		}
-		last = stat()
-		p, err := LoadPolicy(path)
-		if err != nil {
-			log.Error("policy reload refused; keeping the policy in force", zap.String("file", path), zap.Errors("problems", flatten(err)))
-			continue
+		if m := stat(shadowPath); shadowPath != "" && (force || !m.Equal(lastShadow)) {
+			lastShadow = m
+			if p, err := LoadPolicy(shadowPath); err != nil {
+				log.Error("shadow policy reload refused; keeping the shadow in force", zap.String("file", shadowPath), zap.Errors("problems", flatten(err)))
+			} else {
+				b.SetShadow(p)
+				log.Info("shadow policy reloaded", zap.String("file", shadowPath))
+			}
 		}
-		b.SetPolicy(p)
 	}
 }

@@ -31,6 +31,7 @@ type Broker struct {
 	res      *resources
 	pol      atomic.Pointer[policy.Policy]
 	custom   atomic.Bool // a policy file is in force, not the built-in policy
+	shadow   atomic.Pointer[policy.Policy]
 	grants   *grants
 	presence *presence
 	timers   *timers
@@ -79,6 +80,7 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 		b.pol.Store(cfg.Policy)
 		b.custom.Store(true)
 	}
+	b.shadow.Store(cfg.Shadow)
 	return b, nil
 }
 

@@ -46,6 +46,10 @@ type Config struct {
 	// Policy decides who must approve what; nil means the built-in policy:
 	// Mode decides, anyone may approve, answers may be remembered.
 	Policy *policy.Policy
+	// Shadow, if set, is a candidate policy evaluated beside Policy for every
+	// request; where the two disagree the broker publishes an audit event on
+	// assent.audit.shadow.<id> and counts it, and never acts on it.
+	Shadow *policy.Policy
 	// DefaultTimeout applies when a request asks for none. Default 5m.
 	DefaultTimeout time.Duration
 	// MinTimeout and MaxTimeout clamp what a request asks for. Defaults 1s and 24h.

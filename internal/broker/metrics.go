@@ -17,12 +17,15 @@ type Stats struct {
 	Auto int64 `json:"auto"`
 	// Rejected counts answers, cancels and events refused as invalid or late.
 	Rejected int64 `json:"rejected"`
+	// ShadowDisagreements counts requests the shadow policy would have decided
+	// otherwise.
+	ShadowDisagreements int64 `json:"shadow_disagreements"`
 	// Timers counts the pending requests this replica holds a local timer for.
 	Timers int64 `json:"timers"`
 }
 
 type metrics struct {
-	nRequested, nApproved, nDenied, nExpired, nCancelled, nAuto, nRejected atomic.Int64
+	nRequested, nApproved, nDenied, nExpired, nCancelled, nAuto, nRejected, nShadow atomic.Int64
 }
 
 func (m *metrics) requested(*Record) { m.nRequested.Add(1) }
@@ -52,5 +55,6 @@ func (m *metrics) snapshot() Stats {
 	return Stats{
 		Requested: m.nRequested.Load(), Approved: m.nApproved.Load(), Denied: m.nDenied.Load(),
 		Expired: m.nExpired.Load(), Cancelled: m.nCancelled.Load(), Auto: m.nAuto.Load(), Rejected: m.nRejected.Load(),
+		ShadowDisagreements: m.nShadow.Load(),
 	}
 }

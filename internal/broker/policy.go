@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/pkg/events"
@@ -62,6 +63,9 @@ func (b *Broker) evaluate(ctx context.Context, r *Record, now time.Time) error {
 	for _, cerr := range res.Errors {
 		b.log.Warn("policy condition failed; applied fail-closed", zap.String("request_id", r.ID), zap.String("tool", r.Request.Tool), zap.Error(cerr))
 	}
+	if shadow := b.shadow.Load(); shadow != nil {
+		b.compareShadow(ctx, r, in, res, shadow.Evaluate(in, now, b.grants))
+	}
 	if res.Action == policy.Allow && len(res.Limits) > 0 {
 		// Charge a request once: not again when it is delivered again.
 		if _, err := b.load(ctx, r.ID); err == nil {
@@ -105,4 +109,34 @@ func (b *Broker) evaluate(ctx context.Context, r *Record, now time.Time) error {
 		return r.decide(verdict{outcome: events.Denied, reason: reason, rule: res.Rule, auto: true, at: now})
 	}
 	return nil
+}
+
+// SetShadow replaces the shadow policy; nil turns shadow mode off.
+func (b *Broker) SetShadow(p *policy.Policy) { b.shadow.Store(p) }
+
+// compareShadow records where the shadow policy would have decided r otherwise.
+func (b *Broker) compareShadow(ctx context.Context, r *Record, in policy.Input, live, shadow policy.Result) {
+	for _, cerr := range shadow.Errors {
+		b.log.Debug("shadow policy condition failed", zap.String("request_id", r.ID), zap.Error(cerr))
+	}
+	differ, summary := policy.Diff(live, shadow)
+	if !differ {
+		return
+	}
+	b.metrics.nShadow.Add(1)
+	b.log.Info("shadow policy disagrees", zap.String("request_id", r.ID), zap.String("tool", in.Tool), zap.String("summary", summary))
+	e, err := events.New(events.TypeShadowDisagreement, "", b.source, events.ShadowDisagreement{
+		RequestID: r.ID, Tool: in.Tool, Agent: in.Agent,
+		Live: string(live.Action) + " by " + live.Rule, Shadow: string(shadow.Action) + " by " + shadow.Rule, Summary: summary,
+	})
+	if err != nil {
+		return
+	}
+	msg, err := b.encode(events.ShadowPrefix+r.ID, &e)
+	if err != nil {
+		return
+	}
+	if _, err := b.js.PublishMsg(ctx, msg, jetstream.WithMsgID("shadow-"+r.ID)); err != nil {
+		b.log.Warn("record shadow disagreement", zap.String("request_id", r.ID), zap.Error(err))
+	}
 }

@@ -14,6 +14,8 @@ const (
 	ResponsePrefix = "assent.response."
 	CancelPrefix   = "assent.cancel."
 	DecisionPrefix = "assent.decision."
+	// ShadowPrefix is where the broker records shadow-policy disagreements.
+	ShadowPrefix   = "assent.audit.shadow."
 	AllSubjects    = "assent.>"
 	MaxTokenLength = 128
 )

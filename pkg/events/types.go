@@ -15,7 +15,26 @@ const (
 	TypeCancel    = "dev.assent.approval.cancel"
 	TypeEscalated = "dev.assent.approval.escalated"
 	TypeDecided   = "dev.assent.approval.decided"
+
+	// TypeShadowDisagreement is broker audit: a shadow policy would have
+	// decided a request differently from the live one. Never acted on.
+	TypeShadowDisagreement = "dev.assent.policy.shadow_disagreement"
 )
+
+// ShadowDisagreement is the data of a shadow_disagreement event, published on
+// assent.audit.shadow.<request-id>.
+type ShadowDisagreement struct {
+	RequestID string `json:"request_id"`
+	Tool      string `json:"tool"`
+	Agent     string `json:"agent,omitempty"`
+	// Live and Shadow are "<action> by <rule>" for each policy.
+	Live    string `json:"live"`
+	Shadow  string `json:"shadow"`
+	Summary string `json:"summary"`
+}
+
+// Validate reports every problem with d at once.
+func (d *ShadowDisagreement) Validate() error { return CheckToken("request_id", d.RequestID) }
 
 // Verdict is an approver's answer.
 type Verdict string
