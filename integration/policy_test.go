@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/assent-dev/assent/internal/app"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/httpapi"
@@ -440,5 +442,69 @@ func TestShadowPolicy(t *testing.T) {
 	}
 	if n := e.b.Stats().ShadowDisagreements; n != 1 {
 		t.Fatalf("counted %d disagreements, want 1", n)
+	}
+}
+
+// TestEscalation: after its step's delay a pending request escalates: the
+// step's approvers are told with an escalated event, the deadline is extended,
+// and the request ends at the extended deadline.
+func TestEscalation(t *testing.T) {
+	p, err := policy.Parse([]byte(`version: 1
+principals:
+  alice: {roles: [ops]}
+  erin:  {roles: [cfo]}
+rules:
+  - name: wires
+    tools: [wire]
+    action: require_approval
+    approvers: ["role:ops"]
+    timeout: 3s
+    escalation:
+      - after: 1s
+        approvers: ["role:cfo"]
+        extend: 2s
+`), "esc.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, broker.Config{Policy: p})
+	escalated := make(chan *nats.Msg, 4)
+	sub, err := e.nc.ChanSubscribe(events.PendingPrefix+"bank", escalated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	rec := submit(t, e, events.Requested{Agent: "bank", Tool: "wire"})
+	if got := rec.Deadline.Sub(rec.ReceivedAt); got != 3*time.Second {
+		t.Fatalf("initial timeout %s", got)
+	}
+	var esc events.Escalated
+	for esc.Level == 0 {
+		select {
+		case m := <-escalated:
+			ev, err := events.Decode(events.Header(m.Header), m.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Type() != events.TypeEscalated {
+				continue
+			}
+			if esc, err = events.DecodeEscalated(&ev); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no escalated event")
+		}
+	}
+	if esc.RequestID != rec.ID || esc.Level != 1 || len(esc.Approvers) != 1 || esc.Approvers[0] != "erin" || !esc.Deadline.Equal(rec.Deadline.Add(2*time.Second)) {
+		t.Fatalf("escalated %+v (deadline was %s)", esc, rec.Deadline)
+	}
+	cur, err := e.b.Get(testCtx(t, patience), rec.ID)
+	if err != nil || cur.Level != 1 || !cur.Deadline.Equal(esc.Deadline) {
+		t.Fatalf("record after escalation: %+v %v", cur, err)
+	}
+	final := waitState(t, e.b, rec.ID, broker.StateExpired)
+	if final.Decision.DecidedAt.Before(esc.Deadline) {
+		t.Fatalf("expired at %s, before the extended deadline %s", final.Decision.DecidedAt, esc.Deadline)
 	}
 }

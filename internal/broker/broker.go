@@ -194,7 +194,7 @@ func (b *Broker) recover(ctx context.Context) error {
 			continue
 		}
 		if rec.State == StatePending {
-			b.timers.arm(rec.ID, rec.Deadline)
+			b.timers.arm(rec.ID, b.wakeAt(&rec))
 			n++
 		}
 	}

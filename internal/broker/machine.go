@@ -215,11 +215,30 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 // await starts a pending request's wait: local timer, durable schedule, and
 // the announcement to approver channels. Each step is idempotent.
 func (b *Broker) await(ctx context.Context, rec *Record) error {
-	b.timers.arm(rec.ID, rec.Deadline)
-	if err := b.schedule(ctx, rec.ID, rec.Deadline); err != nil {
+	if err := b.arm(ctx, rec); err != nil {
 		return err
 	}
 	return b.announce(ctx, rec)
+}
+
+// arm sets the local timer and the durable schedule of a pending request to
+// its next moment: the next escalation step, or its deadline.
+func (b *Broker) arm(ctx context.Context, rec *Record) error {
+	at := b.wakeAt(rec)
+	b.timers.arm(rec.ID, at)
+	return b.schedule(ctx, rec.ID, at)
+}
+
+// wakeAt returns when a pending request next needs the broker.
+func (b *Broker) wakeAt(rec *Record) time.Time {
+	a := b.approvalFor(rec)
+	if len(a.Escalation) == 0 || rec.BaseDeadline.IsZero() {
+		return rec.Deadline
+	}
+	if next := a.At(rec.ReceivedAt, b.now()).Next; !next.IsZero() && next.Before(rec.Deadline) {
+		return next
+	}
+	return rec.Deadline
 }
 
 // resume finishes what an earlier ingestion of request id may have left
@@ -265,7 +284,7 @@ func (b *Broker) announce(ctx context.Context, r *Record) error {
 	if err != nil {
 		return err
 	}
-	e, err := events.New(events.TypePending, "", b.source, events.Pending{RequestID: r.ID, Request: r.Request, Deadline: r.Deadline})
+	e, err := events.New(events.TypePending, "", b.source, events.Pending{RequestID: r.ID, Request: r.Request, Deadline: r.Deadline, Approvers: r.Approvers, Rule: r.Rule})
 	if err != nil {
 		return err
 	}
@@ -409,28 +428,72 @@ func (b *Broker) Cancel(ctx context.Context, id, by, reason string) (Record, err
 	})
 }
 
-// expire records that request id ran out of time, if its deadline has passed by
-// now. An early call re-arms the timers; a decided request is left as it is.
+// expire moves request id along in time: past its deadline it ends (expired,
+// or approved where the rule says a timeout approves); past an escalation step
+// it escalates, extending the deadline if the step says so, and tells the
+// step's approvers. An early call re-arms the timers; a decided request is left
+// as it is.
 func (b *Broker) expire(ctx context.Context, id string, now time.Time) (Record, error) {
+	escalated := false
 	rec, err := b.transition(ctx, id, func(r *Record) error {
+		a := b.approvalFor(r)
+		if !r.BaseDeadline.IsZero() && len(a.Escalation) > 0 {
+			if esc := a.At(r.ReceivedAt, now); esc.Level > r.Level {
+				// Extensions of the steps that fired, on top of this request's own deadline.
+				extended := esc.Deadline.Sub(r.ReceivedAt.Add(a.Timeout))
+				r.Level, r.Deadline = esc.Level, r.BaseDeadline.Add(extended)
+				if now.Before(r.Deadline) {
+					escalated = true
+					return nil
+				}
+			}
+		}
 		if now.Before(r.Deadline) {
 			return errNotDue
 		}
-		if b.approvalFor(r).OnTimeout == events.Approve {
+		if a.OnTimeout == events.Approve {
 			return r.decide(verdict{outcome: events.Approved, reason: "timeout: rule " + r.Rule + " approves when nobody answers", by: r.Votes, rule: r.Rule, auto: true, at: now})
 		}
 		return r.decide(verdict{outcome: events.Expired, reason: "timeout: no decision before the deadline", by: r.Votes, rule: r.Rule, auto: true, at: now})
 	})
 	switch {
+	case err == nil && escalated:
+		if err := b.escalate(ctx, &rec); err != nil {
+			return rec, err
+		}
+		return rec, b.arm(ctx, &rec)
 	case errors.Is(err, errNotDue):
-		b.timers.arm(id, rec.Deadline)
-		return rec, b.schedule(ctx, id, rec.Deadline)
+		return rec, b.arm(ctx, &rec)
 	case errors.Is(err, errPublishPending):
 		return rec, err // a retryError: the timeout message comes back later
 	case errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrExpired):
 		return rec, nil
 	}
 	return rec, err
+}
+
+// escalate announces that r reached its escalation level, to the principals
+// that level adds.
+func (b *Broker) escalate(ctx context.Context, r *Record) error {
+	subj, err := events.PendingSubject(r.Request.Agent)
+	if err != nil {
+		return err
+	}
+	notify, ok := b.approvalFor(r).Notify(r.Level)
+	if !ok {
+		notify = nil // anyone
+	}
+	e, err := events.New(events.TypeEscalated, "", b.source, events.Escalated{RequestID: r.ID, Request: r.Request, Level: r.Level, Approvers: notify, Deadline: r.Deadline})
+	if err != nil {
+		return err
+	}
+	msg, err := b.encode(subj, &e)
+	if err != nil {
+		return err
+	}
+	b.log.Info("request escalated", zap.String("request_id", r.ID), zap.Int("level", r.Level), zap.Strings("notify", notify), zap.Time("deadline", r.Deadline))
+	_, err = b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("escalated-%s-%d", r.ID, r.Level)))
+	return err
 }
 
 func truncate(s string, n int) string {

@@ -85,6 +85,7 @@ func (b *Broker) evaluate(ctx context.Context, r *Record, now time.Time) error {
 		r.Rule = res.Approval.Rule
 		r.Approvers = res.Approval.Approvers
 		r.Quorum = res.Approval.Quorum
+		r.BaseDeadline = r.Deadline
 	}
 	if !now.Before(r.Deadline) {
 		return r.decide(verdict{outcome: events.Expired, reason: "deadline passed before the broker saw the request", rule: r.Rule, auto: true, at: now})

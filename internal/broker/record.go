@@ -61,6 +61,10 @@ type Record struct {
 	Rule      string   `json:"rule,omitempty"`
 	Approvers []string `json:"approvers,omitempty"`
 	Quorum    int      `json:"quorum,omitempty"`
+	// BaseDeadline is the deadline before escalation steps extended it; Level
+	// is the escalation level reached.
+	BaseDeadline time.Time `json:"base_deadline,omitzero"`
+	Level        int       `json:"level,omitempty"`
 	// Votes are the approvals given so far, while a quorum is not reached.
 	Votes []events.DecidedBy `json:"votes,omitempty"`
 	// DecisionEventID is the id of the decided CloudEvent, fixed when the outcome
