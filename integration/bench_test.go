@@ -16,6 +16,7 @@ import (
 	"github.com/assent-dev/assent/internal/natsembed"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
+	"github.com/assent-dev/assent/pkg/policy"
 )
 
 // benchServer starts an embedded server with file storage and the given fsync
@@ -171,4 +172,56 @@ func benchRaw(b *testing.B, nc *nats.Conn, conc int) {
 			return fmt.Errorf("no reply for %s", id)
 		}
 	})
+}
+
+// BenchmarkRememberedRoundTrip is BenchmarkRoundTrip's assent case decided by a
+// remembered choice instead of the mode: a policy that requires approval, one
+// approval remembered for the agent, then every request auto-approved through
+// the remembered-choice lookup. Run beside the auto-approve mode in the same
+// process for the comparison.
+func BenchmarkRememberedRoundTrip(b *testing.B) {
+	for _, how := range []string{"auto-approve-mode", "remembered"} {
+		b.Run(fmt.Sprintf("%s/sync=2m/c=64", how), func(b *testing.B) {
+			nc := benchServer(b, "2m")
+			cfg := broker.Config{Mode: broker.ModeAutoApprove}
+			if how == "remembered" {
+				p, err := policy.Parse([]byte("version: 1\nrules:\n  - name: guarded\n    tools: [noop]\n    action: require_approval\n"), "bench.yaml")
+				if err != nil {
+					b.Fatal(err)
+				}
+				cfg = broker.Config{Policy: p}
+			}
+			br, err := broker.New(nc, cfg, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- br.Run(ctx) }()
+			b.Cleanup(func() { cancel(); <-done })
+			for !br.Ready() {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if how == "remembered" {
+				first, err := br.Submit(ctx, "", "agent/bench", events.Requested{Agent: "bench", Tool: "noop"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := br.Respond(ctx, "alice", first.ID, events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeAgent, TTL: events.Duration(time.Hour)}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			client, err := handler.NewClient(nc, handler.Config{Agent: "bench"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			runLoad(b, 64, func(ctx context.Context, _ int) error {
+				d, err := client.Request(ctx, handler.Request{Requested: events.Requested{Tool: "noop", Args: []byte(`{"n":1}`)}})
+				if err == nil && (!d.Approved() || !d.Auto) {
+					err = fmt.Errorf("outcome %s by %s", d.Outcome, d.Rule)
+				}
+				return err
+			})
+		})
+	}
 }
