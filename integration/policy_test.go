@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -506,5 +507,56 @@ rules:
 	final := waitState(t, e.b, rec.ID, broker.StateExpired)
 	if final.Decision.DecidedAt.Before(esc.Deadline) {
 		t.Fatalf("expired at %s, before the extended deadline %s", final.Decision.DecidedAt, esc.Deadline)
+	}
+}
+
+// TestRememberedDenialAndArgsPattern: remember on a denial stores a remembered
+// denial; an args pattern narrows a remembered approval; a count limit with a
+// window is a rate limit on automatic approvals.
+func TestRememberedDenialAndArgsPattern(t *testing.T) {
+	e := policyEnv(t)
+	deny := submit(t, e, events.Requested{Tool: "write_secret", Session: "s-9"})
+	approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+deny.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Deny, Reason: "never", Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour)}}}), http.StatusOK)
+	if again := submit(t, e, events.Requested{Tool: "write_secret", Session: "s-9"}); again.State != broker.StateDenied || !again.Decision.Auto || !strings.HasPrefix(again.Decision.Rule, "remembered:") {
+		t.Fatalf("remembered denial: %+v", again.Decision)
+	}
+
+	first := submit(t, e, events.Requested{Tool: "write_file", Session: "s-10", Args: json.RawMessage(`{"path":"/tmp/a"}`)})
+	approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+first.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour), Args: json.RawMessage(`{"path":"/tmp/*"}`)}}}), http.StatusOK)
+	if in := submit(t, e, events.Requested{Tool: "write_file", Session: "s-10", Args: json.RawMessage(`{"path":"/tmp/b"}`)}); in.State != broker.StateApproved {
+		t.Fatalf("inside the pattern: %s", in.State)
+	}
+	if out := submit(t, e, events.Requested{Tool: "write_file", Session: "s-10", Args: json.RawMessage(`{"path":"/etc/passwd"}`)}); out.State != broker.StatePending {
+		t.Fatalf("outside the pattern: %s", out.State)
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	p, err := policy.Parse([]byte(`version: 1
+mode: auto-approve
+limits:
+  - name: per-agent-rate
+    per: agent
+    max: 3
+    window: 2s
+    over: deny
+`), "rate.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, broker.Config{Policy: p})
+	states := func() (out []broker.State) {
+		for range 5 {
+			out = append(out, submit(t, e, events.Requested{Agent: "fast", Tool: "x"}).State)
+		}
+		return out
+	}
+	want := []broker.State{broker.StateApproved, broker.StateApproved, broker.StateApproved, broker.StateDenied, broker.StateDenied}
+	if got := states(); !slices.Equal(got, want) {
+		t.Fatalf("first window: %v", got)
+	}
+	time.Sleep(2100 * time.Millisecond)
+	if got := states(); !slices.Equal(got, want) {
+		t.Fatalf("next window: %v", got)
 	}
 }

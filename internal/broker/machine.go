@@ -364,6 +364,12 @@ func (b *Broker) respond(ctx context.Context, principal, id string, resp events.
 				return fmt.Errorf("%w: remember: %w", ErrInvalid, err)
 			}
 			g.RequestID = id
+			if len(resp.Remember.Args) > 0 && string(resp.Remember.Args) != "null" {
+				g.ArgsPattern = resp.Remember.Args
+				if err := g.Validate(); err != nil {
+					return fmt.Errorf("%w: remember.args: %w", ErrInvalid, err)
+				}
+			}
 			grant = &g
 		}
 		vote := events.DecidedBy{Principal: principal, Channel: resp.Channel, Decision: resp.Decision, At: at.UTC()}

@@ -113,6 +113,10 @@ type Requested struct {
 type Remember struct {
 	Scope string   `json:"scope"`
 	TTL   Duration `json:"ttl,omitempty"`
+	// Args optionally narrows the remembered choice to requests whose args
+	// contain these keys with these values; string values may be globs
+	// (path.Match syntax), e.g. {"path": "/tmp/*"}.
+	Args json.RawMessage `json:"args,omitempty"`
 }
 
 // Responded is the data of a dev.assent.approval.responded event: one approver's

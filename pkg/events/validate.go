@@ -96,6 +96,9 @@ func (r *Responded) Validate() error {
 		if r.Remember.TTL < 0 {
 			errs = append(errs, fieldErr("remember.ttl", fmt.Errorf("%w: negative", ErrBadValue)))
 		}
+		if len(r.Remember.Args) > 0 && !isJSONObject(r.Remember.Args) && !isJSONNull(r.Remember.Args) {
+			errs = append(errs, fieldErr("remember.args", ErrArgsNotObject))
+		}
 	}
 	if r.Channel != "" && !ValidToken(r.Channel) {
 		errs = append(errs, CheckToken("channel", r.Channel))
