@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/internal/natsembed"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
@@ -86,17 +87,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 		for _, conc := range []int{1, 64} {
 			b.Run(fmt.Sprintf("assent/sync=%s/c=%d", sync, conc), func(b *testing.B) {
 				nc := benchServer(b, sync)
-				br, err := broker.New(nc, broker.Config{Mode: broker.ModeAutoApprove}, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan error, 1)
-				go func() { done <- br.Run(ctx) }()
-				b.Cleanup(func() { cancel(); <-done })
-				for !br.Ready() {
-					time.Sleep(5 * time.Millisecond)
-				}
+				brokertest.Run(b, nc, broker.Config{Mode: broker.ModeAutoApprove})
 				client, err := handler.NewClient(nc, handler.Config{Agent: "bench"})
 				if err != nil {
 					b.Fatal(err)
@@ -191,17 +182,8 @@ func BenchmarkRememberedRoundTrip(b *testing.B) {
 				}
 				cfg = broker.Config{Policy: p}
 			}
-			br, err := broker.New(nc, cfg, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- br.Run(ctx) }()
-			b.Cleanup(func() { cancel(); <-done })
-			for !br.Ready() {
-				time.Sleep(5 * time.Millisecond)
-			}
+			br, _ := brokertest.Run(b, nc, cfg)
+			ctx := context.Background()
 			if how == "remembered" {
 				first, err := br.Submit(ctx, "", "agent/bench", events.Requested{Agent: "bench", Tool: "noop"})
 				if err != nil {

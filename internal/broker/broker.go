@@ -133,7 +133,7 @@ func (b *Broker) Run(ctx context.Context) error {
 	g.Go(func() error { return b.consume(gctx, res.timeouts, "timeouts", b.handleTimeout) })
 	g.Go(func() error { return b.expiryLoop(gctx) })
 	b.ready.Store(true)
-	b.log.Info("broker running", zap.String("mode", string(b.cfg.Mode)), zap.Duration("default_timeout", b.cfg.DefaultTimeout))
+	b.log.Info("broker running", zap.String("policy", b.Policy().File), zap.String("mode", string(b.Policy().Mode)), zap.Duration("default_timeout", b.cfg.DefaultTimeout))
 	err = g.Wait()
 	b.ready.Store(false)
 	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
@@ -146,33 +146,42 @@ func (b *Broker) Run(ctx context.Context) error {
 // watchState wakes callers waiting on a request whenever its entry changes. It
 // uses a watcher, not a plain subscription to the bucket's subjects: a watcher
 // delivers only what was stored, after it was stored, so a re-read sees the
-// change and a losing compare-and-set is never mistaken for one. A watcher that
-// closes while the broker runs is replaced.
+// change and a losing compare-and-set is never mistaken for one.
 func (b *Broker) watchState(ctx context.Context) error {
+	b.follow(ctx, b.res.state, "request state", func(e jetstream.KeyValueEntry) { b.records.deliver(e.Key()) }, nil, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	return nil
+}
+
+// follow feeds every entry of kv (per opts) to apply until ctx ends, and
+// calls caughtUp once the first watcher has delivered the bucket's current
+// contents. A watcher that fails or closes while the broker runs is replaced.
+func (b *Broker) follow(ctx context.Context, kv jetstream.KeyValue, what string, apply func(jetstream.KeyValueEntry), caughtUp func(), opts ...jetstream.WatchOpt) {
 	for ctx.Err() == nil {
-		w, err := b.res.state.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+		w, err := kv.WatchAll(ctx, opts...)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			b.log.Warn("watch state updates; retrying", zap.Error(err))
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
+			if ctx.Err() == nil {
+				b.log.Warn("watch "+what+"; retrying", zap.Error(err))
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
 			}
 			continue
 		}
 		for entry := range w.Updates() {
-			if entry != nil {
-				b.records.deliver(entry.Key())
+			switch {
+			case entry != nil:
+				apply(entry)
+			case caughtUp != nil:
+				caughtUp()
+				caughtUp = nil
 			}
 		}
 		_ = w.Stop()
 		if ctx.Err() == nil {
-			b.log.Warn("state watcher closed; starting a new one")
+			b.log.Warn(what + " watcher closed; starting a new one")
 		}
 	}
-	return nil
 }
 
 // recover arms a local timer for every pending request, and expires those whose

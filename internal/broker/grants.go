@@ -113,41 +113,18 @@ func (g *grants) remove(key string) {
 
 // watchGrants keeps b.grants in step with the bucket until ctx ends.
 func (b *Broker) watchGrants(ctx context.Context) error {
-	initial := true
-	for ctx.Err() == nil {
-		w, err := b.res.grants.WatchAll(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			b.log.Warn("watch remembered choices; retrying", zap.Error(err))
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-			continue
+	b.follow(ctx, b.res.grants, "remembered choices", func(entry jetstream.KeyValueEntry) {
+		if entry.Operation() != jetstream.KeyValuePut {
+			b.grants.remove(entry.Key())
+			return
 		}
-		for entry := range w.Updates() {
-			if entry == nil {
-				if initial {
-					close(b.grants.ready)
-					initial = false
-				}
-				continue
-			}
-			if entry.Operation() != jetstream.KeyValuePut {
-				b.grants.remove(entry.Key())
-				continue
-			}
-			var gr policy.Grant
-			if err := json.Unmarshal(entry.Value(), &gr); err != nil {
-				b.log.Error("skip corrupt remembered choice", zap.String("key", entry.Key()), zap.Error(err))
-				continue
-			}
-			b.grants.put(entry.Key(), gr)
+		var gr policy.Grant
+		if err := json.Unmarshal(entry.Value(), &gr); err != nil {
+			b.log.Error("skip corrupt remembered choice", zap.String("key", entry.Key()), zap.Error(err))
+			return
 		}
-		_ = w.Stop()
-	}
+		b.grants.put(entry.Key(), gr)
+	}, func() { close(b.grants.ready) })
 	return nil
 }
 

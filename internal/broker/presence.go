@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -51,40 +50,17 @@ func (p *presence) Live() []string {
 
 // watchPresence keeps b.presence in step with the presence bucket.
 func (b *Broker) watchPresence(ctx context.Context) error {
-	initial := true
-	for ctx.Err() == nil {
-		w, err := b.res.presence.WatchAll(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			b.log.Warn("watch approver presence; retrying", zap.Error(err))
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-			continue
+	b.follow(ctx, b.res.presence, "approver presence", func(entry jetstream.KeyValueEntry) {
+		b.presence.mu.Lock()
+		defer b.presence.mu.Unlock()
+		if entry.Operation() != jetstream.KeyValuePut {
+			delete(b.presence.live, entry.Key())
+			return
 		}
-		for entry := range w.Updates() {
-			if entry == nil {
-				if initial {
-					close(b.presence.ready)
-					initial = false
-				}
-				continue
-			}
-			b.presence.mu.Lock()
-			if entry.Operation() != jetstream.KeyValuePut {
-				delete(b.presence.live, entry.Key())
-			} else {
-				var a events.Announcement
-				if err := json.Unmarshal(entry.Value(), &a); err == nil && a.Principal != "" {
-					b.presence.live[entry.Key()] = a
-				}
-			}
-			b.presence.mu.Unlock()
+		var a events.Announcement
+		if err := json.Unmarshal(entry.Value(), &a); err == nil && a.Principal != "" {
+			b.presence.live[entry.Key()] = a
 		}
-		_ = w.Stop()
-	}
+	}, func() { close(b.presence.ready) })
 	return nil
 }

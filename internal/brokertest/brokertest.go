@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/testenv"
@@ -21,7 +22,11 @@ const patience = 30 * time.Second
 // test ends; stopping twice is fine.
 func Run(t testing.TB, nc *nats.Conn, cfg broker.Config) (*broker.Broker, func()) {
 	t.Helper()
-	b, err := broker.New(nc, cfg, testenv.Logger(t))
+	log := testenv.Logger(t)
+	if _, bench := t.(*testing.B); bench {
+		log = zap.NewNop() // a benchmark prints every log line
+	}
+	b, err := broker.New(nc, cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
