@@ -174,7 +174,9 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 			return fmt.Errorf("http listen: %w", err)
 		}
 		addrs.HTTP = "http://" + ln.Addr().String()
-		srv := &http.Server{Handler: httpapi.New(b, httpapi.Config{MaxBodyBytes: int64(b.Config().MaxEventSize)}, log), ReadHeaderTimeout: 10 * time.Second}
+		api := httpapi.New(b, httpapi.Config{MaxBodyBytes: int64(b.Config().MaxEventSize)}, log)
+		api.Handle("GET /metrics", metricsHandler(b))
+		srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
 		g.Go(func() error {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				return err
