@@ -560,3 +560,44 @@ limits:
 		t.Fatalf("next window: %v", got)
 	}
 }
+
+// TestBadPolicyStopsStart: a broken policy file stops the process at start
+// with the file, line and reason.
+func TestBadPolicyStopsStart(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "broken.yaml")
+	if err := os.WriteFile(file, []byte("version: 1\nrules:\n  - name: x\n    tools: [a]\n    action: maybe\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := app.Run(testCtx(t, patience), app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), PolicyFile: file}, testenv.Logger(t))
+	if err == nil || !strings.Contains(err.Error(), "broken.yaml:5:") || !strings.Contains(err.Error(), "maybe") {
+		t.Fatalf("start with a broken policy: %v", err)
+	}
+}
+
+// TestRememberedCommands lists and revokes remembered choices the way
+// `broker remembered` does, against a running broker.
+func TestRememberedCommands(t *testing.T) {
+	a := startApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0"})
+	var out bytes.Buffer
+	if err := app.RememberedList(testCtx(t, patience), &out, a.HTTP); err != nil || !strings.Contains(out.String(), "no remembered choices") {
+		t.Fatalf("empty list: %q %v", out.String(), err)
+	}
+	rec := approvalOf(t, call(t, http.MethodPost, a.HTTP+"/v1/approvals", map[string]any{"agent": "cmd", "tool": "deploy", "session": "s-1"}), http.StatusCreated)
+	approvalOf(t, call(t, http.MethodPost, a.HTTP+"/v1/approvals/"+rec.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour)}}}), http.StatusOK)
+	var listed struct{ Remembered []policy.Grant }
+	eventually(t, 10*time.Second, func() (bool, string) {
+		_ = json.Unmarshal(call(t, http.MethodGet, a.HTTP+"/v1/remembered", nil).body, &listed)
+		return len(listed.Remembered) == 1, "grant not listed"
+	})
+	out.Reset()
+	if err := app.RememberedList(testCtx(t, patience), &out, a.HTTP); err != nil || !strings.Contains(out.String(), listed.Remembered[0].ID) || !strings.Contains(out.String(), "session=s-1") {
+		t.Fatalf("list: %q %v", out.String(), err)
+	}
+	out.Reset()
+	if err := app.RememberedRevoke(testCtx(t, patience), &out, a.HTTP, listed.Remembered[0].ID); err != nil || !strings.HasPrefix(out.String(), "revoked "+listed.Remembered[0].ID) {
+		t.Fatalf("revoke: %q %v", out.String(), err)
+	}
+	if err := app.RememberedRevoke(testCtx(t, patience), &out, a.HTTP, listed.Remembered[0].ID); err == nil || !strings.Contains(err.Error(), "not_found") {
+		t.Fatalf("revoke twice: %v", err)
+	}
+}
