@@ -107,14 +107,8 @@ func (ps *parser) parse(data []byte) *Policy {
 		return nil
 	}
 	p := &Policy{
-		Mode: ModeManual,
-		Defaults: Defaults{
-			Timeout:      DefaultTimeout,
-			OnTimeout:    events.Deny,
-			OnNoApprover: NoApproverDeny,
-			Rememberable: true,
-			MaxRemember:  DefaultMaxRemember,
-		},
+		Mode:       ModeManual,
+		Defaults:   defaultDefaults(),
 		Principals: map[string]*Principal{},
 		File:       ps.file,
 	}

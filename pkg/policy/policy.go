@@ -183,21 +183,26 @@ const (
 	PerGlobal  = "global"
 )
 
+// defaultDefaults is the defaults section a policy file starts from.
+func defaultDefaults() Defaults {
+	return Defaults{
+		Timeout:      DefaultTimeout,
+		OnTimeout:    events.Deny,
+		OnNoApprover: NoApproverDeny,
+		Rememberable: true,
+		MaxRemember:  DefaultMaxRemember,
+	}
+}
+
 // Default returns the policy used when no policy file is given: manual mode,
 // anyone may approve (but not the request's own user), answers may be
 // remembered for up to 720h, a 5 minute timeout that denies, and a request with
 // no reachable approver is denied at once.
 func Default() *Policy {
 	p := &Policy{
-		Version: 1,
-		Mode:    ModeManual,
-		Defaults: Defaults{
-			Timeout:      DefaultTimeout,
-			OnTimeout:    events.Deny,
-			OnNoApprover: NoApproverDeny,
-			Rememberable: true,
-			MaxRemember:  DefaultMaxRemember,
-		},
+		Version:    1,
+		Mode:       ModeManual,
+		Defaults:   defaultDefaults(),
 		Principals: map[string]*Principal{},
 	}
 	p.finish()
