@@ -184,12 +184,21 @@ func (a *Approver) announce(ctx context.Context) {
 	if err != nil {
 		return // checked in NewApprover
 	}
-	kv, err := a.js.KeyValue(ctx, events.PresenceBucket)
-	if err != nil {
-		a.log.Warn("cannot announce presence; brokers may treat this principal as unreachable", zap.Error(err))
-		return
-	}
+	var kv jetstream.KeyValue
+	warned := false
 	put := func() {
+		if kv == nil {
+			// The bucket appears when a broker first starts; keep trying.
+			b, err := a.js.KeyValue(ctx, events.PresenceBucket)
+			if err != nil {
+				if !warned && ctx.Err() == nil {
+					a.log.Warn("cannot announce presence yet; brokers without an open HTTP API treat this principal as unreachable", zap.Error(err))
+					warned = true
+				}
+				return
+			}
+			kv = b
+		}
 		val, _ := json.Marshal(events.Announcement{Principal: a.cfg.Principal, Channel: a.cfg.Channel, At: time.Now().UTC()})
 		if _, err := kv.Put(ctx, key, val); err != nil && ctx.Err() == nil {
 			a.log.Warn("announce presence", zap.Error(err))
@@ -201,9 +210,11 @@ func (a *Approver) announce(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			_ = kv.Delete(dctx, key)
-			cancel()
+			if kv != nil {
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+				_ = kv.Delete(dctx, key)
+				cancel()
+			}
 			return
 		case <-t.C:
 			put()
