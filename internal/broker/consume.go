@@ -163,6 +163,13 @@ func (b *Broker) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 	}
 	req.Agent = sub.Agent
 	_, err = b.ingest(ctx, e.ID(), e.Source(), req, received)
+	if errors.Is(err, ErrInvalid) {
+		// Valid as an event, but the policy cannot read it: deny it at once.
+		if rerr := b.reject(ctx, e.ID(), e.Source(), req, received, err); rerr != nil {
+			return rerr
+		}
+		return permanent(err)
+	}
 	return err
 }
 
