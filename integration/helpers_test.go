@@ -153,27 +153,10 @@ func await(t *testing.T, ch <-chan result) result {
 // only requests of agent.
 func runApprover(t *testing.T, nc *nats.Conn, principal, agent string, h handler.Handler) {
 	t.Helper()
-	a, err := handler.NewApprover(nc, handler.ApproverConfig{
+	brokertest.RunApprover(t, nc, handler.ApproverConfig{
 		Principal: principal, Channel: "sdk", Agents: []string{agent},
-		Durable: "approver-" + principal + "-" + agent, Logger: testenv.Logger(t),
+		Durable: "approver-" + principal + "-" + agent,
 	}, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("approver %s: %v", principal, err)
-			}
-		case <-time.After(patience):
-			t.Errorf("approver %s: Run did not return after its context ended", principal)
-		}
-	})
 }
 
 // eventually polls cond every 20ms until it reports true, failing the test

@@ -93,17 +93,16 @@ func PolicyTest(w io.Writer, policyPath, requestPath string, now time.Time) erro
 // does not parse is refused: the broker keeps the policy it has, and the
 // reason is logged.
 func watchPolicy(ctx context.Context, path, shadowPath string, reload <-chan struct{}, b *broker.Broker, log *zap.Logger) {
-	stat := func(p string) time.Time {
-		if p == "" {
-			return time.Time{}
-		}
-		fi, err := os.Stat(p)
-		if err != nil {
-			return time.Time{}
-		}
-		return fi.ModTime()
+	files := []*watchedPolicy{
+		{path: path, what: "policy", apply: b.SetPolicy},
+		{path: shadowPath, what: "shadow policy", apply: func(p *policy.Policy) {
+			b.SetShadow(p)
+			log.Info("shadow policy reloaded", zap.String("file", shadowPath))
+		}},
 	}
-	last, lastShadow := stat(path), stat(shadowPath)
+	for _, f := range files {
+		f.last = f.modTime()
+	}
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
@@ -115,22 +114,41 @@ func watchPolicy(ctx context.Context, path, shadowPath string, reload <-chan str
 			force = true
 		case <-tick.C:
 		}
-		if m := stat(path); path != "" && (force || !m.Equal(last)) {
-			last = m
-			if p, err := LoadPolicy(path); err != nil {
-				log.Error("policy reload refused; keeping the policy in force", zap.String("file", path), zap.Errors("problems", flatten(err)))
-			} else {
-				b.SetPolicy(p)
-			}
-		}
-		if m := stat(shadowPath); shadowPath != "" && (force || !m.Equal(lastShadow)) {
-			lastShadow = m
-			if p, err := LoadPolicy(shadowPath); err != nil {
-				log.Error("shadow policy reload refused; keeping the shadow in force", zap.String("file", shadowPath), zap.Errors("problems", flatten(err)))
-			} else {
-				b.SetShadow(p)
-				log.Info("shadow policy reloaded", zap.String("file", shadowPath))
-			}
+		for _, f := range files {
+			f.reload(force, log)
 		}
 	}
+}
+
+// watchedPolicy is one policy file watchPolicy keeps in force.
+type watchedPolicy struct {
+	path, what string
+	apply      func(*policy.Policy)
+	last       time.Time
+}
+
+func (f *watchedPolicy) modTime() time.Time {
+	if f.path == "" {
+		return time.Time{}
+	}
+	fi, err := os.Stat(f.path)
+	if err != nil {
+		return time.Time{}
+	}
+	return fi.ModTime()
+}
+
+// reload reads the file again if force is set or it changed since last time.
+func (f *watchedPolicy) reload(force bool, log *zap.Logger) {
+	m := f.modTime()
+	if f.path == "" || (!force && m.Equal(f.last)) {
+		return
+	}
+	f.last = m
+	p, err := LoadPolicy(f.path)
+	if err != nil {
+		log.Error(f.what+" reload refused; keeping the one in force", zap.String("file", f.path), zap.Errors("problems", flatten(err)))
+		return
+	}
+	f.apply(p)
 }

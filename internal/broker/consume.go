@@ -190,16 +190,10 @@ func (b *Broker) handleResponse(ctx context.Context, msg jetstream.Msg) error {
 	// The answer counts as given when the stream stored it, so an approver who
 	// answered in time is not refused because the broker was slow or down.
 	rec, err := b.respond(ctx, sub.Principal, sub.RequestID, resp, md.Timestamp)
-	switch {
-	case err == nil:
+	if err == nil {
 		b.log.Info("answer applied", zap.String("request_id", rec.ID), zap.String("state", string(rec.State)), zap.String("principal", sub.Principal))
-		return nil
-	case errors.Is(err, ErrNotFound):
-		return notYet(msg, err)
-	case errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrExpired), errors.Is(err, ErrNotEligible), errors.Is(err, ErrInvalid):
-		return permanent(err)
 	}
-	return err
+	return refusal(msg, err)
 }
 
 // handleCancel applies assent.cancel.<id>.
@@ -213,12 +207,20 @@ func (b *Broker) handleCancel(ctx context.Context, msg jetstream.Msg) error {
 		return permanent(err)
 	}
 	_, err = b.Cancel(ctx, sub.RequestID, e.Source(), c.Reason)
+	return refusal(msg, err)
+}
+
+// refusal maps the result of applying an answer or cancel to how its message
+// is settled: an unknown request may still arrive (retried a few times), a
+// decided, expired, forbidden or malformed one never will (terminated), and
+// anything else is transient.
+func refusal(msg jetstream.Msg, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, ErrNotFound):
 		return notYet(msg, err)
-	case errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrExpired):
+	case errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrExpired), errors.Is(err, ErrNotEligible), errors.Is(err, ErrInvalid):
 		return permanent(err)
 	}
 	return err

@@ -201,7 +201,7 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 		return Record{}, fmt.Errorf("store request %s: %w", id, err)
 	default:
 		rec.revision = rev
-		b.metrics.requested(&rec)
+		b.metrics.requested()
 		if rec.State.Terminal() {
 			b.metrics.decided(&rec)
 		}
@@ -273,7 +273,7 @@ func (b *Broker) reject(ctx context.Context, id, source string, req events.Reque
 		}
 		return err
 	}
-	b.metrics.requested(&rec)
+	b.metrics.requested()
 	b.metrics.decided(&rec)
 	return b.publishDecision(ctx, &rec)
 }

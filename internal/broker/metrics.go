@@ -28,8 +28,8 @@ type metrics struct {
 	nRequested, nApproved, nDenied, nExpired, nCancelled, nAuto, nRejected, nShadow atomic.Int64
 }
 
-func (m *metrics) requested(*Record) { m.nRequested.Add(1) }
-func (m *metrics) rejected()         { m.nRejected.Add(1) }
+func (m *metrics) requested() { m.nRequested.Add(1) }
+func (m *metrics) rejected()  { m.nRejected.Add(1) }
 
 // decided counts one outcome.
 func (m *metrics) decided(r *Record) {

@@ -88,10 +88,10 @@ func (b *Broker) evaluate(ctx context.Context, r *Record, now time.Time) error {
 		r.BaseDeadline = r.Deadline
 	}
 	if !now.Before(r.Deadline) {
-		return r.decide(verdict{outcome: events.Expired, reason: "deadline passed before the broker saw the request", rule: r.Rule, auto: true, at: now})
+		return r.decide(verdict{outcome: events.Expired, reason: "deadline passed before the broker saw the request", rule: r.Rule, auto: true, at: now, digest: in.ArgsDigest})
 	}
 	if res.Action == policy.RequireApproval && res.Approval.OnNoApprover == policy.NoApproverDeny && !res.Approval.Reachable(in, b.presence) {
-		return r.decide(verdict{outcome: events.Denied, reason: policy.ReasonNoApprover, rule: r.Rule, auto: true, at: now})
+		return r.decide(verdict{outcome: events.Denied, reason: policy.ReasonNoApprover, rule: r.Rule, auto: true, at: now, digest: in.ArgsDigest})
 	}
 	reason := res.Reason
 	if res.Grant != nil {
@@ -102,12 +102,12 @@ func (b *Broker) evaluate(ctx context.Context, r *Record, now time.Time) error {
 		if reason == "" {
 			reason = "allowed by " + res.Rule
 		}
-		return r.decide(verdict{outcome: events.Approved, reason: reason, rule: res.Rule, auto: true, at: now})
+		return r.decide(verdict{outcome: events.Approved, reason: reason, rule: res.Rule, auto: true, at: now, digest: in.ArgsDigest})
 	case policy.Deny:
 		if reason == "" {
 			reason = "denied by " + res.Rule
 		}
-		return r.decide(verdict{outcome: events.Denied, reason: reason, rule: res.Rule, auto: true, at: now})
+		return r.decide(verdict{outcome: events.Denied, reason: reason, rule: res.Rule, auto: true, at: now, digest: in.ArgsDigest})
 	}
 	return nil
 }

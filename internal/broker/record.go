@@ -95,9 +95,12 @@ type verdict struct {
 	args    json.RawMessage // nil: the request's own
 	payload json.RawMessage
 	by      []events.DecidedBy
-	rule    string
-	auto    bool
-	at      time.Time
+	// digest, if set, is the digest of the request's own args, already
+	// computed; it spares computing it again when args is nil.
+	digest string
+	rule   string
+	auto   bool
+	at     time.Time
 }
 
 // decide moves a pending record to its terminal state.
@@ -118,9 +121,12 @@ func (r *Record) decide(v verdict) error {
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
-	digest, err := events.ArgsDigest(args)
-	if err != nil {
-		return err
+	digest := v.digest
+	if digest == "" || v.args != nil {
+		var err error
+		if digest, err = events.ArgsDigest(args); err != nil {
+			return err
+		}
 	}
 	r.State = State(v.outcome)
 	r.DecisionEventID = events.NewID()

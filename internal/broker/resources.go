@@ -12,8 +12,8 @@ import (
 
 // Names of the JetStream resources the broker owns.
 const (
-	StreamName  = "ASSENT"
-	StateBucket = "assent-requests"
+	StreamName  = events.StreamName
+	StateBucket = events.StateBucket
 
 	// Internal subjects, in the same stream: a schedule on TimerPrefix+id fires
 	// onto TimeoutPrefix+id at the request's deadline.

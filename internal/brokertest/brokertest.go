@@ -1,4 +1,4 @@
-// Package brokertest runs real brokers inside tests.
+// Package brokertest runs real brokers and approver runtimes inside tests.
 package brokertest
 
 import (
@@ -12,6 +12,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/pkg/handler"
 )
 
 // patience bounds how long a broker may take to become ready or to stop.
@@ -61,4 +62,31 @@ func Run(t testing.TB, nc *nats.Conn, cfg broker.Config) (*broker.Broker, func()
 		}
 	}
 	return b, stop
+}
+
+// RunApprover runs an approver runtime with cfg and h on nc until the test
+// ends, then stops it and waits for Run to return.
+func RunApprover(t testing.TB, nc *nats.Conn, cfg handler.ApproverConfig, h handler.Handler) {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = testenv.Logger(t)
+	}
+	a, err := handler.NewApprover(nc, cfg, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("approver %s: %v", cfg.Principal, err)
+			}
+		case <-time.After(patience):
+			t.Errorf("approver %s: Run did not return %s after its context ended", cfg.Principal, patience)
+		}
+	})
 }

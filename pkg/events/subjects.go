@@ -20,6 +20,14 @@ const (
 	MaxTokenLength = 128
 )
 
+// JetStream names the broker provisions, that clients read directly: the stream
+// holding every subject above, and the KV bucket holding each request's state
+// (key = request id; its stream is "KV_" + StateBucket).
+const (
+	StreamName  = "ASSENT"
+	StateBucket = "assent-requests"
+)
+
 // Kind names which part of the contract a subject belongs to.
 type Kind int
 

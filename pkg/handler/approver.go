@@ -229,23 +229,12 @@ func (a *Approver) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.TermWithReason("malformed: " + err.Error())
 		return
 	}
-	var req Request
-	switch e.Type() {
-	case events.TypePending:
-		p, err := events.DecodePending(&e)
-		if err != nil {
-			_ = msg.TermWithReason("malformed: " + err.Error())
-			return
-		}
-		req = Request{ID: p.RequestID, Requested: p.Request, Deadline: p.Deadline}
-	case events.TypeEscalated:
-		p, err := events.DecodeEscalated(&e)
-		if err != nil {
-			_ = msg.TermWithReason("malformed: " + err.Error())
-			return
-		}
-		req = Request{ID: p.RequestID, Requested: p.Request, Deadline: p.Deadline}
-	default:
+	req, ok, err := pendingRequest(&e)
+	switch {
+	case err != nil:
+		_ = msg.TermWithReason("malformed: " + err.Error())
+		return
+	case !ok:
 		_ = msg.Ack()
 		return
 	}
@@ -307,6 +296,20 @@ func (a *Approver) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	_ = msg.Ack()
+}
+
+// pendingRequest reads the request a pending or escalated event offers; ok is
+// false for other event types.
+func pendingRequest(e *events.Event) (req Request, ok bool, err error) {
+	switch e.Type() {
+	case events.TypePending:
+		p, err := events.DecodePending(e)
+		return Request{ID: p.RequestID, Requested: p.Request, Deadline: p.Deadline}, err == nil, err
+	case events.TypeEscalated:
+		p, err := events.DecodeEscalated(e)
+		return Request{ID: p.RequestID, Requested: p.Request, Deadline: p.Deadline}, err == nil, err
+	}
+	return Request{}, false, nil
 }
 
 // answer publishes a responded event.

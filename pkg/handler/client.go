@@ -16,7 +16,7 @@ import (
 )
 
 // StreamName is the JetStream stream the broker keeps the contract's events in.
-const StreamName = "ASSENT"
+const StreamName = events.StreamName
 
 // Errors Request returns; branch on them with errors.Is.
 var (
@@ -244,9 +244,6 @@ func (c *Client) Decision(ctx context.Context, id string) (Decision, bool, error
 	return d, true, nil
 }
 
-// stateStream is the stream behind the broker's request-state bucket.
-const stateStream = "KV_assent-requests"
-
 // deadline reads the deadline the broker set for request id from its state
 // entry; zero when the broker has not stored the request yet.
 func (c *Client) deadline(ctx context.Context, id string) (time.Time, error) {
@@ -255,14 +252,14 @@ func (c *Client) deadline(ctx context.Context, id string) (time.Time, error) {
 	c.mu.Unlock()
 	if s == nil {
 		var err error
-		if s, err = c.js.Stream(ctx, stateStream); err != nil {
+		if s, err = c.js.Stream(ctx, "KV_"+events.StateBucket); err != nil {
 			return time.Time{}, err
 		}
 		c.mu.Lock()
 		c.state = s
 		c.mu.Unlock()
 	}
-	m, err := s.GetLastMsgForSubject(ctx, "$KV.assent-requests."+id)
+	m, err := s.GetLastMsgForSubject(ctx, "$KV."+events.StateBucket+"."+id)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return time.Time{}, nil
 	}

@@ -27,19 +27,7 @@ func runBroker(t *testing.T, nc *nats.Conn, cfg broker.Config) func() {
 // runApprover runs an approver runtime with h until the test ends.
 func runApprover(t *testing.T, nc *nats.Conn, principal string, h handler.Handler) {
 	t.Helper()
-	a, err := handler.NewApprover(nc, handler.ApproverConfig{Principal: principal, Channel: "test"}, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("approver: %v", err)
-		}
-	})
+	brokertest.RunApprover(t, nc, handler.ApproverConfig{Principal: principal, Channel: "test"}, h)
 }
 
 func testCtx(t *testing.T) context.Context {
