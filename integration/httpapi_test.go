@@ -167,13 +167,14 @@ func TestHTTPAPI(t *testing.T) {
 			t.Fatalf("a pending approval must have \"decision\": null: %s", r.body)
 		}
 
-		// A chosen id is kept; creating it again is the same request.
+		// A chosen id is kept; creating it again is the same request, and a
+		// different request under it is refused.
 		id := events.NewID()
 		first := a.create(t, map[string]any{"id": id, "agent": "web", "tool": "ls"})
 		if first.ID != id {
 			t.Fatalf("created %s, asked for id %s", first.ID, id)
 		}
-		r = call(t, http.MethodPost, a.api+"/v1/approvals", map[string]any{"id": id, "agent": "web", "tool": "format_disk"})
+		r = call(t, http.MethodPost, a.api+"/v1/approvals", map[string]any{"id": id, "agent": "web", "tool": "ls", "hint": "hints may change"})
 		if r.status/100 != 2 {
 			t.Fatalf("creating id %s again: %d %s", id, r.status, r.body)
 		}
@@ -181,6 +182,7 @@ func TestHTTPAPI(t *testing.T) {
 		if dup.ID != id || dup.Request.Tool != "ls" || !dup.ReceivedAt.Equal(first.ReceivedAt) {
 			t.Fatalf("creating id %s again gave %+v", id, dup)
 		}
+		wantError(t, call(t, http.MethodPost, a.api+"/v1/approvals", map[string]any{"id": id, "agent": "web", "tool": "format_disk"}), http.StatusConflict, "id_conflict")
 	})
 
 	t.Run("create-with-wait", func(t *testing.T) {

@@ -26,6 +26,7 @@ func metricsHandler(b *broker.Broker) http.Handler {
 	counter("cancelled_total", "Requests this replica decided cancelled.", func(s broker.Stats) int64 { return s.Cancelled })
 	counter("automatic_decisions_total", "Outcomes no person chose: policy, remembered choice, timeout, invalid request.", func(s broker.Stats) int64 { return s.Auto })
 	counter("rejected_messages_total", "Events, answers and cancels refused as invalid, late or forbidden.", func(s broker.Stats) int64 { return s.Rejected })
+	counter("forged_decisions_total", "Decided events found on the stream that no broker made; the broker's own could not be published.", func(s broker.Stats) int64 { return s.ForgedDecisions })
 	counter("shadow_disagreements_total", "Requests the shadow policy would have decided otherwise.", func(s broker.Stats) int64 { return s.ShadowDisagreements })
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "assent", Name: "pending_timers", Help: "Pending requests this replica holds a local timer for."},
 		func() float64 { return float64(b.Stats().Timers) }))

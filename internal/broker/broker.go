@@ -38,8 +38,17 @@ type Broker struct {
 	metrics  metrics
 	records  *hub // KV updates by request id, for callers waiting on a record
 
+	// maxEmit bounds an event the broker publishes (body and headers): the
+	// stream's message limit. maxValue bounds a state entry: the server's
+	// max_payload, less room for the message's framing.
+	maxEmit, maxValue int
+
 	ready   atomic.Bool
 	running atomic.Bool
+
+	// afterCommit, if set (by tests), runs right after an outcome is stored
+	// and before its decided event is published.
+	afterCommit func(id string)
 }
 
 // New returns a broker that uses nc. A nil logger logs nothing. Call Run to start it.
@@ -53,6 +62,19 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 	}
 	if log == nil {
 		log = zap.NewNop()
+	}
+	// The broker publishes events up to the incoming limit plus room for what
+	// it adds (a decision's reason, who decided, digests); both must fit the
+	// server's max_payload.
+	maxPayload := int(nc.MaxPayload())
+	if maxPayload > 0 && cfg.MaxEventSize+eventHeadroom > maxPayload {
+		limit := maxPayload - eventHeadroom
+		if limit < minEventSize {
+			return nil, fmt.Errorf("broker: the NATS server's max_payload is %d bytes; the broker needs at least %d (raise max_payload in the server's configuration)", maxPayload, minEventSize+eventHeadroom)
+		}
+		log.Warn("event size limit lowered to fit the NATS server's max_payload; raise max_payload to accept larger events",
+			zap.Int("max_payload", maxPayload), zap.Int("max_event_size", limit), zap.Int("wanted", cfg.MaxEventSize))
+		cfg.MaxEventSize = limit
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -70,6 +92,11 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 		records:  newHub(),
 		grants:   newGrants(),
 		presence: &presence{everyone: !cfg.AnnouncedOnly, live: make(map[string]events.Announcement), ready: make(chan struct{})},
+		maxEmit:  cfg.MaxEventSize + eventHeadroom,
+		maxValue: maxPayload - 512,
+	}
+	if maxPayload <= 0 {
+		b.maxValue = 2*cfg.MaxEventSize + eventHeadroom
 	}
 	builtin, err := builtinPolicy(cfg)
 	if err != nil {
@@ -211,16 +238,19 @@ func (b *Broker) recover(ctx context.Context) error {
 	return nil
 }
 
-// expiryLoop expires requests whose local timers fired.
+// expiryLoop hands requests whose local timers fired to the timeouts consumer.
 func (b *Broker) expiryLoop(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case id := <-b.timers.due:
+			// The expiry (or escalation) is made by whichever replica takes
+			// this message, like one the durable schedule fires, so that an
+			// outcome is always chosen while handling a stored message.
 			octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			if _, err := b.expire(octx, id, b.now()); err != nil && !errors.Is(err, ErrNotFound) {
-				b.log.Warn("expire failed; the durable schedule will retry", zap.String("request_id", id), zap.Error(err))
+			if _, err := b.js.PublishMsg(octx, &nats.Msg{Subject: TimeoutPrefix + id, Data: []byte(id)}); err != nil {
+				b.log.Warn("publish timeout failed; the durable schedule will fire", zap.String("request_id", id), zap.Error(err))
 			}
 			cancel()
 		}
@@ -279,6 +309,17 @@ func (b *Broker) Submit(ctx context.Context, id, source string, req events.Reque
 	if err := req.Validate(); err != nil {
 		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	digest, err := events.RequestDigest(req)
+	if err != nil {
+		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	// A retry by id is the same request, and gets its record; another request
+	// under that id is refused before it is published.
+	if rec, err := b.load(ctx, id); err == nil {
+		return rec, conflict(&rec, req, digest)
+	} else if !errors.Is(err, ErrNotFound) {
+		return Record{}, err
+	}
 	subj, err := events.RequestSubject(req.Agent)
 	if err != nil {
 		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -287,10 +328,11 @@ func (b *Broker) Submit(ctx context.Context, id, source string, req events.Reque
 	if err != nil {
 		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	msg, err := b.encode(subj, &e)
+	h, body, err := events.Encode(&e)
 	if err != nil {
-		return Record{}, err
+		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	msg := &nats.Msg{Subject: subj, Header: nats.Header(h), Data: body}
 	if size := len(msg.Data) + headerSize(msg.Header); size > b.cfg.MaxEventSize {
 		return Record{}, fmt.Errorf("%w: %w: the event would be %d bytes, limit %d", ErrInvalid, events.ErrTooLarge, size, b.cfg.MaxEventSize)
 	}
@@ -301,6 +343,9 @@ func (b *Broker) Submit(ctx context.Context, id, source string, req events.Reque
 	}
 	for {
 		rec, err := b.load(ctx, id)
+		if err == nil {
+			return rec, conflict(&rec, req, digest)
+		}
 		if !errors.Is(err, ErrNotFound) {
 			return rec, err
 		}
@@ -311,6 +356,34 @@ func (b *Broker) Submit(ctx context.Context, id, source string, req events.Reque
 			return Record{}, fmt.Errorf("request %s published but not yet stored by a broker: %w", id, ctx.Err())
 		}
 	}
+}
+
+// Room the broker leaves for itself in the events it publishes.
+const (
+	// eventHeadroom is what an event the broker publishes may add to the
+	// request or answer it carries: a decision's reason, who decided, its
+	// digests, the pending event's approvers.
+	eventHeadroom = 64 << 10
+	// publishHeaderRoom is room for the headers that publish options add
+	// (expected sequence, message id).
+	publishHeaderRoom = 256
+	// minEventSize is the least useful incoming limit.
+	minEventSize = 1024
+)
+
+// wireHeaderSize is the size of h as NATS sends it: "NATS/1.0\r\n", a
+// "Key: Value\r\n" line per value, and a closing "\r\n"; zero without headers.
+func wireHeaderSize(h nats.Header) int {
+	if len(h) == 0 {
+		return 0
+	}
+	n := len("NATS/1.0\r\n") + 2
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + 2 + len(v) + 2
+		}
+	}
+	return n
 }
 
 func headerSize(h nats.Header) int {

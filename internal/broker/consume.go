@@ -107,12 +107,13 @@ func (b *Broker) settle(log *zap.Logger, msg jetstream.Msg, err error) {
 	switch {
 	case err == nil:
 		_ = msg.Ack()
+	case errors.As(err, &retry):
+		log.Debug("message deferred", zap.String("subject", msg.Subject()), zap.Duration("delay", retry.delay), zap.Error(err))
+		_ = msg.NakWithDelay(retry.delay)
 	case errors.As(err, &perm):
 		b.metrics.rejected()
 		log.Info("message rejected", zap.String("subject", msg.Subject()), zap.Error(err))
 		_ = msg.TermWithReason(truncate(err.Error(), 256))
-	case errors.As(err, &retry):
-		_ = msg.NakWithDelay(retry.delay)
 	default:
 		delay := time.Second
 		if md, mdErr := msg.Metadata(); mdErr == nil {
@@ -141,11 +142,10 @@ func (b *Broker) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 	if err != nil {
 		return err
 	}
-	md, err := msg.Metadata()
+	o, err := originOf(msg)
 	if err != nil {
 		return permanent(err)
 	}
-	received := md.Timestamp
 	req, err := events.DecodeRequested(&e)
 	if err == nil && req.Agent != "" && req.Agent != sub.Agent {
 		err = fmt.Errorf("%w: agent: %q in data but the subject names %q", events.ErrBadValue, req.Agent, sub.Agent)
@@ -156,16 +156,26 @@ func (b *Broker) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 		}
 		// The envelope is sound, so the agent is waiting on this id: tell it.
 		req.Agent = sub.Agent
-		if rerr := b.reject(ctx, e.ID(), e.Source(), req, received, err); rerr != nil {
+		if rerr := b.reject(ctx, e.ID(), e.Source(), req, o, err); rerr != nil {
 			return rerr
 		}
 		return permanent(err)
 	}
 	req.Agent = sub.Agent
-	_, err = b.ingest(ctx, e.ID(), e.Source(), req, received)
-	if errors.Is(err, ErrInvalid) {
-		// Valid as an event, but the policy cannot read it: deny it at once.
-		if rerr := b.reject(ctx, e.ID(), e.Source(), req, received, err); rerr != nil {
+	_, err = b.ingest(ctx, e.ID(), e.Source(), req, o)
+	switch {
+	case errors.Is(err, ErrIDConflict):
+		// The id is another request's: that one keeps it, and this one's
+		// agent learns why it gets no decision of its own.
+		if rerr := b.rejectConflict(ctx, e.ID(), req, o, err); rerr != nil {
+			return rerr
+		}
+		b.log.Warn("request refused: its id belongs to a different request", zap.String("request_id", e.ID()), zap.String("agent", sub.Agent), zap.Error(err))
+		return permanent(err)
+	case errors.Is(err, ErrInvalid):
+		// Valid as an event, but the policy cannot read it, or its events
+		// would not fit the stream: deny it at once.
+		if rerr := b.reject(ctx, e.ID(), e.Source(), req, o, err); rerr != nil {
 			return rerr
 		}
 		return permanent(err)
@@ -183,13 +193,14 @@ func (b *Broker) handleResponse(ctx context.Context, msg jetstream.Msg) error {
 	if err != nil {
 		return permanent(err)
 	}
-	md, err := msg.Metadata()
+	o, err := originOf(msg)
 	if err != nil {
 		return permanent(err)
 	}
+	o.answer = true
 	// The answer counts as given when the stream stored it, so an approver who
 	// answered in time is not refused because the broker was slow or down.
-	rec, err := b.respond(ctx, sub.Principal, sub.RequestID, resp, md.Timestamp)
+	rec, err := b.respond(ctx, sub.Principal, sub.RequestID, resp, o)
 	if err == nil {
 		b.log.Info("answer applied", zap.String("request_id", rec.ID), zap.String("state", string(rec.State)), zap.String("principal", sub.Principal))
 	}
@@ -206,21 +217,31 @@ func (b *Broker) handleCancel(ctx context.Context, msg jetstream.Msg) error {
 	if err != nil {
 		return permanent(err)
 	}
-	_, err = b.Cancel(ctx, sub.RequestID, e.Source(), c.Reason)
+	o, err := originOf(msg)
+	if err != nil {
+		return permanent(err)
+	}
+	o.answer = true
+	_, err = b.cancel(ctx, sub.RequestID, e.Source(), c, o)
 	return refusal(msg, err)
 }
 
 // refusal maps the result of applying an answer or cancel to how its message
 // is settled: an unknown request may still arrive (retried a few times), a
-// decided, expired, forbidden or malformed one never will (terminated), and
+// decided, expired, forbidden or malformed one never will (terminated), a
+// decision whose publishing is under way is looked at again later, and
 // anything else is transient.
 func refusal(msg jetstream.Msg, err error) error {
+	var retry *retryError
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &retry):
+		return err
 	case errors.Is(err, ErrNotFound):
 		return notYet(msg, err)
-	case errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrExpired), errors.Is(err, ErrNotEligible), errors.Is(err, ErrInvalid):
+	case errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrExpired), errors.Is(err, ErrNotEligible), errors.Is(err, ErrInvalid),
+		errors.Is(err, ErrBeforeRequest), errors.Is(err, ErrForgedDecision):
 		return permanent(err)
 	}
 	return err
@@ -237,15 +258,22 @@ func notYet(msg jetstream.Msg, err error) error {
 	return permanent(err)
 }
 
-// handleTimeout expires a request whose durable schedule fired.
+// handleTimeout expires a request whose durable schedule or local timer fired.
 func (b *Broker) handleTimeout(ctx context.Context, msg jetstream.Msg) error {
 	id := msg.Subject()[len(TimeoutPrefix):]
 	if !events.ValidToken(id) {
 		return permanent(fmt.Errorf("%w: %q", events.ErrBadSubject, msg.Subject()))
 	}
-	_, err := b.expire(ctx, id, b.now())
-	if errors.Is(err, ErrNotFound) {
+	o, err := originOf(msg)
+	if err != nil {
+		return permanent(err)
+	}
+	_, err = b.expire(ctx, id, b.now(), o)
+	switch {
+	case errors.Is(err, ErrNotFound):
 		return nil
+	case errors.Is(err, ErrForgedDecision):
+		return permanent(err)
 	}
 	return err
 }

@@ -20,12 +20,15 @@ type Stats struct {
 	// ShadowDisagreements counts requests the shadow policy would have decided
 	// otherwise.
 	ShadowDisagreements int64 `json:"shadow_disagreements"`
+	// ForgedDecisions counts decided events found on the stream that this
+	// broker did not make (its own could then not be published).
+	ForgedDecisions int64 `json:"forged_decisions"`
 	// Timers counts the pending requests this replica holds a local timer for.
 	Timers int64 `json:"timers"`
 }
 
 type metrics struct {
-	nRequested, nApproved, nDenied, nExpired, nCancelled, nAuto, nRejected, nShadow atomic.Int64
+	nRequested, nApproved, nDenied, nExpired, nCancelled, nAuto, nRejected, nShadow, nForged atomic.Int64
 }
 
 func (m *metrics) requested() { m.nRequested.Add(1) }
@@ -55,6 +58,6 @@ func (m *metrics) snapshot() Stats {
 	return Stats{
 		Requested: m.nRequested.Load(), Approved: m.nApproved.Load(), Denied: m.nDenied.Load(),
 		Expired: m.nExpired.Load(), Cancelled: m.nCancelled.Load(), Auto: m.nAuto.Load(), Rejected: m.nRejected.Load(),
-		ShadowDisagreements: m.nShadow.Load(),
+		ShadowDisagreements: m.nShadow.Load(), ForgedDecisions: m.nForged.Load(),
 	}
 }

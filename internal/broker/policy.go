@@ -80,7 +80,7 @@ func (b *Broker) evaluate(ctx context.Context, r *Record, now time.Time) error {
 		timeout = b.cfg.clamp(res.Approval.TimeoutFor(r.Request.Timeout.Std()))
 	}
 	r.Deadline = r.ReceivedAt.Add(timeout).UTC()
-	r.Rule = res.Rule
+	r.Rule, r.Limit = res.Rule, res.Limit
 	if res.Approval != nil {
 		r.Rule = res.Approval.Rule
 		r.Approvers = res.Approval.Approvers

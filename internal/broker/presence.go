@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -58,9 +59,13 @@ func (b *Broker) watchPresence(ctx context.Context) error {
 			return
 		}
 		var a events.Announcement
-		if err := json.Unmarshal(entry.Value(), &a); err == nil && a.Principal != "" {
-			b.presence.live[entry.Key()] = a
+		if err := json.Unmarshal(entry.Value(), &a); err != nil || a.Principal == "" {
+			b.log.Warn("ignoring a presence entry that is not an announcement: want {\"principal\", \"channel\", \"at\"} (docs/protocol.md)",
+				zap.String("key", entry.Key()), zap.String("value", truncate(string(entry.Value()), 120)), zap.Error(err))
+			delete(b.presence.live, entry.Key())
+			return
 		}
+		b.presence.live[entry.Key()] = a
 	}, func() { close(b.presence.ready) })
 	return nil
 }

@@ -1,9 +1,11 @@
 package broker
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/assent-dev/assent/pkg/events"
@@ -45,33 +47,65 @@ var (
 	ErrNotEligible = errors.New("principal not eligible")
 	// ErrInvalid: the input is malformed; the wrapped error says how.
 	ErrInvalid = errors.New("invalid input")
+	// ErrIDConflict: the request id belongs to a different request (another
+	// tool, other args, agent, session, user, call id, labels or schema).
+	ErrIDConflict = errors.New("request id already used by a different request")
+	// ErrBeforeRequest: an answer or cancel was stored before the request it
+	// names, so nobody could have seen that request; it is refused.
+	ErrBeforeRequest = errors.New("answer stored before its request")
+	// ErrForgedDecision: the stream holds a decided event for the request that
+	// this broker did not make. The broker's own decision cannot be published.
+	ErrForgedDecision = errors.New("a decision this broker did not make is on the stream")
 )
 
 // Record is the stored state of one request, the value of its KV entry.
 type Record struct {
-	ID         string           `json:"id"`
-	State      State            `json:"state"`
-	Request    events.Requested `json:"request"`
-	Source     string           `json:"source,omitempty"`
-	ReceivedAt time.Time        `json:"received_at"`
-	Deadline   time.Time        `json:"deadline"`
-	Decision   *events.Decided  `json:"decision"`
+	ID      string           `json:"id"`
+	State   State            `json:"state"`
+	Request events.Requested `json:"request"`
+	Source  string           `json:"source,omitempty"`
+	// RequestDigest is events.RequestDigest of Request: a request published
+	// again with the same id must have the same digest.
+	RequestDigest string `json:"request_digest,omitempty"`
+	// RequestSeq is the stream sequence of the request message; an answer or
+	// cancel stored before it is refused.
+	RequestSeq uint64          `json:"request_seq,omitempty"`
+	ReceivedAt time.Time       `json:"received_at"`
+	Deadline   time.Time       `json:"deadline"`
+	Decision   *events.Decided `json:"decision"`
 	// Rule is the policy rule the request falls under ("mode:<mode>" when no
-	// rule matched); Approvers and Quorum say who must answer.
+	// rule matched); Approvers and Quorum say who must answer. Limit names the
+	// limit that held an automatic approval for people to decide.
 	Rule      string   `json:"rule,omitempty"`
+	Limit     string   `json:"limit,omitempty"`
 	Approvers []string `json:"approvers,omitempty"`
 	Quorum    int      `json:"quorum,omitempty"`
 	// BaseDeadline is the deadline before escalation steps extended it; Level
 	// is the escalation level reached.
 	BaseDeadline time.Time `json:"base_deadline,omitzero"`
 	Level        int       `json:"level,omitempty"`
-	// Votes are the approvals given so far, while a quorum is not reached.
-	Votes []events.DecidedBy `json:"votes,omitempty"`
-	// DecisionEventID is the id of the decided CloudEvent, fixed when the outcome
-	// is chosen so that every retry publishes the same event.
+	// Votes are the approvals given so far, while a quorum is not reached;
+	// Applied lists the stream sequences of the answers they came from.
+	Votes   []events.DecidedBy `json:"votes,omitempty"`
+	Applied []uint64           `json:"applied,omitempty"`
+	// DecisionEventID is the id of the decided CloudEvent and Replica the
+	// broker that chose the outcome, fixed when it is chosen so that every
+	// retry, by any replica, publishes the same event.
 	DecisionEventID string `json:"decision_event_id,omitempty"`
+	Replica         string `json:"replica,omitempty"`
+	// Trigger is the stream sequence of the message (request, answer, cancel
+	// or timeout) whose handling chose the outcome. That message is
+	// acknowledged only once the decided event is on the stream, so if the
+	// broker dies in between, its redelivery publishes the decision.
+	Trigger uint64 `json:"trigger,omitempty"`
 
 	revision uint64
+}
+
+// applied reports whether the message at stream sequence seq was applied to r
+// already: it decided r, or it is one of its votes.
+func (r *Record) applied(seq uint64) bool {
+	return seq != 0 && (r.Trigger == seq || slices.Contains(r.Applied, seq))
 }
 
 // Revision is the KV revision the record was read at.
@@ -103,6 +137,16 @@ type verdict struct {
 	at     time.Time
 }
 
+// rules returns the decision's rule and approval rule for a record whose
+// approvers follow rule r.Rule: a request a limit held for approval names the
+// limit, and the rule beside it.
+func (r *Record) rules(rule string) (string, string) {
+	if held := "limit:" + r.Limit; r.Limit != "" && rule != held {
+		return held, rule
+	}
+	return rule, ""
+}
+
 // decide moves a pending record to its terminal state.
 func (r *Record) decide(v verdict) error {
 	args := r.Request.Args
@@ -118,7 +162,7 @@ func (r *Record) decide(v verdict) error {
 		}
 		args, edited = edit, string(orig) != string(edit)
 	}
-	if len(args) == 0 {
+	if len(bytes.TrimSpace(args)) == 0 || string(bytes.TrimSpace(args)) == "null" {
 		args = json.RawMessage("{}")
 	}
 	digest := v.digest
@@ -130,28 +174,54 @@ func (r *Record) decide(v verdict) error {
 	}
 	r.State = State(v.outcome)
 	r.DecisionEventID = events.NewID()
+	rule, approvalRule := r.rules(v.rule)
 	r.Decision = &events.Decided{
-		RequestID:  r.ID,
-		Outcome:    v.outcome,
-		Reason:     v.reason,
-		Args:       args,
-		Edited:     edited,
-		ArgsDigest: digest,
-		Payload:    v.payload,
-		DecidedBy:  v.by,
-		Rule:       v.rule,
-		Auto:       v.auto,
-		DecidedAt:  v.at.UTC(),
+		RequestID:     r.ID,
+		Outcome:       v.outcome,
+		Reason:        v.reason,
+		Args:          args,
+		Edited:        edited,
+		ArgsDigest:    digest,
+		Payload:       v.payload,
+		DecidedBy:     v.by,
+		Rule:          rule,
+		ApprovalRule:  approvalRule,
+		Auto:          v.auto,
+		DecidedAt:     v.at.UTC(),
+		RequestDigest: r.RequestDigest,
 	}
 	return nil
 }
 
-func encodeRecord(r *Record) ([]byte, error) { return json.Marshal(r) }
+// encodeRecord writes r as the value of its KV entry: JSON without HTML
+// escaping, and the decision's args left out unless an approver edited them
+// (they are the request's, stored once; decodeRecord puts them back).
+func encodeRecord(r *Record) ([]byte, error) {
+	stored := *r
+	if r.Decision != nil && !r.Decision.Edited {
+		d := *r.Decision
+		d.Args = nil
+		stored.Decision = &d
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(&stored); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
 
 func decodeRecord(b []byte, rev uint64) (Record, error) {
 	var r Record
 	if err := json.Unmarshal(b, &r); err != nil {
 		return Record{}, fmt.Errorf("corrupt state entry: %w", err)
+	}
+	if r.Decision != nil && !r.Decision.Edited && len(r.Decision.Args) == 0 {
+		r.Decision.Args = r.Request.Args
+		if t := bytes.TrimSpace(r.Decision.Args); len(t) == 0 || string(t) == "null" {
+			r.Decision.Args = json.RawMessage("{}")
+		}
 	}
 	r.revision = rev
 	return r, nil

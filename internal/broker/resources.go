@@ -39,7 +39,7 @@ func streamConfig(c Config) jetstream.StreamConfig {
 		Storage:           jetstream.FileStorage,
 		Discard:           jetstream.DiscardOld,
 		MaxAge:            c.Retention,
-		MaxMsgSize:        int32(c.MaxEventSize + 64<<10),
+		MaxMsgSize:        int32(c.MaxEventSize + eventHeadroom),
 		Duplicates:        dedupeWindow,
 		Replicas:          c.Replicas,
 		AllowDirect:       true,

@@ -90,10 +90,47 @@ func New(b Broker, cfg Config, log *zap.Logger) *Server {
 // Handle adds a handler to the gateway's mux (for the web UI, metrics, ...).
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler. A path no route serves, or a method a
+// route does not take, gets a JSON error like every other (404 not_found, 405
+// method_not_allowed with an Allow header).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	s.mux.ServeHTTP(w, r)
+	h, pattern := s.mux.Handler(r)
+	if pattern != "" {
+		s.mux.ServeHTTP(w, r) // which sets the path values
+		return
+	}
+	// The mux's own answer says which of the two it is, and which methods
+	// the path takes; keep that and write the body as JSON.
+	probe := &statusRecorder{header: http.Header{}}
+	h.ServeHTTP(probe, r)
+	switch probe.status {
+	case http.StatusMethodNotAllowed:
+		w.Header().Set("Allow", probe.header.Get("Allow"))
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, probe.header.Get("Allow")))
+	case http.StatusNotFound:
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such path: %s (the API is under /v1/, see docs/protocol.md)", r.URL.Path))
+	default:
+		h.ServeHTTP(w, r) // a redirect, such as for a path that is not clean
+	}
+}
+
+// statusRecorder keeps the status and headers a handler writes, and drops its
+// body.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (r *statusRecorder) Header() http.Header { return r.header }
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+}
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	return len(b), nil
 }
 
 // Approval is the resource the API returns for a request.
@@ -233,6 +270,9 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 	by := body.By
 	if by == "" {
 		by = "http/" + clientName(r)
+	} else if err := events.CheckToken("by", by); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error()+" (by names who cancels: a principal)")
+		return
 	}
 	rec, err := s.b.Cancel(r.Context(), r.PathValue("id"), by, body.Reason)
 	if err != nil {
@@ -282,8 +322,15 @@ func (s *Server) fail(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
 	case errors.Is(err, broker.ErrNotFound):
 		writeError(w, http.StatusNotFound, "not_found", err.Error())
+	case errors.Is(err, broker.ErrIDConflict):
+		writeError(w, http.StatusConflict, "id_conflict", err.Error())
 	case errors.Is(err, broker.ErrAlreadyDecided):
 		writeError(w, http.StatusConflict, "already_decided", err.Error())
+	case errors.Is(err, broker.ErrBeforeRequest):
+		writeError(w, http.StatusConflict, "before_request", err.Error())
+	case errors.Is(err, broker.ErrForgedDecision):
+		s.log.Error("decision conflict", zap.Error(err))
+		writeError(w, http.StatusInternalServerError, "decision_conflict", err.Error())
 	case errors.Is(err, broker.ErrExpired):
 		writeError(w, http.StatusGone, "expired", err.Error())
 	case errors.Is(err, broker.ErrNotEligible):

@@ -14,6 +14,9 @@ const (
 	ResponsePrefix = "assent.response."
 	CancelPrefix   = "assent.cancel."
 	DecisionPrefix = "assent.decision."
+	// RejectionPrefix is where the broker tells an agent it refused a request
+	// message without deciding it (dev.assent.approval.rejected).
+	RejectionPrefix = "assent.rejection."
 	// ShadowPrefix is where the broker records shadow-policy disagreements.
 	ShadowPrefix   = "assent.audit.shadow."
 	AllSubjects    = "assent.>"
@@ -39,6 +42,7 @@ const (
 	KindResponse
 	KindCancel
 	KindDecision
+	KindRejection
 )
 
 func (k Kind) String() string {
@@ -53,6 +57,8 @@ func (k Kind) String() string {
 		return "cancel"
 	case KindDecision:
 		return "decision"
+	case KindRejection:
+		return "rejection"
 	}
 	return "unknown"
 }
@@ -128,12 +134,21 @@ func DecisionSubject(id string) (string, error) {
 	return DecisionPrefix + id, nil
 }
 
+// RejectionSubject is where the broker publishes why it refused a request
+// message with id without deciding it.
+func RejectionSubject(id string) (string, error) {
+	if err := CheckToken("request id", id); err != nil {
+		return "", err
+	}
+	return RejectionPrefix + id, nil
+}
+
 // Subject is a parsed contract subject. Which fields are set depends on Kind.
 type Subject struct {
 	Kind      Kind
 	Agent     string // request, pending
 	Principal string // response
-	RequestID string // response, cancel, decision
+	RequestID string // response, cancel, decision, rejection
 }
 
 // ParseSubject splits a contract subject into its parts. Errors wrap ErrBadSubject
@@ -169,13 +184,16 @@ func ParseSubject(s string) (Subject, error) {
 			return Subject{}, err
 		}
 		return sub, CheckToken("request id", sub.RequestID)
-	case "cancel", "decision":
+	case "cancel", "decision", "rejection":
 		if err := want(1); err != nil {
 			return Subject{}, err
 		}
 		sub.Kind, sub.RequestID = KindCancel, parts[1]
-		if parts[0] == "decision" {
+		switch parts[0] {
+		case "decision":
 			sub.Kind = KindDecision
+		case "rejection":
+			sub.Kind = KindRejection
 		}
 		return sub, CheckToken("request id", sub.RequestID)
 	}

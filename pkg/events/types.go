@@ -3,6 +3,7 @@ package events
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -15,6 +16,7 @@ const (
 	TypeCancel    = "dev.assent.approval.cancel"
 	TypeEscalated = "dev.assent.approval.escalated"
 	TypeDecided   = "dev.assent.approval.decided"
+	TypeRejected  = "dev.assent.approval.rejected"
 
 	// TypeShadowDisagreement is broker audit: a shadow policy would have
 	// decided a request differently from the live one. Never acted on.
@@ -177,8 +179,47 @@ type Decided struct {
 	Payload    json.RawMessage `json:"payload,omitempty"`
 	DecidedBy  []DecidedBy     `json:"decided_by,omitempty"`
 	Rule       string          `json:"rule,omitempty"`
-	Auto       bool            `json:"auto,omitempty"`
-	DecidedAt  time.Time       `json:"decided_at"`
+	// ApprovalRule is the rule (or mode:<mode>) whose approvers answered,
+	// where it differs from Rule: a request a limit held for approval has
+	// Rule "limit:<name>" and the approval rule here.
+	ApprovalRule string    `json:"approval_rule,omitempty"`
+	Auto         bool      `json:"auto,omitempty"`
+	DecidedAt    time.Time `json:"decided_at"`
+	// RequestDigest binds the decision to the whole request it decides (see
+	// RequestDigest), so an agent that reused a request id can tell the
+	// decision is not about its request.
+	RequestDigest string `json:"request_digest,omitempty"`
+}
+
+// Rejection codes: why the broker refused a request without deciding it.
+const (
+	// RejectIDConflict: the request id is taken by a different request.
+	RejectIDConflict = "id_conflict"
+)
+
+// Rejected is the data of a dev.assent.approval.rejected event, published by
+// the broker on assent.rejection.<request-id> when it refuses a request
+// message without deciding it, so that the agent learns why. A rejection is
+// not a decision: the request id may have one decision, about another request.
+type Rejected struct {
+	RequestID string `json:"request_id"`
+	Code      string `json:"code"`
+	Reason    string `json:"reason,omitempty"`
+	// RequestDigest is the digest of the refused request, so its sender can
+	// tell the rejection is about its own message.
+	RequestDigest string `json:"request_digest,omitempty"`
+}
+
+// Validate reports every problem with r at once.
+func (r *Rejected) Validate() error {
+	var errs []error
+	if err := CheckToken("request_id", r.RequestID); err != nil {
+		errs = append(errs, err)
+	}
+	if r.Code == "" {
+		errs = append(errs, fieldErr("code", ErrMissingField))
+	}
+	return errors.Join(errs...)
 }
 
 // Approved reports whether the guarded call may run.

@@ -144,11 +144,16 @@ type Escalation struct {
 	Next time.Time
 }
 
-// At returns the escalation state at now of a request that started at
-// started. Steps fire at started+After, in order; a step due at or after the
-// deadline in force never fires.
-func (a *Approval) At(started, now time.Time) Escalation {
-	e := Escalation{Deadline: started.Add(a.Timeout)}
+// At returns the escalation state at now of a request that started at started
+// and times out at deadline unless a step extends it (zero: started plus the
+// approval's Timeout, for a request that asked for no shorter timeout). Steps
+// fire at started+After, in order; a step due at or after the deadline in
+// force (deadline plus the extensions of the steps before it) never fires.
+func (a *Approval) At(started, deadline, now time.Time) Escalation {
+	if deadline.IsZero() {
+		deadline = started.Add(a.Timeout)
+	}
+	e := Escalation{Deadline: deadline}
 	for _, s := range a.Escalation {
 		at := started.Add(s.After)
 		if !at.Before(e.Deadline) {
@@ -165,10 +170,14 @@ func (a *Approval) At(started, now time.Time) Escalation {
 }
 
 // Level returns the escalation level at now (see At).
-func (a *Approval) Level(started, now time.Time) int { return a.At(started, now).Level }
+func (a *Approval) Level(started, deadline, now time.Time) int {
+	return a.At(started, deadline, now).Level
+}
 
 // Deadline returns the deadline in force at now (see At).
-func (a *Approval) Deadline(started, now time.Time) time.Time { return a.At(started, now).Deadline }
+func (a *Approval) Deadline(started, deadline, now time.Time) time.Time {
+	return a.At(started, deadline, now).Deadline
+}
 
 // ApproversAt returns the approvers entries (as written) that level adds:
 // Approvers for 0, the step's approvers for n. Nil means anyone. Out of range

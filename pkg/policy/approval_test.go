@@ -142,7 +142,7 @@ func TestEscalation(t *testing.T) {
 	}
 	for _, tc := range tests {
 		now := start.Add(tc.at)
-		e := a.At(start, now)
+		e := a.At(start, time.Time{}, now)
 		var next time.Time
 		if tc.next > 0 {
 			next = start.Add(tc.next)
@@ -150,15 +150,30 @@ func TestEscalation(t *testing.T) {
 		if e.Level != tc.level || !e.Deadline.Equal(start.Add(tc.deadline)) || !e.Next.Equal(next) {
 			t.Errorf("at +%s: %+v, want level %d deadline +%s next +%s", tc.at, e, tc.level, tc.deadline, tc.next)
 		}
-		if a.Level(start, now) != tc.level || !a.Deadline(start, now).Equal(e.Deadline) {
+		if a.Level(start, time.Time{}, now) != tc.level || !a.Deadline(start, time.Time{}, now).Equal(e.Deadline) {
 			t.Errorf("at +%s: Level/Deadline disagree with At", tc.at)
 		}
 	}
 	// A request that asked for a shorter timeout never reaches a step due
 	// after its deadline.
 	short, _ := approvalFor(t, p, `{"tool":"reimburse","timeout":"20m"}`)
-	if e := short.At(start, start.Add(time.Hour)); e.Level != 0 || !e.Deadline.Equal(start.Add(20*time.Minute)) || !e.Next.IsZero() {
+	if e := short.At(start, time.Time{}, start.Add(time.Hour)); e.Level != 0 || !e.Deadline.Equal(start.Add(20*time.Minute)) || !e.Next.IsZero() {
 		t.Errorf("short request: %+v", e)
+	}
+	// The same, judged by the request's own deadline on the rule's approval
+	// (as the broker does): a step due at or after it never fires, however
+	// late the broker looks.
+	for _, own := range []time.Duration{20 * time.Minute, 30 * time.Minute} {
+		for _, late := range []time.Duration{own, time.Hour, 5 * time.Hour} {
+			e := a.At(start, start.Add(own), start.Add(late))
+			if e.Level != 0 || !e.Deadline.Equal(start.Add(own)) || !e.Next.IsZero() {
+				t.Errorf("own deadline +%s, at +%s: %+v, want level 0 and deadline +%s", own, late, e, own)
+			}
+		}
+	}
+	// A deadline just past the first step lets that step fire and extend it.
+	if e := a.At(start, start.Add(31*time.Minute), start.Add(40*time.Minute)); e.Level != 1 || !e.Deadline.Equal(start.Add(61*time.Minute)) {
+		t.Errorf("own deadline +31m, at +40m: %+v, want level 1, deadline +61m", e)
 	}
 
 	if got := a.ApproversAt(0); !slices.Equal(got, []string{"role:finance"}) {

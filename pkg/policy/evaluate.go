@@ -17,7 +17,10 @@ type Result struct {
 	Auto bool
 	// Rule names what decided: a rule's name, "mode:<mode>",
 	// "remembered:<grant id>", or "limit:<name>" (see Exceeded).
-	Rule   string
+	Rule string
+	// Limit names the limit that held an automatic approval back (see
+	// Exceeded); the approval, if people decide, is Approval.Rule's.
+	Limit  string
 	Reason string
 	// Grant is the remembered choice that decided, if one did.
 	Grant *Grant
@@ -291,6 +294,7 @@ func (r Result) Exceeded(l *Limit, in Input) Result {
 	out := Result{
 		Action: l.Over,
 		Rule:   "limit:" + l.Name,
+		Limit:  l.Name,
 		Reason: "limit would be exceeded: " + l.Describe(),
 		Trace:  r.Trace,
 		Errors: r.Errors,

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/policy"
@@ -59,7 +60,8 @@ func FuzzParse(f *testing.F) {
 		if res.Approval != nil {
 			res.Approval.Reachable(in, policy.StaticPresence{Principals: []string{"alice", "bob"}})
 			res.Approval.Tally(in, []policy.Vote{{Principal: "bob", Verdict: events.Approve}})
-			res.Approval.At(t0, t0.Add(1e12))
+			res.Approval.At(t0, time.Time{}, t0.Add(1e12))
+			res.Approval.At(t0, t0.Add(1e9), t0.Add(1e12))
 		}
 		for _, l := range res.Limits {
 			_, _ = l.Amount(in)

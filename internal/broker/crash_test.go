@@ -1,0 +1,244 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/brokertest"
+	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/handler"
+)
+
+// patience bounds every wait in these tests: only a hang misses it.
+const patience = 20 * time.Second
+
+// TestCrashBetweenStateAndDecision kills a broker in the window between storing
+// an outcome and publishing its decided event, on every path that decides, and
+// checks that a second broker publishes the decision promptly: well before the
+// request's deadline (10 minutes for the paths a person or agent triggers),
+// exactly once, and the same outcome the state records.
+//
+// The kill is the broker's NATS connection closing from inside the window: the
+// server then sees what it sees when the process dies (no ack, no publish,
+// nothing more from that client).
+func TestCrashBetweenStateAndDecision(t *testing.T) {
+	cases := []struct {
+		name    string
+		mode    broker.Mode
+		timeout time.Duration
+		// trigger makes broker a decide request id (already pending, unless the
+		// mode decides at once).
+		trigger func(t *testing.T, js jetstream.JetStream, a *broker.Broker, id string)
+		want    events.Outcome
+	}{
+		{name: "answer-nats", timeout: 10 * time.Minute, want: events.Approved,
+			trigger: func(t *testing.T, js jetstream.JetStream, _ *broker.Broker, id string) {
+				if err := handler.Answer(tctx(t), js, "alice", id, events.Responded{Decision: events.Approve, Channel: "cli"}); err != nil {
+					t.Fatal(err)
+				}
+			}},
+		{name: "answer-http", timeout: 10 * time.Minute, want: events.Denied,
+			trigger: func(t *testing.T, _ jetstream.JetStream, a *broker.Broker, id string) {
+				// The broker dies inside the call; what it returns does not matter.
+				_, _ = a.Respond(tctx(t), "alice", id, events.Responded{Decision: events.Deny, Reason: "no"})
+			}},
+		{name: "cancel-nats", timeout: 10 * time.Minute, want: events.Cancelled,
+			trigger: func(t *testing.T, js jetstream.JetStream, _ *broker.Broker, id string) {
+				publishEvent(t, js, events.CancelPrefix+id, events.TypeCancel, "agent/crash", events.Cancel{Reason: "stop"})
+			}},
+		{name: "cancel-http", timeout: 10 * time.Minute, want: events.Cancelled,
+			trigger: func(t *testing.T, _ jetstream.JetStream, a *broker.Broker, id string) {
+				_, _ = a.Cancel(tctx(t), id, "ops", "stop")
+			}},
+		{name: "timeout", timeout: time.Second, want: events.Expired},
+		{name: "automatic", mode: broker.ModeAutoApprove, timeout: 10 * time.Minute, want: events.Approved},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := testenv.Server(t)
+			check := testenv.Conn(t, ns)
+			js, err := jetstream.New(check)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ncA := testenv.Conn(t, ns)
+			a, err := broker.New(ncA, broker.Config{Name: "a", Mode: tc.mode}, testenv.Logger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			crashed := make(chan string, 1)
+			var once sync.Once
+			a.SetCommitHook(func(id string) {
+				once.Do(func() {
+					ncA.Close()
+					crashed <- id
+				})
+			})
+			runUntilCleanup(t, a)
+
+			id := events.NewID()
+			publishEvent(t, js, events.RequestPrefix+"crasher", events.TypeRequested, "agent/crasher",
+				events.Requested{Tool: "rm", Args: []byte(`{"path":"/tmp/x"}`), Agent: "crasher", Timeout: events.Duration(tc.timeout)}, id)
+			if tc.trigger != nil {
+				waitState(t, a, id, func(s broker.State) bool { return s == broker.StatePending })
+				tc.trigger(t, js, a, id)
+			}
+			select {
+			case got := <-crashed:
+				if got != id {
+					t.Fatalf("crashed deciding %s, want %s", got, id)
+				}
+			case <-time.After(patience):
+				t.Fatal("broker a never reached the window between storing and publishing")
+			}
+			if d, ok := firstDecision(t, js, id); ok {
+				t.Fatalf("the decision (%s) is on the stream although the broker died before publishing it", d.Outcome)
+			}
+
+			crashedAt := time.Now()
+			b, _ := brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Name: "b", Mode: tc.mode})
+			var d events.Decided
+			deadline := time.Now().Add(patience)
+			for {
+				var ok bool
+				if d, ok = firstDecision(t, js, id); ok {
+					break
+				}
+				if time.Now().After(deadline) {
+					rec, err := b.Get(tctx(t), id)
+					t.Fatalf("no decision on the stream %s after the crash; the state says %s (%v)", patience, rec.State, err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Logf("decision published %s after the crash", time.Since(crashedAt).Round(time.Millisecond))
+			if d.Outcome != tc.want {
+				t.Fatalf("outcome %s, want %s", d.Outcome, tc.want)
+			}
+			rec, err := b.Get(tctx(t), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(rec.State) != string(d.Outcome) || !rec.Decision.DecidedAt.Equal(d.DecidedAt) {
+				t.Fatalf("the stream says %s at %s, the state %s at %v", d.Outcome, d.DecidedAt, rec.State, rec.Decision)
+			}
+			// Let redeliveries and timers run out, then count.
+			time.Sleep(3 * time.Second)
+			if n := countMsgs(t, js, events.DecisionPrefix+id); n != 1 {
+				t.Fatalf("%d decided events for %s, want 1", n, id)
+			}
+		})
+	}
+}
+
+func tctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), patience)
+	t.Cleanup(cancel)
+	return c
+}
+
+// runUntilCleanup runs b until the test ends; it does not wait for readiness
+// to be reported twice, nor care how Run ends (the test may kill b's
+// connection).
+func runUntilCleanup(t *testing.T, b *broker.Broker) {
+	t.Helper()
+	c, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(c) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(patience):
+			t.Error("broker did not stop")
+		}
+	})
+	for deadline := time.Now().Add(patience); !b.Ready(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("broker not ready")
+		}
+	}
+}
+
+// publishEvent publishes a structured-mode event with data on subject; an id
+// given is the event id and Nats-Msg-Id.
+func publishEvent(t *testing.T, js jetstream.JetStream, subject, typ, source string, data any, id ...string) {
+	t.Helper()
+	eid := ""
+	if len(id) > 0 {
+		eid = id[0]
+	}
+	e, err := events.New(typ, eid, source, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, body, err := events.Encode(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(tctx(t), &nats.Msg{Subject: subject, Header: nats.Header(h), Data: body}, jetstream.WithMsgID(e.ID())); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// firstDecision reads the first decided event stored for request id.
+func firstDecision(t *testing.T, js jetstream.JetStream, id string) (events.Decided, bool) {
+	t.Helper()
+	s, err := js.Stream(tctx(t), events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetMsg(tctx(t), 1, jetstream.WithGetMsgSubject(events.DecisionPrefix+id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return events.Decided{}, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := events.Decode(events.Header(m.Header), m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := events.DecodeDecided(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, true
+}
+
+// countMsgs counts the messages stored on subject.
+func countMsgs(t *testing.T, js jetstream.JetStream, subject string) uint64 {
+	t.Helper()
+	s, err := js.Stream(tctx(t), events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(tctx(t), jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects[subject]
+}
+
+// waitState polls b until request id exists and its state satisfies ok.
+func waitState(t *testing.T, b *broker.Broker, id string, ok func(broker.State) bool) {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	for {
+		rec, err := b.Get(tctx(t), id)
+		if err == nil && ok(rec.State) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("request %s: state %s (%v)", id, rec.State, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,131 @@
+package events
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// ErrRequestMismatch is wrapped when a decision or rejection names a request
+// digest other than the request's own: the request id was used for a different
+// request. It also matches ErrInvalid.
+var ErrRequestMismatch = invalid("request digest mismatch")
+
+// CanonicalRequest returns the canonical form of the parts of r that make it
+// the request it is: a JSON object whose keys are, in this order, "agent",
+// "args", "call_id", "labels", "response_schema", "session", "tool" and "user".
+// "args" is always present, in its canonical form (CanonicalArgs); the others
+// are left out when empty (a null or absent response_schema, no labels).
+// Labels and the response schema are canonical like args: keys sorted, no
+// white space, strings without HTML escaping. The hint and the timeout are not
+// part of it: they change how a request is shown and how long it waits, not
+// what runs.
+//
+// Agent is taken as given; the broker fills it from the subject
+// (assent.request.<agent>) when the data leaves it out, so a client computing
+// the digest of a request it published without "agent" must fill it in too.
+func CanonicalRequest(r Requested) (json.RawMessage, error) {
+	fields := map[string]json.RawMessage{}
+	args, err := CanonicalArgs(r.Args)
+	if err != nil {
+		return nil, err
+	}
+	fields["args"] = args
+	for name, v := range map[string]string{"agent": r.Agent, "call_id": r.CallID, "session": r.Session, "tool": r.Tool, "user": r.User} {
+		if v != "" {
+			fields[name] = jsonString(v)
+		}
+	}
+	if len(r.Labels) > 0 {
+		labels, err := marshalCanonical(r.Labels)
+		if err != nil {
+			return nil, fieldErr("labels", fmt.Errorf("%w: %v", ErrMalformed, err))
+		}
+		fields["labels"] = labels
+	}
+	if len(bytes.TrimSpace(r.ResponseSchema)) > 0 && !isJSONNull(r.ResponseSchema) {
+		schema, err := CanonicalArgs(r.ResponseSchema)
+		if err != nil {
+			return nil, fieldErr("response_schema", err)
+		}
+		fields["response_schema"] = schema
+	}
+	return marshalCanonical(fields)
+}
+
+// RequestDigest returns "sha256:" and the hex SHA-256 of CanonicalRequest(r).
+// The broker writes it into every decision (Decided.RequestDigest) and
+// rejection, and refuses a request that reuses an id with another digest.
+func RequestDigest(r Requested) (string, error) {
+	c, err := CanonicalRequest(r)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(c)
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
+}
+
+// VerifyRequest checks that d decides r: d's request digest must be r's. A
+// decision that lets the call run (approved) must carry a digest; one that
+// does not (denied, expired, cancelled) may lack it, since nothing runs on it.
+// A mismatch wraps ErrRequestMismatch: the request id was used for another
+// request, and this decision is about that one.
+func (d Decided) VerifyRequest(r Requested) error {
+	if d.RequestDigest == "" {
+		if d.Approved() {
+			return fieldErr("request_digest", fmt.Errorf("%w: an approval must name the request it approves", ErrMissingField))
+		}
+		return nil
+	}
+	want, err := RequestDigest(r)
+	if err != nil {
+		return err
+	}
+	if d.RequestDigest != want {
+		return fieldErr("request_digest", fmt.Errorf("%w: the decision is for request %s, this request is %s", ErrRequestMismatch, truncate(d.RequestDigest, 80), want))
+	}
+	return nil
+}
+
+// DiffRequests names the fields that make a and b different requests (those
+// of CanonicalRequest), for error messages about a reused request id.
+func DiffRequests(a, b Requested) []string {
+	var out []string
+	ca, errA := CanonicalRequest(a)
+	cb, errB := CanonicalRequest(b)
+	if errA != nil || errB != nil {
+		return []string{"args"}
+	}
+	var ma, mb map[string]json.RawMessage
+	_ = json.Unmarshal(ca, &ma)
+	_ = json.Unmarshal(cb, &mb)
+	for _, k := range []string{"agent", "args", "call_id", "labels", "response_schema", "session", "tool", "user"} {
+		if !bytes.Equal(ma[k], mb[k]) {
+			out = append(out, k)
+		}
+	}
+	return slices.Clip(out)
+}
+
+// DecodeRejected reads and validates the data of a rejected event.
+func DecodeRejected(e *Event) (Rejected, error) { return DecodeData[Rejected](e, TypeRejected) }
+
+// marshalCanonical writes v as compact JSON without HTML escaping; map keys
+// come out sorted.
+func marshalCanonical(v any) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+func jsonString(s string) json.RawMessage {
+	b, _ := marshalCanonical(s) // a string always marshals
+	return b
+}
