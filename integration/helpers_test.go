@@ -18,6 +18,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/brokertest"
@@ -66,6 +68,15 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 func runBroker(t *testing.T, nc *nats.Conn, cfg broker.Config) (*broker.Broker, func()) {
 	t.Helper()
 	return brokertest.Run(t, nc, cfg)
+}
+
+// runLoggedBroker runs a broker on nc, as runBroker does, whose log lines (JSON)
+// go to w.
+func runLoggedBroker(t *testing.T, nc *nats.Conn, cfg broker.Config, w io.Writer) *broker.Broker {
+	t.Helper()
+	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(w), zap.DebugLevel))
+	b, _ := brokertest.RunLogged(t, nc, cfg, log)
+	return b
 }
 
 // env is one embedded NATS server with one broker on it, an HTTP gateway in
@@ -218,7 +229,9 @@ func storedDecision(t *testing.T, js jetstream.JetStream, id string) (events.Dec
 	}
 	ctx, cancel := opCtx()
 	defer cancel()
-	m, err := streamOf(t, js).GetLastMsgForSubject(ctx, subj)
+	// The decision is the first message on its subject; anything after it
+	// is not (see TestForgedDecision).
+	m, err := streamOf(t, js).GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return events.Decided{}, false
 	}

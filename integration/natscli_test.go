@@ -1,7 +1,7 @@
 package integration
 
 import (
-	"encoding/base64"
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"os/exec"
@@ -34,7 +34,7 @@ func buildNatsCLI(t *testing.T) string {
 
 // TestNatsCLIReadme runs the README's nats commands, as written, against a
 // running broker: ask with `nats pub`, answer with `nats pub`, read the decision
-// with `nats stream get --last-for`.
+// with a direct get of the first message on the decision subject.
 func TestNatsCLIReadme(t *testing.T) {
 	nats := buildNatsCLI(t)
 	addrs := startApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0"})
@@ -76,19 +76,9 @@ func TestNatsCLIReadme(t *testing.T) {
 
 	var d events.Decided
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		cmd := exec.Command(nats, "--server", addrs.NATS, "stream", "get", "ASSENT", "--last-for", "assent.decision."+id, "--json")
-		out, err := cmd.CombinedOutput()
-		if err == nil {
-			var msg struct {
-				Data string `json:"data"`
-			}
-			if err := json.Unmarshal(out, &msg); err != nil {
-				t.Fatalf("stream get output: %v\n%s", err, out)
-			}
-			body, err := base64.StdEncoding.DecodeString(msg.Data)
-			if err != nil {
-				t.Fatalf("stream get data: %v", err)
-			}
+		cmd := exec.Command(nats, "--server", addrs.NATS, "req", "--raw", "$JS.API.DIRECT.GET.ASSENT", `{"seq":1,"next_by_subj":"assent.decision.`+id+`"}`)
+		body, err := cmd.Output()
+		if err == nil && len(bytes.TrimSpace(body)) > 0 {
 			e, err := events.Decode(nil, body)
 			if err != nil {
 				t.Fatal(err)
@@ -99,7 +89,7 @@ func TestNatsCLIReadme(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no decision: %v\n%s", err, out)
+			t.Fatalf("no decision: %v\n%s", err, body)
 		}
 	}
 	if d.Outcome != events.Approved || d.DecidedBy[0].Principal != "alice" || d.DecidedBy[0].Channel != "cli" || string(d.Args) != `{"path":"/srv/reports/q3.csv"}` {

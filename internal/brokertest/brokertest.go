@@ -27,6 +27,12 @@ func Run(t testing.TB, nc *nats.Conn, cfg broker.Config) (*broker.Broker, func()
 	if _, bench := t.(*testing.B); bench {
 		log = zap.NewNop() // a benchmark prints every log line
 	}
+	return RunLogged(t, nc, cfg, log)
+}
+
+// RunLogged is Run with the broker logging to log.
+func RunLogged(t testing.TB, nc *nats.Conn, cfg broker.Config, log *zap.Logger) (*broker.Broker, func()) {
+	t.Helper()
 	b, err := broker.New(nc, cfg, log)
 	if err != nil {
 		t.Fatal(err)

@@ -68,23 +68,25 @@ func RequestDigest(r Requested) (string, error) {
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
-// VerifyRequest checks that d decides r: d's request digest must be r's. A
-// decision that lets the call run (approved) must carry a digest; one that
-// does not (denied, expired, cancelled) may lack it, since nothing runs on it.
-// A mismatch wraps ErrRequestMismatch: the request id was used for another
-// request, and this decision is about that one.
+// VerifyRequest checks that d decides r: see VerifyRequestDigest.
 func (d Decided) VerifyRequest(r Requested) error {
-	if d.RequestDigest == "" {
-		if d.Approved() {
-			return fieldErr("request_digest", fmt.Errorf("%w: an approval must name the request it approves", ErrMissingField))
-		}
-		return nil
-	}
 	want, err := RequestDigest(r)
 	if err != nil {
 		return err
 	}
-	if d.RequestDigest != want {
+	return d.VerifyRequestDigest(want)
+}
+
+// VerifyRequestDigest checks that d decides the request whose RequestDigest is
+// want. A decision that lets the call run (approved) must carry a digest; one
+// that does not (denied, expired, cancelled) may lack it, since nothing runs
+// on it. A mismatch wraps ErrRequestMismatch: the request id was used for
+// another request, and this decision is about that one.
+func (d Decided) VerifyRequestDigest(want string) error {
+	switch {
+	case d.RequestDigest == "" && d.Approved():
+		return fieldErr("request_digest", fmt.Errorf("%w: an approval must name the request it approves", ErrMissingField))
+	case d.RequestDigest != "" && d.RequestDigest != want:
 		return fieldErr("request_digest", fmt.Errorf("%w: the decision is for request %s, this request is %s", ErrRequestMismatch, truncate(d.RequestDigest, 80), want))
 	}
 	return nil

@@ -28,6 +28,11 @@ var (
 	// stored decision; Request logs and ignores such messages and goes on
 	// waiting for the real one.
 	ErrTampered = errors.New("decision failed verification")
+	// ErrIDConflict: the request's id belongs to a different request (another
+	// tool, other args, agent, session, user, call id, labels or response
+	// schema). The broker keeps the first; this one is never decided. Request
+	// returns it as soon as it learns so, and does not cancel anything.
+	ErrIDConflict = errors.New("request id already used by a different request")
 )
 
 // Request is one approval request. On the agent side, ID is optional (a UUIDv7
@@ -67,9 +72,9 @@ type Client struct {
 	js  jetstream.JetStream
 	log *zap.Logger
 
-	mu     sync.Mutex
-	stream jetstream.Stream // found on first use
-	state  jetstream.Stream
+	mu          sync.Mutex
+	stream      jetstream.Stream // found on first use
+	stateStream jetstream.Stream
 }
 
 // NewClient returns a client on nc. The connection stays the caller's.
@@ -102,8 +107,11 @@ func NewClient(nc *nats.Conn, cfg Config) (*Client, error) {
 // decision, whatever its outcome; err is nil for approved, denied, expired and
 // cancelled alike. Publishing the same req.ID again is the same request: a
 // retry after a crash gets the original decision, even one made while no one
-// was waiting.
+// was waiting. Every decision is checked against the request before it is
+// returned: its request id, its args digest, and its request digest over the
+// whole request.
 //
+// If req.ID is already used by a different request, ErrIDConflict is returned.
 // If ctx ends first, Request publishes a cancel for the request and returns
 // ctx's error. If no decision arrives within the broker's deadline plus
 // Config.Grace, ErrNoDecision is returned. In every error case the call must
@@ -128,11 +136,19 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 	if err := req.Validate(); err != nil {
 		return Decision{}, err
 	}
+	digest, err := events.RequestDigest(req.Requested)
+	if err != nil {
+		return Decision{}, err
+	}
 	subj, err := events.RequestSubject(req.Agent)
 	if err != nil {
 		return Decision{}, err
 	}
 	decSubj, err := events.DecisionSubject(req.ID)
+	if err != nil {
+		return Decision{}, err
+	}
+	rejSubj, err := events.RejectionSubject(req.ID)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -148,29 +164,49 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
+	noDecision := Decision{RequestID: req.ID}
 
-	// Subscribe before publishing so no decision can slip between the two.
-	decisions := make(chan *nats.Msg, 4)
-	sub, err := c.nc.ChanSubscribe(decSubj, decisions)
-	if err != nil {
-		return Decision{RequestID: req.ID}, fmt.Errorf("subscribe %s: %w", decSubj, err)
+	// Subscribe before publishing so no decision or rejection can slip
+	// between the two.
+	answers := make(chan *nats.Msg, 4)
+	for _, s := range []string{decSubj, rejSubj} {
+		sub, err := c.nc.ChanSubscribe(s, answers)
+		if err != nil {
+			return noDecision, fmt.Errorf("subscribe %s: %w", s, err)
+		}
+		defer sub.Unsubscribe() //nolint:errcheck // best effort
 	}
-	defer sub.Unsubscribe() //nolint:errcheck // best effort
 
 	ack, err := c.js.PublishMsg(ctx, &nats.Msg{Subject: subj, Header: nats.Header(h), Data: body}, jetstream.WithMsgID(req.ID))
 	if err != nil {
 		if ctx.Err() != nil {
-			return Decision{RequestID: req.ID}, ctx.Err()
+			return noDecision, ctx.Err()
 		}
-		return Decision{RequestID: req.ID}, fmt.Errorf("publish request: %w", err)
+		return noDecision, fmt.Errorf("publish request: %w", err)
 	}
 	log := c.log.With(zap.String("request_id", req.ID), zap.String("tool", req.Tool))
-	if ack.Duplicate {
-		// A retry: the decision may already be stored.
-		if d, ok, err := c.Decision(ctx, req.ID); err != nil {
+	// look reads what the broker stored of this id: its decision, or the
+	// deadline it set. A stored request with another digest is a conflict.
+	look := func(ctx context.Context) (Decision, bool, time.Time, error) {
+		st, err := c.state(ctx, req.ID)
+		if err != nil {
+			log.Debug("read request state", zap.Error(err))
+		} else if st.RequestDigest != "" && st.RequestDigest != digest {
+			return noDecision, false, time.Time{}, fmt.Errorf("%w: %s is stored with request digest %s, this request is %s", ErrIDConflict, req.ID, st.RequestDigest, digest)
+		}
+		d, ok, err := c.decision(ctx, req.ID, digest)
+		if err != nil {
+			if errors.Is(err, ErrIDConflict) {
+				return noDecision, false, time.Time{}, err
+			}
 			log.Debug("read stored decision", zap.Error(err))
-		} else if ok {
-			return d, nil
+		}
+		return d, ok, st.Deadline, nil
+	}
+	if ack.Duplicate {
+		// A retry, or the id is taken: the decision may already be stored.
+		if d, ok, _, err := look(ctx); err != nil || ok {
+			return d, err
 		}
 	}
 
@@ -186,18 +222,26 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 	for {
 		select {
 		case <-recheck.C:
-			if d, ok, err := c.Decision(ctx, req.ID); err == nil && ok {
-				return d, nil
+			d, ok, deadline, err := look(ctx)
+			if err != nil || ok {
+				return d, err
 			}
-			if dl, err := c.deadline(ctx, req.ID); err == nil && !dl.IsZero() {
-				waitUntil = dl.Add(c.cfg.Grace)
+			if !deadline.IsZero() {
+				waitUntil = deadline.Add(c.cfg.Grace)
 				wait.Reset(time.Until(waitUntil))
-			} else if err != nil {
-				log.Debug("read deadline", zap.Error(err))
 			}
 			recheck.Reset(30 * time.Second)
-		case m := <-decisions:
-			d, err := verify(m.Header, m.Data, req.ID)
+		case m := <-answers:
+			if m.Subject == rejSubj {
+				if err := rejection(m, req.ID, digest); err != nil {
+					return noDecision, err
+				}
+				continue
+			}
+			d, err := verify(m.Header, m.Data, req.ID, digest)
+			if errors.Is(err, ErrIDConflict) {
+				return noDecision, err
+			}
 			if err != nil {
 				log.Warn("ignoring a decision that failed verification", zap.Error(err))
 				continue
@@ -205,23 +249,49 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 			return d, nil
 		case <-wait.C:
 			// Last look, in case the subscription missed it during a reconnect.
-			if d, ok, err := c.Decision(context.WithoutCancel(ctx), req.ID); err == nil && ok {
-				return d, nil
+			if d, ok, _, err := look(context.WithoutCancel(ctx)); err != nil || ok {
+				return d, err
 			}
-			return Decision{RequestID: req.ID}, fmt.Errorf("%w for %s by %s", ErrNoDecision, req.ID, waitUntil.Format(time.RFC3339))
+			return noDecision, fmt.Errorf("%w for %s by %s", ErrNoDecision, req.ID, waitUntil.Format(time.RFC3339))
 		case <-ctx.Done():
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			if err := c.cancel(cctx, source, req.ID, "requester stopped waiting: "+ctx.Err().Error()); err != nil {
 				log.Warn("publish cancel", zap.Error(err))
 			}
 			cancel()
-			return Decision{RequestID: req.ID}, ctx.Err()
+			return noDecision, ctx.Err()
 		}
 	}
 }
 
-// Decision reads the stored decision for request id, if there is one.
+// rejection reads a rejected event for request id; it returns ErrIDConflict
+// if the rejection is about this request (digest), nil for one about another
+// message under the same id.
+func rejection(m *nats.Msg, id, digest string) error {
+	e, err := events.Decode(events.Header(m.Header), m.Data)
+	if err != nil {
+		return nil
+	}
+	r, err := events.DecodeRejected(&e)
+	if err != nil || r.RequestID != id || r.RequestDigest != digest {
+		return nil
+	}
+	if r.Code == events.RejectIDConflict {
+		return fmt.Errorf("%w: %s", ErrIDConflict, r.Reason)
+	}
+	return fmt.Errorf("request %s rejected (%s): %s", id, r.Code, r.Reason)
+}
+
+// Decision reads the stored decision for request id, if there is one: the
+// first decided event on its subject (the broker publishes one only where none
+// exists, so anything after it is not the decision).
 func (c *Client) Decision(ctx context.Context, id string) (Decision, bool, error) {
+	return c.decision(ctx, id, "")
+}
+
+// decision is Decision that also checks the decision is about the request
+// with digest, when digest is set.
+func (c *Client) decision(ctx context.Context, id, digest string) (Decision, bool, error) {
 	subj, err := events.DecisionSubject(id)
 	if err != nil {
 		return Decision{}, false, err
@@ -230,49 +300,54 @@ func (c *Client) Decision(ctx context.Context, id string) (Decision, bool, error
 	if err != nil {
 		return Decision{}, false, err
 	}
-	m, err := stream.GetLastMsgForSubject(ctx, subj)
+	m, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Decision{}, false, nil
 	}
 	if err != nil {
 		return Decision{}, false, err
 	}
-	d, err := verify(m.Header, m.Data, id)
+	d, err := verify(m.Header, m.Data, id, digest)
 	if err != nil {
 		return Decision{}, false, err
 	}
 	return d, true, nil
 }
 
-// deadline reads the deadline the broker set for request id from its state
-// entry; zero when the broker has not stored the request yet.
-func (c *Client) deadline(ctx context.Context, id string) (time.Time, error) {
+// stored is what an agent reads of a request's state entry.
+type stored struct {
+	Deadline      time.Time `json:"deadline"`
+	RequestDigest string    `json:"request_digest"`
+}
+
+// state reads the deadline the broker set for request id and the digest of
+// the request it stored, from its state entry; zero when the broker has not
+// stored the request yet.
+func (c *Client) state(ctx context.Context, id string) (stored, error) {
 	c.mu.Lock()
-	s := c.state
+	s := c.stateStream
 	c.mu.Unlock()
 	if s == nil {
 		var err error
 		if s, err = c.js.Stream(ctx, "KV_"+events.StateBucket); err != nil {
-			return time.Time{}, err
+			return stored{}, err
 		}
 		c.mu.Lock()
-		c.state = s
+		c.stateStream = s
 		c.mu.Unlock()
 	}
 	m, err := s.GetLastMsgForSubject(ctx, "$KV."+events.StateBucket+"."+id)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return time.Time{}, nil
+		return stored{}, nil
 	}
 	if err != nil {
-		return time.Time{}, err
+		return stored{}, err
 	}
-	var rec struct {
-		Deadline time.Time `json:"deadline"`
+	var st stored
+	if err := json.Unmarshal(m.Data, &st); err != nil {
+		return stored{}, err
 	}
-	if err := json.Unmarshal(m.Data, &rec); err != nil {
-		return time.Time{}, err
-	}
-	return rec.Deadline, nil
+	return st, nil
 }
 
 func (c *Client) getStream(ctx context.Context) (jetstream.Stream, error) {
@@ -317,9 +392,10 @@ func (c *Client) cancel(ctx context.Context, source, id, reason string) error {
 	return err
 }
 
-// verify decodes a decided event and checks it belongs to id and that its args
-// match their digest.
-func verify(h nats.Header, body []byte, id string) (Decision, error) {
+// verify decodes a decided event and checks it belongs to id, that its args
+// match their digest and, when digest is set, that it decides the request with
+// that digest (ErrIDConflict if it decides another one).
+func verify(h nats.Header, body []byte, id, digest string) (Decision, error) {
 	e, err := events.Decode(events.Header(h), body)
 	if err != nil {
 		return Decision{}, fmt.Errorf("%w: %w", ErrTampered, err)
@@ -332,6 +408,15 @@ func verify(h nats.Header, body []byte, id string) (Decision, error) {
 		return Decision{}, fmt.Errorf("%w: decision names request %s, want %s", ErrTampered, d.RequestID, id)
 	}
 	if err := d.VerifyArgs(); err != nil {
+		return Decision{}, fmt.Errorf("%w: %w", ErrTampered, err)
+	}
+	if digest == "" {
+		return d, nil
+	}
+	if err := d.VerifyRequestDigest(digest); err != nil {
+		if errors.Is(err, events.ErrRequestMismatch) {
+			return Decision{}, fmt.Errorf("%w: %s: %w", ErrIDConflict, id, err)
+		}
 		return Decision{}, fmt.Errorf("%w: %w", ErrTampered, err)
 	}
 	return d, nil

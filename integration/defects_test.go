@@ -1,0 +1,447 @@
+package integration
+
+// Defects found by testing the broker from outside (issue 6): request-id
+// reuse, events too large once encoded, answers stored before their request,
+// forged decisions, escalation past the deadline, limits in decisions, and
+// input that must be refused. Each test names the invariant it checks.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/handler"
+	"github.com/assent-dev/assent/pkg/policy"
+)
+
+// TestRequestIDReuseHTTP: a retry by id is the same request; a different
+// request under a used id is a conflict, and never gets the first one's
+// decision (here an allow, while a deny rule covers the second).
+func TestRequestIDReuseHTTP(t *testing.T) {
+	e := policyEnv(t)
+	id := events.NewID()
+	first := approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals", map[string]any{
+		"id": id, "agent": "pol", "tool": "read_file", "args": map[string]any{"path": "/srv/a"}}), http.StatusCreated)
+	if first.State != broker.StateApproved {
+		t.Fatalf("read_file: %s", first.State)
+	}
+	wantError(t, call(t, http.MethodPost, e.api+"/v1/approvals", map[string]any{
+		"id": id, "agent": "pol", "tool": "drop_database", "args": map[string]any{"env": "production"}}), http.StatusConflict, "id_conflict")
+	// Other args, another user: a conflict too.
+	wantError(t, call(t, http.MethodPost, e.api+"/v1/approvals", map[string]any{
+		"id": id, "agent": "pol", "tool": "read_file", "args": map[string]any{"path": "/etc/shadow"}}), http.StatusConflict, "id_conflict")
+	wantError(t, call(t, http.MethodPost, e.api+"/v1/approvals", map[string]any{
+		"id": id, "agent": "pol", "tool": "read_file", "args": map[string]any{"path": "/srv/a"}, "user": "mallory"}), http.StatusConflict, "id_conflict")
+	again := approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals", map[string]any{
+		"id": id, "agent": "pol", "tool": "read_file", "args": map[string]any{"path": "/srv/a"}}), http.StatusCreated)
+	if again.State != broker.StateApproved || again.Decision.DecidedAt != first.Decision.DecidedAt {
+		t.Fatalf("a retry of the same request got %+v", again.Decision)
+	}
+	if n := countDecisions(t, e.js, id); n != 1 {
+		t.Fatalf("%d decisions", n)
+	}
+}
+
+// TestRequestIDReuseNATS: a different request published under a used id (past
+// JetStream's duplicate window, or without Nats-Msg-Id) changes nothing, and
+// its agent gets a rejection it can read on assent.rejection.<id>.
+func TestRequestIDReuseNATS(t *testing.T) {
+	e := policyEnv(t)
+	id := events.NewID()
+	rejections := make(chan *nats.Msg, 4)
+	sub, err := e.nc.ChanSubscribe("assent.rejection."+id, rejections)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	subj := events.RequestPrefix + "pol"
+	mustPublish(t, e.js, subj, rawEvent(id, events.TypeRequested, "agent/pol", `{"tool":"read_file","args":{"path":"/srv/a"}}`), id)
+	if d := waitDecision(t, e.js, id); d.Outcome != events.Approved {
+		t.Fatalf("first request: %s", d.Outcome)
+	}
+	// No Nats-Msg-Id: the stream keeps it, and the broker must refuse it.
+	mustPublish(t, e.js, subj, rawEvent(id, events.TypeRequested, "agent/pol", `{"tool":"drop_database","args":{"env":"production"}}`), "")
+	select {
+	case m := <-rejections:
+		ev, err := events.Decode(events.Header(m.Header), m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rej struct {
+			RequestID     string `json:"request_id"`
+			Code          string `json:"code"`
+			Reason        string `json:"reason"`
+			RequestDigest string `json:"request_digest"`
+		}
+		if err := json.Unmarshal(ev.Data(), &rej); err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type() != "dev.assent.approval.rejected" || rej.RequestID != id || rej.Code != "id_conflict" || !strings.Contains(rej.Reason, "tool") || !strings.HasPrefix(rej.RequestDigest, "sha256:") {
+			t.Fatalf("rejection %s: %+v", ev.Type(), rej)
+		}
+	case <-time.After(patience):
+		t.Fatal("no rejection for a different request under a used id")
+	}
+	waitBrokerIdle(t, e.js)
+	rec, err := e.b.Get(testCtx(t, patience), id)
+	if err != nil || rec.Request.Tool != "read_file" || rec.State != broker.StateApproved {
+		t.Fatalf("record: %+v %v", rec, err)
+	}
+	if n := countDecisions(t, e.js, id); n != 1 {
+		t.Fatalf("%d decisions", n)
+	}
+}
+
+// TestRequestIDReuseSDK: Client.Request with a used id and other content does
+// not return the other request's decision; with the same content it is the
+// same request.
+func TestRequestIDReuseSDK(t *testing.T) {
+	e := policyEnv(t)
+	c := newClient(t, e.nc, "pol")
+	id := events.NewID()
+	read := handler.Request{ID: id, Requested: events.Requested{Tool: "read_file", Args: json.RawMessage(`{"path":"/srv/a"}`)}}
+	d, err := c.Request(testCtx(t, patience), read)
+	if err != nil || !d.Approved() {
+		t.Fatalf("read_file: %+v %v", d, err)
+	}
+	drop := handler.Request{ID: id, Requested: events.Requested{Tool: "drop_database", Args: json.RawMessage(`{"env":"production"}`)}}
+	d2, err := c.Request(testCtx(t, patience), drop)
+	if err == nil || d2.Approved() {
+		t.Fatalf("a different request under a used id got %s with args %s (err %v)", d2.Outcome, d2.Args, err)
+	}
+	if !errors.Is(err, handler.ErrIDConflict) {
+		t.Fatalf("error %v, want ErrIDConflict", err)
+	}
+	again, err := c.Request(testCtx(t, patience), read)
+	if err != nil || !again.Approved() || !again.DecidedAt.Equal(d.DecidedAt) {
+		t.Fatalf("retry: %+v %v", again, err)
+	}
+}
+
+// TestEventsSizedAsEncoded: a request whose args escape badly when
+// re-encoded (HTML escaping made each "<" six bytes) still reaches approvers
+// and gets its decision published; a decision that cannot fit the stream is
+// refused when answered, with nothing stored.
+func TestEventsSizedAsEncoded(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	t.Run("escaping", func(t *testing.T) {
+		id := events.NewID()
+		args := fmt.Sprintf(`{"q":%q}`, strings.Repeat("<", 250_000))
+		mustPublish(t, e.js, events.RequestPrefix+"big1", rawEvent(id, events.TypeRequested, "agent/big1", `{"tool":"search","args":`+args+`}`), id)
+		rec := waitState(t, e.b, id, broker.StatePending)
+		// Approvers on NATS see it.
+		eventually(t, patience, func() (bool, string) {
+			m, err := streamOf(t, e.js).GetLastMsgForSubject(testCtx(t, patience), events.PendingPrefix+"big1")
+			return err == nil && bytes.Contains(m.Data, []byte(id)), fmt.Sprintf("no pending event: %v", err)
+		})
+		approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+rec.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusOK)
+		d := waitDecision(t, e.js, id)
+		if d.Outcome != events.Approved || !sameJSON(d.Args, []byte(args)) {
+			t.Fatalf("decision %s with %d bytes of args", d.Outcome, len(d.Args))
+		}
+	})
+	t.Run("payload", func(t *testing.T) {
+		args := fmt.Sprintf(`{"blob":%q}`, strings.Repeat("a", 900_000))
+		rec, err := e.b.Submit(testCtx(t, patience), "", "agent/big2", events.Requested{Agent: "big2", Tool: "upload", Args: json.RawMessage(args)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		url := e.api + "/v1/approvals/" + rec.ID + "/decision"
+		payload := json.RawMessage(fmt.Sprintf(`{"note":%q}`, strings.Repeat("b", 900_000)))
+		wantError(t, call(t, http.MethodPost, url, decisionBody{"alice", events.Responded{Decision: events.Approve, Payload: payload}}), http.StatusRequestEntityTooLarge, "too_large")
+		if cur, err := e.b.Get(testCtx(t, patience), rec.ID); err != nil || cur.State != broker.StatePending {
+			t.Fatalf("after a refused answer: %s %v", cur.State, err)
+		}
+		approvalOf(t, call(t, http.MethodPost, url, decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusOK)
+		if d := waitDecision(t, e.js, rec.ID); d.Outcome != events.Approved || len(d.Args) < 900_000 {
+			t.Fatalf("decision %s", d.Outcome)
+		}
+	})
+}
+
+// TestAnswerBeforeRequest: nobody can have seen a request that did not exist,
+// so an answer stored before it is refused; an answer stored after its
+// request still counts however the broker orders their handling.
+func TestAnswerBeforeRequest(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	id := events.NewID()
+	answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Approve, Reason: "pre-approved"})
+	publishCancel := func(id string) {
+		mustPublish(t, e.js, events.CancelPrefix+id, rawEvent(events.NewID(), events.TypeCancel, "agent/early", `{"reason":"early"}`), "")
+	}
+	other := events.NewID()
+	publishCancel(other) // a cancel before its request, too
+	time.Sleep(700 * time.Millisecond)
+	for _, rid := range []string{id, other} {
+		mustPublish(t, e.js, events.RequestPrefix+"early", rawEvent(rid, events.TypeRequested, "agent/early", `{"tool":"rm"}`), rid)
+	}
+	waitState(t, e.b, id, broker.StatePending)
+	waitState(t, e.b, other, broker.StatePending)
+	waitBrokerIdle(t, e.js)
+	for _, rid := range []string{id, other} {
+		if rec, err := e.b.Get(testCtx(t, patience), rid); err != nil || rec.State != broker.StatePending {
+			t.Fatalf("%s: an answer stored before the request decided it: %s %+v", rid, rec.State, rec.Decision)
+		}
+	}
+	// Answers after the request count, including one published right after
+	// it, which the broker may handle first.
+	answerNATS(t, e.js, "bob", id, events.Responded{Decision: events.Approve})
+	if d := waitDecision(t, e.js, id); d.Outcome != events.Approved || d.DecidedBy[0].Principal != "bob" {
+		t.Fatalf("decision %+v", d)
+	}
+	fast := events.NewID()
+	mustPublish(t, e.js, events.RequestPrefix+"early", rawEvent(fast, events.TypeRequested, "agent/early", `{"tool":"rm"}`), fast)
+	answerNATS(t, e.js, "carol", fast, events.Responded{Decision: events.Deny})
+	if d := waitDecision(t, e.js, fast); d.Outcome != events.Denied {
+		t.Fatalf("an answer right after its request: %+v", d)
+	}
+}
+
+// TestForgedDecision: until NATS permissions refuse them, a decided event
+// someone else publishes must not pass silently: the broker logs and counts it
+// and reports the conflict instead of success; and a forgery added after the
+// real decision is never read as the decision.
+func TestForgedDecision(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	forge := func(id, args string) {
+		mustPublish(t, e.js, events.DecisionPrefix+id, rawEvent(events.NewID(), events.TypeDecided, "broker/evil",
+			fmt.Sprintf(`{"request_id":%q,"outcome":"approved","args":%s,"args_digest":%q,"decided_at":"2026-01-01T00:00:00Z"}`, id, args, mustDigest(t, args))), "")
+	}
+	rec, err := e.b.Submit(testCtx(t, patience), "", "agent/victim", events.Requested{Agent: "victim", Tool: "rm", Args: json.RawMessage(`{"path":"/tmp/x"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forge(rec.ID, `{"path":"/"}`)
+	wantError(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+rec.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Deny}}), http.StatusInternalServerError, "decision_conflict")
+	if n := e.b.Stats().ForgedDecisions; n != 1 {
+		t.Fatalf("forged decisions counted: %d", n)
+	}
+
+	// A forgery after the decision: readers still get the real one.
+	rec2, err := e.b.Submit(testCtx(t, patience), "", "agent/victim", events.Requested{Agent: "victim", Tool: "rm", Args: json.RawMessage(`{"path":"/tmp/y"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+rec2.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Deny, Reason: "no"}}), http.StatusOK)
+	waitDecision(t, e.js, rec2.ID)
+	forge(rec2.ID, `{"path":"/"}`)
+	c := newClient(t, e.nc, "victim")
+	d, ok, err := c.Decision(testCtx(t, patience), rec2.ID)
+	if err != nil || !ok || d.Outcome != events.Denied || d.Reason != "no" {
+		t.Fatalf("Client.Decision after a late forgery: %+v %v %v", d, ok, err)
+	}
+	retry, err := c.Request(testCtx(t, patience), handler.Request{ID: rec2.ID, Requested: events.Requested{Tool: "rm", Args: json.RawMessage(`{"path":"/tmp/y"}`)}})
+	if err != nil || retry.Outcome != events.Denied {
+		t.Fatalf("Client.Request retry after a late forgery: %+v %v", retry, err)
+	}
+}
+
+func mustDigest(t *testing.T, args string) string {
+	t.Helper()
+	d, err := events.ArgsDigest(json.RawMessage(args))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestEscalationStepAtDeadlineNeverFires: a step due at or after the deadline
+// the request has (here it asked for less than the rule's timeout) never
+// fires, so it cannot extend that deadline either.
+func TestEscalationStepAtDeadlineNeverFires(t *testing.T) {
+	p, err := policy.Parse([]byte(`version: 1
+principals:
+  alice: {roles: [ops]}
+  erin:  {roles: [cfo]}
+rules:
+  - name: wires
+    tools: [wire]
+    action: require_approval
+    approvers: ["role:ops"]
+    timeout: 2s
+    escalation:
+      - after: 1500ms
+        approvers: ["role:cfo"]
+        extend: 2s
+`), "esc.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, broker.Config{Policy: p})
+	notices := make(chan *nats.Msg, 8)
+	sub, err := e.nc.ChanSubscribe(events.PendingPrefix+"bank2", notices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	rec := submit(t, e, events.Requested{Agent: "bank2", Tool: "wire", Timeout: events.Duration(1500 * time.Millisecond)})
+	if got := rec.Deadline.Sub(rec.ReceivedAt); got != 1500*time.Millisecond {
+		t.Fatalf("timeout %s", got)
+	}
+	final := waitRecord(t, e.b, rec.ID, func(r broker.Record) bool { return r.State.Terminal() })
+	if final.State != broker.StateExpired || final.Level != 0 || !final.Deadline.Equal(rec.Deadline) {
+		t.Fatalf("final: %s level %d deadline %s (was %s)", final.State, final.Level, final.Deadline, rec.Deadline)
+	}
+	if late := final.Decision.DecidedAt.Sub(rec.Deadline); late > 1500*time.Millisecond {
+		t.Fatalf("expired %s after its deadline: the step extended it", late)
+	}
+	for {
+		select {
+		case m := <-notices:
+			if ev, err := events.Decode(events.Header(m.Header), m.Data); err == nil && ev.Type() == events.TypeEscalated {
+				t.Fatal("a step due at the deadline escalated the request")
+			}
+			continue
+		default:
+		}
+		break
+	}
+}
+
+// TestLimitHeldRequestNamesLimit: a request a limit holds for approval is
+// decided under rule limit:<name>, and the decision names the rule whose
+// approvers answered beside it.
+func TestLimitHeldRequestNamesLimit(t *testing.T) {
+	p, err := policy.Parse([]byte(`version: 1
+principals:
+  alice: {roles: [finance]}
+rules:
+  - name: payments
+    tools: [pay]
+    action: allow
+  - name: payment-review
+    tools: [pay]
+    action: require_approval
+    approvers: ["role:finance"]
+limits:
+  - name: session-spend
+    tools: [pay]
+    per: session
+    sum: args.amount
+    max: 100
+    over: require_approval
+`), "limits.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, broker.Config{Policy: p})
+	first := submit(t, e, events.Requested{Agent: "payer", Tool: "pay", Session: "s", Args: json.RawMessage(`{"amount":80}`)})
+	if first.State != broker.StateApproved || first.Decision.Rule != "payments" {
+		t.Fatalf("first: %s %+v", first.State, first.Decision)
+	}
+	held := submit(t, e, events.Requested{Agent: "payer", Tool: "pay", Session: "s", Args: json.RawMessage(`{"amount":50}`)})
+	if held.State != broker.StatePending {
+		t.Fatalf("held: %s", held.State)
+	}
+	a := approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+held.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusOK)
+	d := waitDecision(t, e.js, held.ID)
+	if a.Decision.Rule != "limit:session-spend" || d.Rule != "limit:session-spend" || d.ApprovalRule != "payment-review" {
+		t.Fatalf("decision rule %q, approval rule %q (HTTP said %q)", d.Rule, d.ApprovalRule, a.Decision.Rule)
+	}
+}
+
+// TestInputRefused: input that cannot be what it claims is refused with a
+// clear error and changes nothing.
+func TestInputRefused(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	create := func(body string) httpResp {
+		return call(t, http.MethodPost, e.api+"/v1/approvals", []byte(body))
+	}
+	t.Run("cancel", func(t *testing.T) {
+		rec, err := e.b.Submit(testCtx(t, patience), "", "agent/v", events.Requested{Agent: "v", Tool: "rm"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		url := e.api + "/v1/approvals/" + rec.ID + "/cancel"
+		wantError(t, call(t, http.MethodPost, url, map[string]string{"reason": strings.Repeat("r", 900_000)}), http.StatusBadRequest, "invalid_request")
+		wantError(t, call(t, http.MethodPost, url, map[string]string{"by": "ops\x1b[2J"}), http.StatusBadRequest, "invalid_request")
+		wantError(t, call(t, http.MethodPost, url, map[string]string{"by": "o p s"}), http.StatusBadRequest, "invalid_request")
+		if cur, err := e.b.Get(testCtx(t, patience), rec.ID); err != nil || cur.State != broker.StatePending {
+			t.Fatalf("after refused cancels: %s %v", cur.State, err)
+		}
+		a := approvalOf(t, call(t, http.MethodPost, url, map[string]string{"by": "ops", "reason": "done"}), http.StatusOK)
+		if a.State != broker.StateCancelled || a.Decision.DecidedBy[0].Principal != "ops" {
+			t.Fatalf("cancel: %+v", a.Decision)
+		}
+	})
+	t.Run("response-schema", func(t *testing.T) {
+		for _, schema := range []string{`{"type":5}`, `{"$ref":"#/$defs/missing"}`, `{"$ref":"https://example.com/s.json"}`} {
+			wantError(t, create(`{"agent":"v","tool":"ask","response_schema":`+schema+`}`), http.StatusBadRequest, "invalid_request")
+		}
+		// Over NATS the agent learns it at once.
+		id := events.NewID()
+		mustPublish(t, e.js, events.RequestPrefix+"v", rawEvent(id, events.TypeRequested, "agent/v", `{"tool":"ask","response_schema":{"type":5}}`), id)
+		if d := waitDecision(t, e.js, id); d.Outcome != events.Denied || !strings.Contains(d.Reason, "response_schema") {
+			t.Fatalf("bad schema over NATS: %+v", d)
+		}
+	})
+	t.Run("utf8", func(t *testing.T) {
+		body := []byte(`{"agent":"v","tool":"write","args":{"path":"/tmp/` + "\xff\xfe" + `"}}`)
+		wantError(t, create(string(body)), http.StatusBadRequest, "invalid_request")
+		wantError(t, create(`{"agent":"v","tool":"write","args":{"path":"/tmp/\ud800x"}}`), http.StatusBadRequest, "invalid_request")
+		id := events.NewID()
+		mustPublish(t, e.js, events.RequestPrefix+"v", rawEvent(id, events.TypeRequested, "agent/v", `{"tool":"write","args":{"path":"/tmp/`+"\xff"+`"}}`), id)
+		waitBrokerIdle(t, e.js)
+		if rec, err := e.b.Get(testCtx(t, patience), id); err == nil && rec.State == broker.StatePending {
+			t.Fatalf("a request with invalid UTF-8 is pending: %q", rec.Request.Args)
+		}
+		if d, ok := storedDecision(t, e.js, id); ok && d.Outcome == events.Approved {
+			t.Fatal("approved")
+		}
+	})
+	t.Run("identifiers", func(t *testing.T) {
+		for _, body := range []string{
+			`{"agent":"v","tool":"rm\u001b[2J"}`,
+			`{"agent":"v","tool":"rm","user":"alice\u202e"}`,
+			`{"agent":"v","tool":"rm","session":"s\n1"}`,
+			`{"agent":"v","tool":"rm","labels":{"env":"prod\u0007"}}`,
+		} {
+			wantError(t, create(body), http.StatusBadRequest, "invalid_request")
+		}
+		// Free text keeps what it was given.
+		a := approvalOf(t, create(`{"agent":"v","tool":"rm","hint":"line 1\nline 2 \u202e"}`), http.StatusCreated)
+		if a.Request.Hint != "line 1\nline 2 \u202e" {
+			t.Fatalf("hint %q", a.Request.Hint)
+		}
+	})
+	t.Run("routes", func(t *testing.T) {
+		wantError(t, call(t, http.MethodGet, e.api+"/nope", nil), http.StatusNotFound, "not_found")
+		r := call(t, http.MethodDelete, e.api+"/v1/approvals", nil)
+		wantError(t, r, http.StatusMethodNotAllowed, "method_not_allowed")
+		if allow := r.header.Get("Allow"); !strings.Contains(allow, "GET") || !strings.Contains(allow, "POST") {
+			t.Fatalf("Allow %q", allow)
+		}
+	})
+}
+
+// TestPresenceEntryUnreadable: an entry in the presence bucket that is not an
+// announcement is ignored with a warning, not silently.
+func TestPresenceEntryUnreadable(t *testing.T) {
+	ns := testenv.Server(t)
+	logs := &lockedBuffer{}
+	runLoggedBroker(t, testenv.Conn(t, ns), broker.Config{Name: "p"}, logs)
+	js := newJS(t, testenv.Conn(t, ns))
+	kv, err := js.KeyValue(testCtx(t, patience), events.PresenceBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(testCtx(t, patience), "alice.slack", []byte("here")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, patience, func() (bool, string) {
+		return strings.Contains(logs.String(), "alice.slack") && strings.Contains(logs.String(), "presence entry"), "no warning: " + logs.String()
+	})
+}
