@@ -7,6 +7,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/testenv"
@@ -141,20 +143,32 @@ func TestEventsSizedAsEncoded(t *testing.T) {
 		id := events.NewID()
 		args := fmt.Sprintf(`{"q":%q}`, strings.Repeat("<", 250_000))
 		mustPublish(t, e.js, events.RequestPrefix+"big1", rawEvent(id, events.TypeRequested, "agent/big1", `{"tool":"search","args":`+args+`}`), id)
-		rec := waitState(t, e.b, id, broker.StatePending)
-		// Approvers on NATS see it.
+		waitState(t, e.b, id, broker.StatePending)
+		// Approvers on NATS see it, and their answer is published.
 		eventually(t, patience, func() (bool, string) {
 			m, err := streamOf(t, e.js).GetLastMsgForSubject(testCtx(t, patience), events.PendingPrefix+"big1")
 			return err == nil && bytes.Contains(m.Data, []byte(id)), fmt.Sprintf("no pending event: %v", err)
 		})
-		approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+rec.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusOK)
+		runApprover(t, e.nc, "alice", "big1", func(_ context.Context, r handler.Request) (handler.Response, error) {
+			if r.ID != id || !sameJSON(r.Args, []byte(args)) {
+				return handler.Response{}, handler.Permanent(fmt.Errorf("offered %s with %d bytes of args", r.ID, len(r.Args)))
+			}
+			return handler.Response{Decision: events.Approve}, nil
+		})
 		d := waitDecision(t, e.js, id)
-		if d.Outcome != events.Approved || !sameJSON(d.Args, []byte(args)) {
-			t.Fatalf("decision %s with %d bytes of args", d.Outcome, len(d.Args))
+		if d.Outcome != events.Approved || d.DecidedBy[0].Principal != "alice" || !sameJSON(d.Args, []byte(args)) {
+			t.Fatalf("decision %s by %v with %d bytes of args", d.Outcome, d.DecidedBy, len(d.Args))
+		}
+		// The agent's SDK reads it too, though it is larger than any event an
+		// agent may send.
+		got, ok, err := newClient(t, e.nc, "big1").Decision(testCtx(t, patience), id)
+		if err != nil || !ok || got.Outcome != events.Approved {
+			t.Fatalf("Client.Decision: %v %v", ok, err)
 		}
 	})
 	t.Run("payload", func(t *testing.T) {
-		args := fmt.Sprintf(`{"blob":%q}`, strings.Repeat("a", 900_000))
+		// Args just under the 1 MiB limit on incoming events.
+		args := fmt.Sprintf(`{"blob":%q}`, strings.Repeat("a", 1_046_000))
 		rec, err := e.b.Submit(testCtx(t, patience), "", "agent/big2", events.Requested{Agent: "big2", Tool: "upload", Args: json.RawMessage(args)})
 		if err != nil {
 			t.Fatal(err)
@@ -165,9 +179,20 @@ func TestEventsSizedAsEncoded(t *testing.T) {
 		if cur, err := e.b.Get(testCtx(t, patience), rec.ID); err != nil || cur.State != broker.StatePending {
 			t.Fatalf("after a refused answer: %s %v", cur.State, err)
 		}
-		approvalOf(t, call(t, http.MethodPost, url, decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusOK)
-		if d := waitDecision(t, e.js, rec.ID); d.Outcome != events.Approved || len(d.Args) < 900_000 {
+		// A long reason makes the decision larger than any incoming event
+		// may be; the broker's headroom takes it, and agents read it.
+		reason := strings.Repeat("r", events.MaxTextLength)
+		approvalOf(t, call(t, http.MethodPost, url, decisionBody{"alice", events.Responded{Decision: events.Approve, Reason: reason}}), http.StatusOK)
+		if d := waitDecision(t, e.js, rec.ID); d.Outcome != events.Approved || len(d.Args) < 1_046_000 {
 			t.Fatalf("decision %s", d.Outcome)
+		}
+		m, err := streamOf(t, e.js).GetMsg(testCtx(t, patience), 1, jetstream.WithGetMsgSubject(events.DecisionPrefix+rec.ID))
+		if err != nil || len(m.Data) <= events.DefaultMaxEventSize {
+			t.Fatalf("the decision is %d bytes (%v); the test wants one over the incoming limit", len(m.Data), err)
+		}
+		got, ok, err := newClient(t, e.nc, "big2").Decision(testCtx(t, patience), rec.ID)
+		if err != nil || !ok || got.Reason != reason {
+			t.Fatalf("Client.Decision of a %d-byte decision: %v %v", len(m.Data), ok, err)
 		}
 	})
 }
@@ -228,6 +253,15 @@ func TestForgedDecision(t *testing.T) {
 	wantError(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+rec.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Deny}}), http.StatusInternalServerError, "decision_conflict")
 	if n := e.b.Stats().ForgedDecisions; n != 1 {
 		t.Fatalf("forged decisions counted: %d", n)
+	}
+	// The consumer sees the recorded answer too, and finds the forgery
+	// again: still counted once, and shown on the approval.
+	waitBrokerIdle(t, e.js)
+	if n := e.b.Stats().ForgedDecisions; n != 1 {
+		t.Fatalf("forged decisions counted: %d", n)
+	}
+	if a := approvalOf(t, call(t, http.MethodGet, e.api+"/v1/approvals/"+rec.ID, nil), http.StatusOK); !strings.Contains(a.Forgery, "broker/evil") {
+		t.Fatalf("forgery on the approval: %q", a.Forgery)
 	}
 
 	// A forgery after the decision: readers still get the real one.

@@ -204,19 +204,48 @@ func (b *Broker) published(ctx context.Context, r *Record) (bool, error) {
 	case err != nil:
 		return false, fmt.Errorf("look up decision of %s: %w", r.ID, err)
 	}
-	e, derr := b.codec.Decode(events.Header(m.Header), m.Data)
+	e, derr := events.Codec{MaxSize: b.maxEmit}.Decode(events.Header(m.Header), m.Data)
 	if derr == nil && e.ID() == r.DecisionEventID {
 		return true, nil
 	}
-	b.metrics.nForged.Add(1)
 	source := ""
 	if derr == nil {
 		source = e.Source()
 	}
-	b.log.Error("the stream holds a decision this broker did not make; its own cannot be published",
-		zap.String("request_id", r.ID), zap.String("outcome", string(r.State)), zap.Uint64("stream_seq", m.Sequence),
-		zap.String("event_id", e.ID()), zap.String("event_source", source), zap.String("want_event_id", r.DecisionEventID))
-	return false, fmt.Errorf("%w: request %s: stream sequence %d (event %q from %q), not event %s", ErrForgedDecision, r.ID, m.Sequence, e.ID(), source, r.DecisionEventID)
+	found := fmt.Sprintf("stream sequence %d (event %q from %q)", m.Sequence, e.ID(), source)
+	if b.reportForgery(ctx, r.ID, found) {
+		b.metrics.nForged.Add(1)
+		b.log.Error("the stream holds a decision this broker did not make; its own cannot be published",
+			zap.String("request_id", r.ID), zap.String("outcome", string(r.State)), zap.String("found", found), zap.String("want_event_id", r.DecisionEventID))
+	}
+	return false, fmt.Errorf("%w: request %s: %s, not event %s", ErrForgedDecision, r.ID, found, r.DecisionEventID)
+}
+
+// reportForgery records in id's state that its decision subject holds a
+// message the broker did not make (found describes it). It reports whether
+// this call recorded it, so that the forgery is logged and counted once,
+// whichever replica and retry finds it first.
+func (b *Broker) reportForgery(ctx context.Context, id, found string) bool {
+	for range maxCASAttempts {
+		rec, err := b.load(ctx, id)
+		if err != nil {
+			return true // better twice than never
+		}
+		if rec.Forgery != "" {
+			return false
+		}
+		rec.Forgery = found
+		val, err := encodeRecord(&rec)
+		if err != nil {
+			return true
+		}
+		if _, err := b.res.state.Update(ctx, id, val, rec.revision); err == nil {
+			return true
+		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			return true
+		}
+	}
+	return true
 }
 
 // firstDecision reads the first message stored on id's decision subject: the

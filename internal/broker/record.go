@@ -98,6 +98,9 @@ type Record struct {
 	// acknowledged only once the decided event is on the stream, so if the
 	// broker dies in between, its redelivery publishes the decision.
 	Trigger uint64 `json:"trigger,omitempty"`
+	// Forgery describes a decided event found on the request's decision
+	// subject that no broker made, once one is found.
+	Forgery string `json:"forgery,omitempty"`
 
 	revision uint64
 }

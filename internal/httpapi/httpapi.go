@@ -141,10 +141,13 @@ type Approval struct {
 	Deadline   time.Time        `json:"deadline"`
 	ReceivedAt time.Time        `json:"received_at"`
 	Decision   *events.Decided  `json:"decision"`
+	// Forgery, when set, describes a decided event on the request's
+	// decision subject that no broker made (see docs/architecture.md).
+	Forgery string `json:"forgery,omitempty"`
 }
 
 func approval(r broker.Record) Approval {
-	return Approval{ID: r.ID, State: r.State, Request: r.Request, Deadline: r.Deadline, ReceivedAt: r.ReceivedAt, Decision: r.Decision}
+	return Approval{ID: r.ID, State: r.State, Request: r.Request, Deadline: r.Deadline, ReceivedAt: r.ReceivedAt, Decision: r.Decision, Forgery: r.Forgery}
 }
 
 // createBody is the body of POST /v1/approvals: the requested data plus an id.

@@ -224,7 +224,7 @@ func (a *Approver) announce(ctx context.Context) {
 
 // handle offers one pending event to the handler and settles the message.
 func (a *Approver) handle(ctx context.Context, msg jetstream.Msg) {
-	e, err := events.Decode(events.Header(msg.Headers()), msg.Data())
+	e, err := a.client.codec.Decode(events.Header(msg.Headers()), msg.Data())
 	if err != nil {
 		_ = msg.TermWithReason("malformed: " + err.Error())
 		return

@@ -67,10 +67,11 @@ type Config struct {
 
 // Client asks for approvals. It is safe for concurrent use.
 type Client struct {
-	cfg Config
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	log *zap.Logger
+	cfg   Config
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	log   *zap.Logger
+	codec events.Codec // reads what the broker publishes: anything the server carries
 
 	mu          sync.Mutex
 	stream      jetstream.Stream // found on first use
@@ -100,7 +101,7 @@ func NewClient(nc *nats.Conn, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, nc: nc, js: js, log: cfg.Logger.Named("assent")}, nil
+	return &Client{cfg: cfg, nc: nc, js: js, log: cfg.Logger.Named("assent"), codec: serverCodec(nc)}, nil
 }
 
 // Request publishes req and blocks until the broker decides it, then returns the
@@ -233,12 +234,12 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 			recheck.Reset(30 * time.Second)
 		case m := <-answers:
 			if m.Subject == rejSubj {
-				if err := rejection(m, req.ID, digest); err != nil {
+				if err := c.rejection(m, req.ID, digest); err != nil {
 					return noDecision, err
 				}
 				continue
 			}
-			d, err := verify(m.Header, m.Data, req.ID, digest)
+			d, err := c.verify(m.Header, m.Data, req.ID, digest)
 			if errors.Is(err, ErrIDConflict) {
 				return noDecision, err
 			}
@@ -267,8 +268,8 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 // rejection reads a rejected event for request id; it returns ErrIDConflict
 // if the rejection is about this request (digest), nil for one about another
 // message under the same id.
-func rejection(m *nats.Msg, id, digest string) error {
-	e, err := events.Decode(events.Header(m.Header), m.Data)
+func (c *Client) rejection(m *nats.Msg, id, digest string) error {
+	e, err := c.codec.Decode(events.Header(m.Header), m.Data)
 	if err != nil {
 		return nil
 	}
@@ -307,7 +308,7 @@ func (c *Client) decision(ctx context.Context, id, digest string) (Decision, boo
 	if err != nil {
 		return Decision{}, false, err
 	}
-	d, err := verify(m.Header, m.Data, id, digest)
+	d, err := c.verify(m.Header, m.Data, id, digest)
 	if err != nil {
 		return Decision{}, false, err
 	}
@@ -395,8 +396,8 @@ func (c *Client) cancel(ctx context.Context, source, id, reason string) error {
 // verify decodes a decided event and checks it belongs to id, that its args
 // match their digest and, when digest is set, that it decides the request with
 // that digest (ErrIDConflict if it decides another one).
-func verify(h nats.Header, body []byte, id, digest string) (Decision, error) {
-	e, err := events.Decode(events.Header(h), body)
+func (c *Client) verify(h nats.Header, body []byte, id, digest string) (Decision, error) {
+	e, err := c.codec.Decode(events.Header(h), body)
 	if err != nil {
 		return Decision{}, fmt.Errorf("%w: %w", ErrTampered, err)
 	}
@@ -420,4 +421,12 @@ func verify(h nats.Header, body []byte, id, digest string) (Decision, error) {
 		return Decision{}, fmt.Errorf("%w: %w", ErrTampered, err)
 	}
 	return d, nil
+}
+
+// serverCodec decodes events up to the largest message the NATS server
+// carries: the broker publishes events somewhat larger than the ones it takes
+// in (a decision adds to its request's args), and the server has bounded them
+// already.
+func serverCodec(nc *nats.Conn) events.Codec {
+	return events.Codec{MaxSize: max(int(nc.MaxPayload()), events.DefaultMaxEventSize)}
 }
