@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -212,8 +210,15 @@ func (b *Broker) Cancel(ctx context.Context, id, by, reason string) (Record, err
 // agent/<name>) and the cancel's data.
 func checkCancel(by string, c events.Cancel) error {
 	var errs []error
-	if err := checkIdentifier("by", by, 256); err != nil {
-		errs = append(errs, err)
+	switch {
+	case by == "":
+		errs = append(errs, fmt.Errorf("by: %w", events.ErrMissingField))
+	case len(by) > 256:
+		errs = append(errs, fmt.Errorf("by: %w: longer than 256 bytes", events.ErrBadValue))
+	default:
+		if err := events.CheckIdentifier("by", by); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := c.Validate(); err != nil {
 		errs = append(errs, err)
@@ -308,24 +313,4 @@ func (b *Broker) escalate(ctx context.Context, r *Record) error {
 	b.log.Info("request escalated", zap.String("request_id", r.ID), zap.Int("level", r.Level), zap.Strings("notify", notify), zap.Time("deadline", r.Deadline))
 	_, err = b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("escalated-%s-%d", r.ID, r.Level)))
 	return err
-}
-
-// checkIdentifier refuses an empty or too long name, and one with control or
-// invisible format characters (terminal escapes, bidirectional overrides),
-// which a display could not show as what it is.
-func checkIdentifier(field, s string, max int) error {
-	switch {
-	case s == "":
-		return fmt.Errorf("%s: %w", field, events.ErrMissingField)
-	case len(s) > max:
-		return fmt.Errorf("%s: %w: longer than %d bytes", field, events.ErrBadValue, max)
-	case !utf8.ValidString(s):
-		return fmt.Errorf("%s: %w: not valid UTF-8", field, events.ErrBadValue)
-	}
-	for i, r := range s {
-		if unicode.Is(unicode.Cc, r) || unicode.Is(unicode.Cf, r) {
-			return fmt.Errorf("%s: %w: control or format character U+%04X at byte %d", field, events.ErrBadValue, r, i)
-		}
-	}
-	return nil
 }

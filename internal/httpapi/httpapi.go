@@ -309,6 +309,12 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 		writeError(w, http.StatusBadRequest, "invalid_request", "read body: "+err.Error())
 		return false
 	}
+	// Decoding would turn invalid UTF-8 and lone surrogates into U+FFFD, and
+	// an agent could then run something other than what was approved.
+	if err := events.CheckJSONText(body); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", "body: "+err.Error())
+		return false
+	}
 	if err := json.Unmarshal(body, v); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_request", "body: "+err.Error())
 		return false

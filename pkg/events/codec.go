@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -43,6 +44,8 @@ func NewID() string {
 
 // New builds a v1 event of type typ. An empty id gets a new UUIDv7; source must
 // not be empty (convention: "agent/<name>", "approver/<name>", "broker/<name>").
+// data is stored as compact JSON without HTML escaping (<, > and & stay as
+// they are); nil data means an event without data.
 func New(typ, id, source string, data any) (Event, error) {
 	if id == "" {
 		id = NewID()
@@ -55,8 +58,16 @@ func New(typ, id, source string, data any) (Event, error) {
 	e.SetType(typ)
 	e.SetSource(source)
 	e.SetTime(time.Now().UTC())
-	if err := e.SetData(ContentTypeJSON, data); err != nil {
-		return Event{}, fmt.Errorf("%w: data: %v", ErrMalformed, err)
+	e.SetDataContentType(ContentTypeJSON)
+	if data != nil {
+		// Not e.SetData: it marshals with HTML escaping, which makes each <, >
+		// and & six bytes, and it would mark ready-made []byte as binary data
+		// (written as data_base64).
+		b, err := marshalCanonical(data)
+		if err != nil {
+			return Event{}, fmt.Errorf("%w: data: %v", ErrMalformed, err)
+		}
+		e.DataEncoded = b
 	}
 	if err := e.Validate(); err != nil {
 		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
@@ -65,13 +76,26 @@ func New(typ, id, source string, data any) (Event, error) {
 }
 
 // Encode returns e in structured mode: a Content-Type header and the whole
-// event as the JSON body. This is what Assent publishes.
+// event as the JSON body, one compact JSON object. Strings are not HTML
+// escaped, neither in the envelope nor in the data, which is written as it is
+// stored, white space aside. This is what Assent publishes.
 func Encode(e *Event) (Header, []byte, error) {
-	body, err := json.Marshal(e)
+	// Not json.Marshal(e): it would escape HTML in the output of MarshalJSON.
+	raw, err := e.MarshalJSON()
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	return Header{headerContentType: {ContentTypeStructured}}, body, nil
+	// The SDK copies the data in as it is stored; Compact checks that the
+	// result is one JSON value and drops the data's white space, if any.
+	var body bytes.Buffer
+	body.Grow(len(raw))
+	if err := json.Compact(&body, raw); err != nil {
+		return nil, nil, fmt.Errorf("%w: encoded event is not JSON: %v", ErrMalformed, err)
+	}
+	if body.Len() == 0 || body.Bytes()[0] != '{' {
+		return nil, nil, fmt.Errorf("%w: encoded event is not a JSON object", ErrMalformed)
+	}
+	return Header{headerContentType: {ContentTypeStructured}}, body.Bytes(), nil
 }
 
 // EncodeBinary returns e in binary mode: attributes as ce- headers (values
@@ -267,7 +291,9 @@ type validator interface{ Validate() error }
 
 // DecodeData checks that e has type typ and reads its data into a T, then
 // validates it. Data of the wrong shape (a string where an object belongs, for
-// example) wraps ErrMalformed; unknown fields are ignored.
+// example) wraps ErrMalformed; data holding invalid UTF-8 or a lone surrogate
+// escape anywhere, unknown fields included, wraps ErrBadText (CheckJSONText);
+// unknown fields are otherwise ignored.
 func DecodeData[T any, PT interface {
 	*T
 	validator
@@ -279,6 +305,10 @@ func DecodeData[T any, PT interface {
 	data := e.Data()
 	if len(data) == 0 {
 		return v, fieldErr("data", ErrMissingField)
+	}
+	// The decoder would turn bad text into U+FFFD; refuse it instead.
+	if err := CheckJSONText(data); err != nil {
+		return v, fieldErr("data", err)
 	}
 	if err := json.Unmarshal(data, &v); err != nil {
 		return v, fieldErr("data", fmt.Errorf("%w: %v", ErrMalformed, err))

@@ -17,6 +17,10 @@ var (
 	ErrUnknownDecision = invalid("unknown decision")
 	ErrBadSubject      = invalid("bad subject")
 	ErrBadValue        = invalid("bad field value")
+	// ErrBadText: text that cannot travel unchanged or be shown as what it
+	// is. Invalid UTF-8 or a lone UTF-16 surrogate escape in JSON (see
+	// CheckJSONText), or a control or format character in an identifier.
+	ErrBadText = invalid("invalid text")
 )
 
 // sentinel is an error that also matches ErrInvalid.

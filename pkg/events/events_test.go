@@ -69,6 +69,7 @@ func TestSentinelsMatchErrInvalid(t *testing.T) {
 		events.ErrTooLarge, events.ErrMalformed, events.ErrWrongType, events.ErrMissingField,
 		events.ErrMissingTool, events.ErrBadToken, events.ErrArgsNotObject,
 		events.ErrUnknownDecision, events.ErrBadSubject, events.ErrBadValue,
+		events.ErrBadText, events.ErrSchema, events.ErrRequestMismatch,
 	}
 	for _, err := range all {
 		if !errors.Is(err, events.ErrInvalid) {
@@ -83,6 +84,9 @@ func TestSentinelsMatchErrInvalid(t *testing.T) {
 	}
 	if errors.Is(events.ErrMissingTool, events.ErrBadValue) {
 		t.Error("ErrMissingTool matches ErrBadValue")
+	}
+	if errors.Is(events.ErrBadText, events.ErrBadValue) || errors.Is(events.ErrBadValue, events.ErrBadText) {
+		t.Error("ErrBadText and ErrBadValue match each other")
 	}
 }
 
@@ -125,6 +129,7 @@ func TestRequestedValidate(t *testing.T) {
 		{"hint too long", func(r *events.Requested) { r.Hint = strings.Repeat("h", events.MaxTextLength+1) }, events.ErrBadValue, "hint"},
 		{"schema object", func(r *events.Requested) { r.ResponseSchema = json.RawMessage(`{"type":"object"}`) }, nil, ""},
 		{"schema not object", func(r *events.Requested) { r.ResponseSchema = json.RawMessage(`"object"`) }, events.ErrBadValue, "response_schema"},
+		{"schema does not compile", func(r *events.Requested) { r.ResponseSchema = json.RawMessage(`{"type":5}`) }, events.ErrSchema, "response_schema"},
 		{"negative timeout", func(r *events.Requested) { r.Timeout = events.Duration(-time.Second) }, events.ErrBadValue, "timeout"},
 		{"timeout at limit", func(r *events.Requested) { r.Timeout = events.Duration(events.MaxTimeout) }, nil, ""},
 		{"huge timeout", func(r *events.Requested) { r.Timeout = events.Duration(events.MaxTimeout + time.Second) }, events.ErrBadValue, "timeout"},
@@ -210,14 +215,149 @@ func TestCancelValidate(t *testing.T) {
 		name    string
 		c       events.Cancel
 		wantErr error
+		field   string
 	}{
-		{"empty", events.Cancel{}, nil},
-		{"reason", events.Cancel{Reason: "user stopped the run"}, nil},
-		{"reason too long", events.Cancel{Reason: strings.Repeat("r", events.MaxTextLength+1)}, events.ErrBadValue},
+		{"empty", events.Cancel{}, nil, ""},
+		{"reason", events.Cancel{Reason: "user stopped the run"}, nil, ""},
+		{"reason at limit", events.Cancel{Reason: strings.Repeat("r", events.MaxTextLength)}, nil, ""},
+		{"reason too long", events.Cancel{Reason: strings.Repeat("r", events.MaxTextLength+1)}, events.ErrBadValue, "reason"},
+		{"reason too long in multi-byte characters", events.Cancel{Reason: strings.Repeat("é", events.MaxTextLength/2+1)}, events.ErrBadValue, "reason"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			checkErr(t, tt.c.Validate(), tt.wantErr)
+			err := tt.c.Validate()
+			checkErr(t, err, tt.wantErr)
+			checkField(t, err, tt.field)
+		})
+	}
+}
+
+// TestRequestedValidateSchema: a response schema that cannot be compiled is
+// refused with the request, not with every answer to it.
+func TestRequestedValidateSchema(t *testing.T) {
+	tests := []struct {
+		name    string
+		schema  string
+		wantErr error
+	}{
+		{"absent", ``, nil},
+		{"null", `null`, nil},
+		{"empty", `{}`, nil},
+		{"object", `{"type":"object","properties":{"size_gb":{"type":"integer","minimum":1}},"required":["size_gb"]}`, nil},
+		{"local ref", `{"$defs":{"n":{"type":"integer"}},"$ref":"#/$defs/n"}`, nil},
+		{"draft 7", `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","definitions":{"a":{}}}`, nil},
+
+		{"type not a string", `{"type":5}`, events.ErrSchema},
+		{"unknown type name", `{"type":"whole-number"}`, events.ErrSchema},
+		{"minimum not a number", `{"type":"integer","minimum":"one"}`, events.ErrSchema},
+		{"nested bad keyword", `{"properties":{"n":{"required":"yes"}}}`, events.ErrSchema},
+		{"bad pattern", `{"type":"string","pattern":"("}`, events.ErrSchema},
+		{"missing local ref", `{"$ref":"#/$defs/missing"}`, events.ErrSchema},
+		{"external ref", `{"$ref":"https://example.com/s.json"}`, events.ErrSchema},
+		{"relative ref", `{"$ref":"other.json"}`, events.ErrSchema},
+		{"file ref", `{"properties":{"a":{"$ref":"file:///etc/passwd"}}}`, events.ErrSchema},
+		{"unknown meta-schema", `{"$schema":"https://example.com/meta","type":"object"}`, events.ErrSchema},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := events.Requested{Tool: "ask", ResponseSchema: json.RawMessage(tt.schema)}
+			err := r.Validate()
+			checkErr(t, err, tt.wantErr)
+			if err != nil {
+				checkField(t, err, "response_schema")
+			}
+
+			// The same on the wire, and in the request a pending event carries.
+			data := `{"tool":"ask"}`
+			if tt.schema != "" {
+				data = `{"tool":"ask","response_schema":` + tt.schema + `}`
+			}
+			e, derr := events.Decode(structuredHeader, structured(testID, events.TypeRequested, data))
+			if derr != nil {
+				t.Fatal(derr)
+			}
+			_, derr = events.DecodeRequested(&e)
+			checkErr(t, derr, tt.wantErr)
+			p := events.Pending{RequestID: testID, Request: r}
+			checkErr(t, p.Validate(), tt.wantErr)
+
+			// A schema Validate accepts is one CheckPayload can use.
+			if err == nil && len(tt.schema) > 0 && tt.schema != "null" {
+				if _, err := events.CompileSchema([]byte(tt.schema)); err != nil {
+					t.Fatalf("CompileSchema: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// TestSchemaLimits: compiling costs more than linear time in nesting and
+// subschemas, so a response schema is bounded before it is compiled.
+func TestSchemaLimits(t *testing.T) {
+	nested := func(depth int) string { // depth levels of objects
+		return strings.Repeat(`{"items":`, depth-1) + `{}` + strings.Repeat(`}`, depth-1)
+	}
+	objects := func(n int) string { // n objects
+		return `{"allOf":[` + strings.TrimSuffix(strings.Repeat(`{},`, n-1), ",") + `]}`
+	}
+	sized := func(n int) string { // n bytes
+		const pre, post = `{"description":"`, `"}`
+		return pre + strings.Repeat("d", n-len(pre)-len(post)) + post
+	}
+	tests := []struct {
+		name    string
+		schema  string
+		wantErr error
+		msg     string
+	}{
+		{"depth at limit", nested(events.MaxSchemaDepth), nil, ""},
+		{"depth over limit", nested(events.MaxSchemaDepth + 1), events.ErrSchema, fmt.Sprintf("nested deeper than %d", events.MaxSchemaDepth)},
+		{"arrays count as depth", `{"allOf":` + strings.Repeat(`[`, events.MaxSchemaDepth) + strings.Repeat(`]`, events.MaxSchemaDepth) + `}`, events.ErrSchema, "nested deeper"},
+		{"very deep", nested(5000), events.ErrSchema, "nested deeper"},
+		{"objects at limit", objects(events.MaxSchemaObjects), nil, ""},
+		{"objects over limit", objects(events.MaxSchemaObjects + 1), events.ErrSchema, fmt.Sprintf("more than %d objects", events.MaxSchemaObjects)},
+		{"objects in values count", `{"enum":[` + strings.TrimSuffix(strings.Repeat(`{},`, events.MaxSchemaObjects), ",") + `]}`, events.ErrSchema, "objects"},
+		{"size at limit", sized(events.MaxSchemaSize), nil, ""},
+		{"size over limit", sized(events.MaxSchemaSize + 1), events.ErrSchema, fmt.Sprintf("%d bytes, limit %d", events.MaxSchemaSize+1, events.MaxSchemaSize)},
+		{"brackets in strings do not count", `{"description":"` + strings.Repeat(`{[\"`, events.MaxSchemaObjects+1) + `","title":"}]"}`, nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := events.Requested{Tool: "ask", ResponseSchema: json.RawMessage(tt.schema)}
+			err := r.Validate()
+			checkErr(t, err, tt.wantErr)
+			if err != nil {
+				checkField(t, err, "response_schema")
+				if !strings.Contains(err.Error(), tt.msg) {
+					t.Fatalf("error %q does not say %q", err, tt.msg)
+				}
+			}
+			// Answers are checked against the same schema, within the same limits.
+			checkErr(t, events.CheckPayload([]byte(tt.schema), []byte(`{}`)), tt.wantErr)
+		})
+	}
+}
+
+func BenchmarkRequestedValidate(b *testing.B) {
+	for _, bm := range []struct {
+		name   string
+		schema string
+	}{
+		{"no schema", ``},
+		{"small schema", `{"type":"object","properties":{"size_gb":{"type":"integer","minimum":1},"note":{"type":"string","maxLength":200}},"required":["size_gb"]}`},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
+			r := wantRequested()
+			r.Labels = map[string]string{"team": "finance", "env": "prod"}
+			if bm.schema != "" {
+				r.ResponseSchema = json.RawMessage(bm.schema)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := r.Validate(); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }
@@ -538,6 +678,101 @@ func TestNew(t *testing.T) {
 				t.Errorf("data = %+v", got)
 			}
 		})
+	}
+}
+
+// TestEncodeNoHTMLEscaping: what Assent writes keeps <, > and & as they are,
+// so an event is about as large as what it carries.
+func TestEncodeNoHTMLEscaping(t *testing.T) {
+	tests := []struct {
+		name string
+		args string
+	}{
+		{"html", `{"q":"<a&b>"}`},
+		{"many", `{"q":"` + strings.Repeat("<", 250_000) + `"}`},
+		{"escaped on input", `{"q":"\u003ca\u0026b\u003e"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := events.Requested{Tool: "search", Args: json.RawMessage(tt.args), Hint: "<b>Search</b> & more"}
+			e, err := events.New(events.TypeRequested, testID, "agent/a&b", req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Escapes are as many as the input had: none added.
+			escapes := strings.Count(tt.args, `\u00`)
+			if n := bytes.Count(e.Data(), []byte(`\u00`)); n != escapes {
+				t.Fatalf("data has %d escapes, want %d: %.200s", n, escapes, e.Data())
+			}
+			h, body, err := events.Encode(&e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := bytes.Count(body, []byte(`\u00`)); n != escapes || bytes.Contains(body, []byte(`data_base64`)) {
+				t.Fatalf("body has %d escapes, want %d: %.300s", n, escapes, body)
+			}
+			if !bytes.Contains(body, []byte(`"hint":"<b>Search</b> & more"`)) || !bytes.Contains(body, []byte(`"source":"agent/a&b"`)) {
+				t.Fatalf("body = %.300s", body)
+			}
+			if limit := len(tt.args) + 512; len(body) > limit {
+				t.Fatalf("body is %d bytes for %d bytes of args (limit %d)", len(body), len(tt.args), limit)
+			}
+			got, err := events.Decode(h, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameEnvelope(t, &got, &e)
+			r, err := events.DecodeRequested(&got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !sameJSON(r.Args, []byte(tt.args)) || r.Hint != req.Hint {
+				t.Fatalf("data = %.200s", got.Data())
+			}
+		})
+	}
+}
+
+// TestEncodeCompact: Encode writes one compact JSON object, whatever white
+// space the data it carries was received with.
+func TestEncodeCompact(t *testing.T) {
+	data := "{ \"tool\" : \"t\",\n  \"args\": {\"q\": \"<x>\", \"n\": [1, 2.50]} }"
+	e, err := events.Decode(binaryHeader(testID, events.TypeRequested), []byte(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body, err := events.Encode(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, body); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(body, compact.Bytes()) {
+		t.Fatalf("body not compact: %s", body)
+	}
+	if !bytes.Contains(body, []byte(`"data":{"tool":"t","args":{"q":"<x>","n":[1,2.50]}}`)) {
+		t.Fatalf("body = %s", body)
+	}
+
+	// An event without data has none after encoding either.
+	e, err = events.New(events.TypeCancel, testID, "agent/a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Data()) != 0 {
+		t.Fatalf("data = %q", e.Data())
+	}
+	_, body, err = events.Encode(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(body, []byte(`"data":`)) || bytes.Contains(body, []byte(`"data_base64":`)) {
+		t.Fatalf("body = %s", body)
+	}
+	if _, err := events.Decode(nil, body); err != nil {
+		t.Fatal(err)
 	}
 }
 

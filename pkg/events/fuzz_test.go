@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -93,6 +95,30 @@ func FuzzDecode(f *testing.F) {
 	f.Add(byte(fuzzHeaderText), "ce-specversion: 0.3\nce-id: a\nce-type: t\nce-source: s", []byte(`{}`))
 	f.Add(byte(fuzzHeaderText), "CE-SPECVERSION: 1.0\nCe-Id: a%2Eb\nce-type: t\nce-source: %zz\nce-time: x", []byte(`{}`))
 	f.Add(byte(fuzzBinary), "text/plain", []byte(`hello`))
+	// Text that cannot travel unchanged: invalid UTF-8 and lone surrogates.
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"t","args":{"path":"/tmp/`+"\xff\xfe"+`"}}`))
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"t","args":{"path":"/tmp/\ud800x"},"hint":"\udc00"}`))
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"t","args":{"s":"\ud83d\ude00","e":"\\ud800"}}`))
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeCancel, `{"reason":"\ud800\u0041"}`))
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeResponded, `{"decision":"approve","payload":"`+"\xed\xa0\x80"+`","remember":{"scope":"call","args":{"p":"\udfff"}}}`))
+	f.Add(byte(fuzzStructured), "", []byte(`{"specversion":"1.0","id":"a","type":"t","source":"`+"s\xff"+`","subject":"\ud800"}`))
+	f.Add(byte(fuzzBinary), "application/json", []byte(`{"tool":"t","args":{"p":"`+"\xc3"+`"}}`))
+	// Control and format characters in identifiers; free text keeps them.
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"rm\u001b[2J","user":"alice\u202e","session":"s\n1"}`))
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"r\u200bm","call_id":"\ufeffc","labels":{"env":"prod\u0007","e\u2066":"v"}}`))
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"t\u007f\u0085","hint":"line 1\nline 2 \u202e"}`))
+	// Response schemas that can never accept an answer.
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"ask","response_schema":{"type":5}}`))
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"ask","response_schema":{"$ref":"#/$defs/missing"}}`))
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"ask","response_schema":{"$ref":"https://example.com/s.json"}}`))
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"ask","response_schema":{"$defs":{"n":{"type":"integer"}},"$ref":"#/$defs/n"}}`))
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypePending, `{"request_id":"a","request":{"tool":"ask","response_schema":{"pattern":"("}}}`))
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"ask","response_schema":`+
+		strings.Repeat(`{"items":`, events.MaxSchemaDepth)+`{}`+strings.Repeat(`}`, events.MaxSchemaDepth)+`}`))
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"ask","response_schema":{"title":"{[\"]}","allOf":[{},{"not":{}}]}}`))
+	// HTML-significant characters, raw and escaped.
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"t","args":{"q":"<a&b>","e":"\u003c\u0026\u003e"}}`))
+	f.Add(byte(fuzzHeaderText), "ce-specversion: 1.0\nce-id: a\nce-type: t\nce-source: a<b>&c\nce-x: \\u003c", []byte(`{ "q" : "<x>" }`))
 
 	f.Fuzz(func(t *testing.T, mode byte, hdr string, body []byte) {
 		h := fuzzHeader(mode, hdr)
@@ -124,6 +150,39 @@ func FuzzDecode(f *testing.F) {
 		if err == nil {
 			_, err := events.ArgsDigest(r.Args)
 			checkDataErr("ArgsDigest", err)
+			for _, id := range []string{r.Tool, r.Session, r.User, r.CallID} {
+				if !cleanIdentifier(id) {
+					t.Fatalf("DecodeRequested accepted identifier %q", id)
+				}
+			}
+			for k, v := range r.Labels {
+				if !cleanIdentifier(k) || !cleanIdentifier(v) {
+					t.Fatalf("DecodeRequested accepted label %q: %q", k, v)
+				}
+			}
+			if len(r.ResponseSchema) > 0 && string(r.ResponseSchema) != "null" {
+				if _, err := events.CompileSchema(r.ResponseSchema); err != nil {
+					t.Fatalf("DecodeRequested accepted a schema that does not compile: %v", err)
+				}
+			}
+		}
+		// Data with bad text is refused by every decoder, never rewritten.
+		if textErr := events.CheckJSONText(e.Data()); textErr != nil {
+			if !errors.Is(textErr, events.ErrBadText) {
+				t.Fatalf("CheckJSONText error does not match ErrBadText: %v", textErr)
+			}
+			for name, decode := range map[string]func(*events.Event) error{
+				"DecodeRequested": func(e *events.Event) error { _, err := events.DecodeRequested(e); return err },
+				"DecodeResponded": func(e *events.Event) error { _, err := events.DecodeResponded(e); return err },
+				"DecodeCancel":    func(e *events.Event) error { _, err := events.DecodeCancel(e); return err },
+				"DecodeDecided":   func(e *events.Event) error { _, err := events.DecodeDecided(e); return err },
+				"DecodePending":   func(e *events.Event) error { _, err := events.DecodePending(e); return err },
+				"DecodeEscalated": func(e *events.Event) error { _, err := events.DecodeEscalated(e); return err },
+			} {
+				if err := decode(&e); err == nil {
+					t.Fatalf("%s accepted data with bad text (%v): %q", name, textErr, e.Data())
+				}
+			}
 		}
 		_, err = events.DecodeResponded(&e)
 		checkDataErr("DecodeResponded", err)
@@ -158,7 +217,28 @@ func FuzzDecode(f *testing.F) {
 		if !sameJSON(e2.Data(), e.Data()) {
 			t.Fatalf("round trip changed the data: %q -> %q\nbody: %s", e.Data(), e2.Data(), b2)
 		}
+		// Encode adds no HTML escapes: the re-encoded body has no more of them
+		// than the message had.
+		for _, esc := range [][]byte{[]byte(`\u003c`), []byte(`\u003e`), []byte(`\u0026`)} {
+			if n, was := bytes.Count(b2, esc), bytes.Count(body, esc)+strings.Count(hdr, string(esc)); n > was {
+				t.Fatalf("Encode added %s escapes (%d, was %d): %s", esc, n, was, b2)
+			}
+		}
 	})
+}
+
+// cleanIdentifier reports whether s is valid UTF-8 without control or format
+// characters.
+func cleanIdentifier(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.In(r, unicode.Cc, unicode.Cf) {
+			return false
+		}
+	}
+	return true
 }
 
 // structuredMode reports whether Decode reads h and its body in structured mode.
@@ -209,6 +289,8 @@ func FuzzParseSubject(f *testing.F) {
 		"", "assent", "assent.", "assent.>", "assent.request.*", "assent.request.a.b",
 		"assent.response.alice", "assent.unknown.a", "assent.request. ", "other.request.a",
 		"assent.decision." + strings.Repeat("x", events.MaxTokenLength+1),
+		"assent.request.a\u202e", "assent.request.a\u200bb", "assent.request.\ufeffa", "assent.cancel.a\x00",
+		"assent.request.\xff", "assent.response.al\xc3.id", "assent.request.a\x1b[2J", "assent.request.é",
 	} {
 		f.Add(s)
 	}
@@ -259,6 +341,12 @@ func FuzzCanonicalArgs(f *testing.F) {
 		`{"s":"\u2028\u00e9\ud83d\ude00\"\\"}`,
 		`{"a":1,"a":2}`,
 		``, `null`, ` `, `{}`, `[]`, `"x"`, `1`, `{`, `{"a":1,}`,
+		// Bad text: invalid UTF-8 and lone surrogates, in values and keys.
+		"{\"s\":\"\xff\"}", "{\"\xfe\":1}", "{\"s\":\"\xed\xa0\x80\"}", "{\"s\":\"\xc3\"}", "\"\xff\"",
+		`{"s":"\ud800"}`, `{"s":"\udc00"}`, `{"s":"\udc00\ud800"}`, `{"s":"\ud800\u0041"}`, `{"\udfff":1}`,
+		`{"s":"\\ud800"}`, `{"s":"\\\ud800"}`, `{"s":"\ud800\\udc00"}`, `{"s":"\ud83d\ude00\ud83d"}`,
+		// Good text that looks like it.
+		`{"\ud83d\ude00":"\uD83D\uDE00"}`, "{\"s\":\"\ufffd\xef\xbf\xbd\"}", `{"s":"\u0000\u001b\u202e"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -268,6 +356,9 @@ func FuzzCanonicalArgs(f *testing.F) {
 			if !errors.Is(err, events.ErrInvalid) {
 				t.Fatalf("error does not match ErrInvalid: %v", err)
 			}
+			if json.Valid(raw) && events.CheckJSONText(raw) != nil && !errors.Is(err, events.ErrBadText) {
+				t.Fatalf("bad text refused without ErrBadText: %v", err)
+			}
 			if _, err2 := events.ArgsDigest(raw); err2 == nil {
 				t.Fatalf("CanonicalArgs fails (%v) but ArgsDigest does not", err)
 			}
@@ -275,6 +366,15 @@ func FuzzCanonicalArgs(f *testing.F) {
 		}
 		if len(bytes.TrimSpace(raw)) > 0 && !json.Valid(raw) {
 			t.Fatalf("CanonicalArgs accepted input that is not JSON: %q -> %q", raw, c)
+		}
+		if err := events.CheckJSONText(raw); err != nil {
+			t.Fatalf("CanonicalArgs accepted bad text (%v): %q -> %q", err, raw, c)
+		}
+		// Nothing is rewritten to U+FFFD: every one in the canonical form was
+		// in the input, raw or escaped.
+		if n, was := bytes.Count(c, []byte("\uFFFD")), bytes.Count(raw, []byte("\uFFFD"))+
+			bytes.Count(bytes.ToLower(raw), []byte(`\ufffd`)); n > was {
+			t.Fatalf("CanonicalArgs made %d U+FFFD of %d: %q -> %q", n, was, raw, c)
 		}
 		if !json.Valid(c) || len(c) == 0 || c[0] != '{' {
 			t.Fatalf("canonical form %q is not a JSON object", c)

@@ -11,8 +11,9 @@ import (
 )
 
 // Limits on free-text fields, so one event cannot carry unbounded strings in
-// places that end up in logs and UIs. Args, payloads and schemas are bounded only
-// by the event size limit.
+// places that end up in logs and UIs. Args and payloads are bounded only by the
+// event size limit; response schemas also by MaxSchemaSize, MaxSchemaDepth and
+// MaxSchemaObjects.
 const (
 	MaxToolLength   = 256
 	MaxTextLength   = 4096
@@ -31,24 +32,41 @@ func (r *Requested) Validate() error {
 	case len(r.Tool) > MaxToolLength:
 		errs = append(errs, fieldErr("tool", fmt.Errorf("%w: longer than %d bytes", ErrBadValue, MaxToolLength)))
 	}
-	if len(r.Args) > 0 && !isJSONObject(r.Args) && !isJSONNull(r.Args) {
-		errs = append(errs, fieldErr("args", ErrArgsNotObject))
+	if err := CheckIdentifier("tool", r.Tool); err != nil {
+		errs = append(errs, err)
+	}
+	if len(r.Args) > 0 && !isJSONNull(r.Args) {
+		if !isJSONObject(r.Args) {
+			errs = append(errs, fieldErr("args", ErrArgsNotObject))
+		} else if err := CheckJSONText(r.Args); err != nil {
+			errs = append(errs, fieldErr("args", err))
+		}
 	}
 	if r.Agent != "" {
 		if err := CheckToken("agent", r.Agent); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	for name, v := range map[string]string{"session": r.Session, "user": r.User, "call_id": r.CallID} {
-		if len(v) > maxTokenlikeLen {
-			errs = append(errs, fieldErr(name, fmt.Errorf("%w: longer than %d bytes", ErrBadValue, maxTokenlikeLen)))
+	for _, f := range []struct{ name, v string }{{"session", r.Session}, {"user", r.User}, {"call_id", r.CallID}} {
+		if len(f.v) > maxTokenlikeLen {
+			errs = append(errs, fieldErr(f.name, fmt.Errorf("%w: longer than %d bytes", ErrBadValue, maxTokenlikeLen)))
+		}
+		if err := CheckIdentifier(f.name, f.v); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if len(r.Hint) > MaxTextLength {
 		errs = append(errs, fieldErr("hint", fmt.Errorf("%w: longer than %d bytes", ErrBadValue, MaxTextLength)))
 	}
-	if len(r.ResponseSchema) > 0 && !isJSONObject(r.ResponseSchema) && !isJSONNull(r.ResponseSchema) {
-		errs = append(errs, fieldErr("response_schema", fmt.Errorf("%w: must be a JSON Schema object", ErrBadValue)))
+	// A schema is compiled here, once per request, so that one which can
+	// never accept an answer is refused now rather than failing every
+	// answer. Requests without a schema skip this.
+	if len(r.ResponseSchema) > 0 && !isJSONNull(r.ResponseSchema) {
+		if !isJSONObject(r.ResponseSchema) {
+			errs = append(errs, fieldErr("response_schema", fmt.Errorf("%w: must be a JSON Schema object", ErrBadValue)))
+		} else if _, err := CompileSchema(r.ResponseSchema); err != nil {
+			errs = append(errs, err) // names response_schema; ErrBadText or ErrSchema
+		}
 	}
 	if r.Timeout < 0 || r.Timeout.Std() > MaxTimeout {
 		errs = append(errs, fieldErr("timeout", fmt.Errorf("%w: %s is outside 0..%s", ErrBadValue, r.Timeout.Std(), MaxTimeout)))
@@ -59,6 +77,12 @@ func (r *Requested) Validate() error {
 	for k, v := range r.Labels {
 		if k == "" || len(k) > MaxLabelLength || len(v) > MaxLabelLength {
 			errs = append(errs, fieldErr("labels", fmt.Errorf("%w: label %q: keys must be 1-%d bytes and values at most %d", ErrBadValue, truncate(k, 40), MaxLabelLength, MaxLabelLength)))
+		}
+		if p := identifierProblem(k); p != "" {
+			errs = append(errs, fieldErr("labels", fmt.Errorf("%w: label %q: key: %s", ErrBadText, truncate(k, 40), p)))
+		}
+		if p := identifierProblem(v); p != "" {
+			errs = append(errs, fieldErr("labels", fmt.Errorf("%w: label %q: value: %s", ErrBadText, truncate(k, 40), p)))
 		}
 	}
 	return errors.Join(errs...)
@@ -82,10 +106,16 @@ func (r *Responded) Validate() error {
 			errs = append(errs, fieldErr("args", ErrArgsNotObject))
 		} else if r.Decision == Deny {
 			errs = append(errs, fieldErr("args", fmt.Errorf("%w: edited args only go with %q", ErrBadValue, Approve)))
+		} else if err := CheckJSONText(r.Args); err != nil {
+			errs = append(errs, fieldErr("args", err))
 		}
 	}
-	if len(r.Payload) > 0 && !json.Valid(r.Payload) {
-		errs = append(errs, fieldErr("payload", fmt.Errorf("%w: not valid JSON", ErrBadValue)))
+	if len(r.Payload) > 0 {
+		if !json.Valid(r.Payload) {
+			errs = append(errs, fieldErr("payload", fmt.Errorf("%w: not valid JSON", ErrBadValue)))
+		} else if err := CheckJSONText(r.Payload); err != nil {
+			errs = append(errs, fieldErr("payload", err))
+		}
 	}
 	if r.Remember != nil {
 		switch r.Remember.Scope {
@@ -96,8 +126,12 @@ func (r *Responded) Validate() error {
 		if r.Remember.TTL < 0 {
 			errs = append(errs, fieldErr("remember.ttl", fmt.Errorf("%w: negative", ErrBadValue)))
 		}
-		if len(r.Remember.Args) > 0 && !isJSONObject(r.Remember.Args) && !isJSONNull(r.Remember.Args) {
-			errs = append(errs, fieldErr("remember.args", ErrArgsNotObject))
+		if len(r.Remember.Args) > 0 && !isJSONNull(r.Remember.Args) {
+			if !isJSONObject(r.Remember.Args) {
+				errs = append(errs, fieldErr("remember.args", ErrArgsNotObject))
+			} else if err := CheckJSONText(r.Remember.Args); err != nil {
+				errs = append(errs, fieldErr("remember.args", err))
+			}
 		}
 	}
 	if r.Channel != "" && !ValidToken(r.Channel) {
@@ -162,13 +196,19 @@ func isJSONNull(raw json.RawMessage) bool {
 
 // CanonicalArgs returns args as compact JSON with object keys sorted, numbers as
 // written and no HTML escaping. Empty or null args become {}. It is the form that
-// ArgsDigest hashes.
+// ArgsDigest hashes. Args that are not JSON wrap ErrMalformed, args that are not
+// an object ErrArgsNotObject, and args holding invalid UTF-8 or a lone surrogate
+// escape ErrBadText (see CheckJSONText): they are refused, never rewritten, so
+// that every implementation computes the same digest or none.
 func CanonicalArgs(args json.RawMessage) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(args)) == 0 || isJSONNull(args) {
 		return json.RawMessage("{}"), nil
 	}
 	if !json.Valid(args) {
 		return nil, fieldErr("args", fmt.Errorf("%w: not valid JSON", ErrMalformed))
+	}
+	if err := CheckJSONText(args); err != nil {
+		return nil, fieldErr("args", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(args))
 	dec.UseNumber()
