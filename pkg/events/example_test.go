@@ -72,7 +72,8 @@ func ExampleDecodeDecided() {
 	    "edited": true,
 	    "args_digest": "sha256:8f7f2c358c9a100a5f7fc238c878910982a3ef96af99ac7d5b80995790116c9e",
 	    "decided_by": [{"principal": "alice", "channel": "cli", "decision": "approve", "at": "2025-01-02T03:04:05Z"}],
-	    "decided_at": "2025-01-02T03:04:05Z"
+	    "decided_at": "2025-01-02T03:04:05Z",
+	    "request_digest": "sha256:81b1fa218536b0078493d9de4ecbd9ed86f1728d83b8cd4b0ff0ed67458e5da3"
 	  }
 	}`)
 	h := events.Header{"Content-Type": {"application/cloudevents+json"}}
@@ -93,6 +94,15 @@ func ExampleDecodeDecided() {
 	fmt.Println("args:", string(args))
 	fmt.Println("args verified:", d.VerifyArgs() == nil)
 
+	// The decision is about the request the agent made, not another one that
+	// reused its id.
+	asked := events.Requested{Tool: "delete_file", Args: json.RawMessage(`{"path": "/srv/reports/q3.csv"}`),
+		Agent: "file-manager", Session: "s-42", User: "carol", Hint: "Delete the Q3 report?"}
+	fmt.Println("request verified:", d.VerifyRequest(asked) == nil)
+	asked.Tool = "drop_database"
+	err = d.VerifyRequest(asked)
+	fmt.Println("another request verified:", err == nil, "ErrRequestMismatch:", errors.Is(err, events.ErrRequestMismatch))
+
 	// Arguments changed after the decision no longer match its digest.
 	d.Args = json.RawMessage(`{"path": "/srv/reports/q3.csv"}`)
 	err = d.VerifyArgs()
@@ -101,6 +111,8 @@ func ExampleDecodeDecided() {
 	// outcome: approved approved: true edited: true
 	// args: {"path":"/srv/reports/q3-draft.csv"}
 	// args verified: true
+	// request verified: true
+	// another request verified: false ErrRequestMismatch: true
 	// tampered args verified: false ErrBadValue: true
 }
 
