@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
 )
@@ -286,5 +289,45 @@ func TestRoundTripStructuredAnswer(t *testing.T) {
 	}
 	if n := countDecisions(t, e.js, id); n != 1 {
 		t.Fatalf("%d decided messages, want 1", n)
+	}
+}
+
+// TestRoundTripCancelWhilePublishing: a context that ends while the request's
+// publish awaits its acknowledgement (the request is stored, the agent does
+// not know it yet) still withdraws the request. Each round cancels the moment
+// the server hands the request to subscribers, which is around when it is
+// stored; no request may stay pending.
+func TestRoundTripCancelWhilePublishing(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	client := newClient(t, e.nc, "hasty")
+	watch := testenv.Conn(t, e.ns)
+	const rounds = 30
+	ids := make([]string, rounds)
+	for i := range rounds {
+		ctx, cancel := context.WithCancel(context.Background())
+		sub, err := watch.Subscribe(events.RequestPrefix+"hasty", func(*nats.Msg) { cancel() })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := watch.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = events.NewID()
+		_, err = client.Request(ctx, handler.Request{ID: ids[i], Requested: events.Requested{Tool: "deploy", Timeout: events.Duration(10 * time.Minute)}})
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("round %d: Request returned %v, want context.Canceled", i, err)
+		}
+		_ = sub.Unsubscribe()
+		cancel()
+	}
+	waitBrokerIdle(t, e.js)
+	pending := 0
+	for _, id := range ids {
+		if rec, err := e.b.Get(testCtx(t, patience), id); err == nil && rec.State == broker.StatePending {
+			pending++
+		}
+	}
+	if pending > 0 {
+		t.Fatalf("%d of %d requests withdrawn while their publish was in flight are still pending", pending, rounds)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/assent-dev/assent/internal/logging"
+	"github.com/assent-dev/assent/internal/textsafe"
 	"github.com/assent-dev/assent/internal/worker"
 )
 
@@ -44,7 +45,8 @@ func run() int {
 	defer stop()
 
 	if err := cmd.Execute(ctx, log, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintf(os.Stderr, "agent-worker %s: %v\n", cmd.Name, err)
+		// The error may quote request data (a tool, a reason): escape it.
+		fmt.Fprintf(os.Stderr, "agent-worker %s: %s\n", cmd.Name, textsafe.Line(err.Error()))
 		return 1
 	}
 	return 0

@@ -7,7 +7,8 @@
 //	broker remembered revoke ID [--http URL]        revoke one
 //	broker version                                  print the version
 //
-// Run "broker -h" for the flags.
+// "broker -h" lists the flags; "broker help" and "broker COMMAND -h" describe
+// the commands, which internal/app implements (app.CLI).
 package main
 
 import (
@@ -17,8 +18,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
-	"time"
 
 	"github.com/assent-dev/assent/internal/app"
 	"github.com/assent-dev/assent/internal/broker"
@@ -28,86 +29,18 @@ import (
 var version = "dev"
 
 func main() {
-	err := dispatch(os.Args[1:])
-	var exit exitCode
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-	case errors.As(err, &exit):
-		os.Exit(int(exit))
-	default:
+	args := os.Args[1:]
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		// A command (policy, remembered, version, help) rather than flags.
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := app.CLI{Version: version, Stdout: os.Stdout, Stderr: os.Stderr}.Run(ctx, args)
+		stop()
+		os.Exit(code)
+	}
+	if err := serve(args); err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "broker:", err)
 		os.Exit(2)
 	}
-}
-
-// exitCode ends the process with a status and no further message.
-type exitCode int
-
-func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
-
-func dispatch(args []string) error {
-	if len(args) == 0 {
-		return serve(args)
-	}
-	switch args[0] {
-	case "version":
-		fmt.Println("assent broker", version)
-		return nil
-	case "policy":
-		return policyCmd(args[1:])
-	case "remembered":
-		return rememberedCmd(args[1:])
-	}
-	return serve(args)
-}
-
-func policyCmd(args []string) error {
-	if len(args) == 0 {
-		return errors.New("policy: want 'check FILE' or 'test --policy FILE --request FILE'")
-	}
-	switch args[0] {
-	case "check":
-		if len(args) != 2 {
-			return errors.New("usage: broker policy check FILE")
-		}
-		if !app.PolicyCheck(os.Stdout, args[1]) {
-			return exitCode(1)
-		}
-		return nil
-	case "test":
-		fs := flag.NewFlagSet("policy test", flag.ContinueOnError)
-		pol := fs.String("policy", "", "policy `file`")
-		req := fs.String("request", "", "request `file`: the requested data as JSON, or a whole CloudEvent")
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		if *pol == "" || *req == "" {
-			return errors.New("usage: broker policy test --policy FILE --request FILE")
-		}
-		return app.PolicyTest(os.Stdout, *pol, *req, time.Now())
-	}
-	return fmt.Errorf("policy: unknown subcommand %q (want check or test)", args[0])
-}
-
-func rememberedCmd(args []string) error {
-	fs := flag.NewFlagSet("remembered", flag.ContinueOnError)
-	base := fs.String("http", "http://127.0.0.1:8080", "the broker's HTTP API")
-	revoke := ""
-	if len(args) >= 2 && args[0] == "revoke" {
-		revoke, args = args[1], args[2:]
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return errors.New("usage: broker remembered [--http URL] | broker remembered revoke ID [--http URL]")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if revoke != "" {
-		return app.RememberedRevoke(ctx, os.Stdout, *base, revoke)
-	}
-	return app.RememberedList(ctx, os.Stdout, *base)
 }
 
 func serve(args []string) error {
@@ -132,6 +65,10 @@ func serve(args []string) error {
 	fs.DurationVar(&o.Broker.Retention, "retention", 0, "how long events and request state are kept (default 720h)")
 	fs.IntVar(&o.Broker.Replicas, "replicas", 0, "JetStream replicas for the stream and buckets (default 1; 3 on a cluster)")
 	fs.IntVar(&o.Broker.Workers, "workers", 0, "concurrent handlers per consumer (default 64)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: broker [flags]\n\nRuns the broker. \"broker help\" lists the other commands (policy, remembered, version).\n\nflags:\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

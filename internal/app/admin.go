@@ -10,11 +10,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/assent-dev/assent/internal/textsafe"
 	"github.com/assent-dev/assent/pkg/policy"
 )
 
 // RememberedList prints the remembered choices a running broker holds, through
-// its HTTP API at base (e.g. http://127.0.0.1:8080).
+// its HTTP API at base (e.g. http://127.0.0.1:8080). What came from requests
+// and answers (ids, tools, scope values, principals) is printed with terminal
+// controls escaped (textsafe.Line).
 func RememberedList(ctx context.Context, w io.Writer, base string) error {
 	var out struct {
 		Remembered []policy.Grant `json:"remembered"`
@@ -29,12 +32,14 @@ func RememberedList(ctx context.Context, w io.Writer, base string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tVERDICT\tTOOL\tSCOPE\tBY\tEXPIRES")
 	for _, g := range out.Remembered {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s=%s\t%s\t%s\n", g.ID, g.Verdict, g.Tool, g.Scope, g.ScopeValue, g.CreatedBy, g.ExpiresAt.Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s=%s\t%s\t%s\n", textsafe.Line(g.ID), textsafe.Line(string(g.Verdict)), textsafe.Line(g.Tool),
+			textsafe.Line(g.Scope), textsafe.Line(g.ScopeValue), textsafe.Line(g.CreatedBy), g.ExpiresAt.Format(time.RFC3339))
 	}
 	return tw.Flush()
 }
 
-// RememberedRevoke revokes remembered choice id on a running broker.
+// RememberedRevoke revokes remembered choice id on a running broker, and
+// prints what it revoked as RememberedList does.
 func RememberedRevoke(ctx context.Context, w io.Writer, base, id string) error {
 	var out struct {
 		Revoked policy.Grant `json:"revoked"`
@@ -42,7 +47,8 @@ func RememberedRevoke(ctx context.Context, w io.Writer, base, id string) error {
 	if err := adminCall(ctx, http.MethodDelete, base+"/v1/remembered/"+url.PathEscape(id), &out); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "revoked %s (%s %s for %s=%s)\n", out.Revoked.ID, out.Revoked.Verdict, out.Revoked.Tool, out.Revoked.Scope, out.Revoked.ScopeValue)
+	g := out.Revoked
+	fmt.Fprintf(w, "revoked %s (%s %s for %s=%s)\n", textsafe.Line(g.ID), textsafe.Line(string(g.Verdict)), textsafe.Line(g.Tool), textsafe.Line(g.Scope), textsafe.Line(g.ScopeValue))
 	return nil
 }
 
@@ -65,7 +71,8 @@ func adminCall(ctx context.Context, method, u string, out any) error {
 			Error struct{ Code, Message string } `json:"error"`
 		}
 		if json.Unmarshal(body, &e) == nil && e.Error.Code != "" {
-			return fmt.Errorf("%s: %s", e.Error.Code, e.Error.Message)
+			// The message may quote the request: show it escaped.
+			return fmt.Errorf("%s: %s", textsafe.Line(e.Error.Code), textsafe.Line(e.Error.Message))
 		}
 		return fmt.Errorf("%s %s: %s", method, u, resp.Status)
 	}

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/textsafe"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/policy"
 )
@@ -26,12 +27,13 @@ func LoadPolicy(path string) (*policy.Policy, error) {
 }
 
 // PolicyCheck validates the policy file at path, writes every problem to w, one
-// per line, and reports whether the file is valid.
+// per line, and reports whether the file is valid. Problems may quote the
+// file; terminal controls in them are escaped (textsafe.Line).
 func PolicyCheck(w io.Writer, path string) bool {
 	p, err := LoadPolicy(path)
 	if err != nil {
 		for _, e := range flatten(err) {
-			fmt.Fprintln(w, e)
+			fmt.Fprintln(w, textsafe.Line(e.Error()))
 		}
 		return false
 	}
@@ -53,7 +55,8 @@ func flatten(err error) []error {
 
 // PolicyTest evaluates the request in requestPath (the requested data, or a whole
 // CloudEvent whose data is used) against the policy in policyPath, offline, and
-// writes the explanation to w.
+// writes the explanation to w, with terminal controls from the request or the
+// policy escaped (textsafe.Text).
 func PolicyTest(w io.Writer, policyPath, requestPath string, now time.Time) error {
 	p, err := LoadPolicy(policyPath)
 	if err != nil {
@@ -84,7 +87,7 @@ func PolicyTest(w io.Writer, policyPath, requestPath string, now time.Time) erro
 	if err != nil {
 		return fmt.Errorf("request %s: %w", requestPath, err)
 	}
-	_, err = io.WriteString(w, policy.Explain(p.Trace(in, now, policy.GrantSet{})))
+	_, err = io.WriteString(w, textsafe.Text(policy.Explain(p.Trace(in, now, policy.GrantSet{}))))
 	return err
 }
 

@@ -207,3 +207,65 @@ func TestExecuteNoServer(t *testing.T) {
 		t.Fatalf("execute without a server: %v", err)
 	}
 }
+
+func TestParseArgsHelp(t *testing.T) {
+	tests := []struct {
+		args      string
+		wantUsage string
+	}{
+		{"-h", "usage: agent-worker <command>"},
+		{"--help", "usage: agent-worker <command>"},
+		{"help", "usage: agent-worker <command>"},
+		{"run -h", "usage: agent-worker run --plan FILE --sandbox DIR"},
+		{"run --plan p.json --help", "usage: agent-worker run --plan FILE --sandbox DIR"},
+		{"load -h", "usage: agent-worker load [flags]"},
+		{"load --n 5 -help", "usage: agent-worker load [flags]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.args, func(t *testing.T) {
+			var stderr bytes.Buffer
+			_, err := worker.ParseArgs(strings.Fields(tt.args), &stderr)
+			if !errors.Is(err, flag.ErrHelp) {
+				t.Fatalf("err %v, want flag.ErrHelp (exit status 0)", err)
+			}
+			if !strings.HasPrefix(stderr.String(), tt.wantUsage) {
+				t.Errorf("stderr does not start with %q:\n%s", tt.wantUsage, &stderr)
+			}
+		})
+	}
+}
+
+// Tool names, reasons, errors and args come from plans, approvers and the
+// broker; the text report shows them escaped, never as terminal controls.
+func TestWriteTextEscapes(t *testing.T) {
+	const evil = "\x1b[2J\u202Egnp.exe"
+	var b bytes.Buffer
+	steps := []worker.StepReport{
+		{Step: 1, Tool: "rm" + evil, Outcome: worker.OutcomeDenied, Reason: "no" + evil, DecidedBy: []string{"alice" + evil}, RequestID: "id" + evil},
+		{Step: 2, Tool: "x", Outcome: worker.OutcomeApproved, Edited: true, Args: json.RawMessage(`{"p":"` + evil + `"}`), Failed: true, Error: "boom" + evil},
+	}
+	for _, r := range steps {
+		if err := worker.WriteStepText(&b, r, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := worker.WriteLoadText(&b, worker.LoadResult{Sent: 1, Errors: 1, ErrorKinds: map[string]int{"other" + evil: 1}, FirstError: "first" + evil}); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.WriteJSONLine(&b, steps[0]); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if strings.ContainsAny(out, "\x1b\u202E") {
+		t.Errorf("output has raw terminal controls: %q", out)
+	}
+	for _, want := range []string{`rm\x1b[2J\u202egnp.exe: denied by alice\x1b[2J\u202egnp.exe`, `("no\x1b[2J\u202egnp.exe")`, `[request id\x1b[2J\u202egnp.exe]`,
+		`FAILED: boom\x1b[2J\u202egnp.exe`, `first\x1b[2J\u202egnp.exe`, `other\x1b[2J\u202egnp.exe=1`, `"tool":"rm\u001b[2J\u202egnp.exe"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %s:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "\n"); n != 9 {
+		t.Errorf("%d lines, want 9 (2 steps, 6 of load report, 1 JSON):\n%s", n, out)
+	}
+}

@@ -8,9 +8,13 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/assent-dev/assent/internal/textsafe"
 )
 
-// WriteStepText writes r as one line for people, numbered n of total.
+// WriteStepText writes r as one line for people, numbered n of total. What
+// came from the plan, the approvers or the tools (tool, args, reason, errors,
+// results) is shown with terminal controls escaped (textsafe.Line).
 func WriteStepText(w io.Writer, r StepReport, total int) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "step %d/%d %s: ", r.Step, total, r.Tool)
@@ -44,18 +48,18 @@ func WriteStepText(w io.Writer, r StepReport, total int) error {
 	if r.RequestID != "" {
 		b.WriteString(" [request " + r.RequestID + "]")
 	}
-	b.WriteByte('\n')
-	_, err := io.WriteString(w, b.String())
+	_, err := io.WriteString(w, textsafe.Line(b.String())+"\n")
 	return err
 }
 
-// WriteJSONLine writes v as one line of JSON.
+// WriteJSONLine writes v as one line of JSON. Characters a terminal would act
+// on are \u escapes in it (textsafe.JSON), so the line is safe to show too.
 func WriteJSONLine(w io.Writer, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	_, err = w.Write(append(b, '\n'))
+	_, err = w.Write(append(textsafe.JSON(b), '\n'))
 	return err
 }
 
@@ -69,7 +73,8 @@ func WriteSummaryText(w io.Writer, s Summary) error {
 	return err
 }
 
-// WriteLoadText writes r as a short table for people.
+// WriteLoadText writes r as a short table for people, error text escaped
+// (textsafe.Line).
 func WriteLoadText(w io.Writer, r LoadResult) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "requests    %d sent, concurrency %d\n", r.Sent, r.Concurrency)
@@ -81,7 +86,7 @@ func WriteLoadText(w io.Writer, r LoadResult) error {
 	fmt.Fprintf(&b, "outcomes    %s\n", counts(r.Outcomes))
 	fmt.Fprintf(&b, "errors      %d", r.Errors)
 	if r.Errors > 0 {
-		fmt.Fprintf(&b, " (%s; first: %s)", counts(r.ErrorKinds), r.FirstError)
+		fmt.Fprintf(&b, " (%s; first: %s)", counts(r.ErrorKinds), textsafe.Line(r.FirstError))
 	}
 	b.WriteByte('\n')
 	_, err := io.WriteString(w, b.String())
@@ -99,7 +104,7 @@ func counts[K ~string](m map[K]int) string {
 	keys := slices.Sorted(maps.Keys(m))
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+		parts[i] = fmt.Sprintf("%s=%d", textsafe.Line(string(k)), m[k])
 	}
 	return strings.Join(parts, " ")
 }

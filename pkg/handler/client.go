@@ -178,14 +178,26 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 		defer sub.Unsubscribe() //nolint:errcheck // best effort
 	}
 
+	log := c.log.With(zap.String("request_id", req.ID), zap.String("tool", req.Tool))
+	// withdraw cancels the request when the caller stops waiting.
+	withdraw := func() error {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := c.cancel(cctx, source, req.ID, "requester stopped waiting: "+ctx.Err().Error()); err != nil {
+			log.Warn("publish cancel", zap.Error(err))
+		}
+		return ctx.Err()
+	}
 	ack, err := c.js.PublishMsg(ctx, &nats.Msg{Subject: subj, Header: nats.Header(h), Data: body}, jetstream.WithMsgID(req.ID))
 	if err != nil {
 		if ctx.Err() != nil {
-			return noDecision, ctx.Err()
+			// The request may be stored though its acknowledgement never
+			// came: withdraw it. A cancel for an id the broker never
+			// stores is dropped.
+			return noDecision, withdraw()
 		}
 		return noDecision, fmt.Errorf("publish request: %w", err)
 	}
-	log := c.log.With(zap.String("request_id", req.ID), zap.String("tool", req.Tool))
 	// look reads what the broker stored of this id: its decision, or the
 	// deadline it set. A stored request with another digest is a conflict.
 	look := func(ctx context.Context) (Decision, bool, time.Time, error) {
@@ -255,12 +267,7 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 			}
 			return noDecision, fmt.Errorf("%w for %s by %s", ErrNoDecision, req.ID, waitUntil.Format(time.RFC3339))
 		case <-ctx.Done():
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			if err := c.cancel(cctx, source, req.ID, "requester stopped waiting: "+ctx.Err().Error()); err != nil {
-				log.Warn("publish cancel", zap.Error(err))
-			}
-			cancel()
-			return noDecision, ctx.Err()
+			return noDecision, withdraw()
 		}
 	}
 }

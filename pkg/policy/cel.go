@@ -60,7 +60,10 @@ func compileCEL(expr string, want outputKind) (cel.Program, error) {
 	if iss != nil && iss.Err() != nil {
 		var msgs []string
 		for _, e := range iss.Errors() {
-			msgs = append(msgs, fmt.Sprintf("line %d col %d: %s", e.Location.Line(), e.Location.Column()+1, e.Message))
+			// CEL quotes the offending source, which may span lines; the
+			// problem must stay one line behind its file:line.
+			msg := strings.Join(strings.Fields(e.Message), " ")
+			msgs = append(msgs, fmt.Sprintf("line %d col %d: %s", e.Location.Line(), e.Location.Column()+1, msg))
 		}
 		return nil, &problem{kind: ErrBadCEL, msg: strings.Join(msgs, "; ")}
 	}

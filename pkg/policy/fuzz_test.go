@@ -29,6 +29,8 @@ func FuzzParse(f *testing.F) {
 		"version: 1\nprincipals:\n  alice: {roles: &r [x]}\n  bob: {roles: *r}\n",
 		"version: 1\nrules: [{name: a, action: require_approval, escalation: [{after: 1m, approvers: [any]}]}]\n",
 		"\t\x00version",
+		// A CEL error quoting source that spans lines must stay one line.
+		"rules: \n  - when: '\"\n\n'",
 	} {
 		f.Add([]byte(s))
 	}

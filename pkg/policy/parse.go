@@ -86,6 +86,9 @@ func (ps *parser) document(data []byte) (root *yaml.Node) {
 			line, _ = strconv.Atoi(m[1])
 			msg = strings.TrimPrefix(err.Error(), m[0])
 		}
+		if l := syntaxErrorLine(data, err.Error()); l > 0 {
+			line = l
+		}
 		ps.errs = append(ps.errs, &Error{File: ps.file, Line: line, Msg: msg, Err: ErrSyntax})
 		return nil
 	}
@@ -99,6 +102,84 @@ func (ps *parser) document(data []byte) (root *yaml.Node) {
 	}
 	ps.add(&doc, "", ErrMissingField, "empty policy: want at least \"version: 1\"")
 	return nil
+}
+
+// Bounds on syntaxErrorLine's work: files of more lines keep the line yaml.v3
+// reports, and so do files whose search would parse more bytes than this (a
+// broken construct thousands of lines long). Policy files are far smaller.
+const (
+	maxSearchLines = 5000
+	maxSearchBytes = 4 << 20
+)
+
+// syntaxErrorLine returns the line of data where the YAML syntax error
+// reported as yamlErr is, or 0 if it cannot tell. yaml.v3 reports many errors
+// at the line where the enclosing block starts (its context mark) rather than
+// where the problem is: an outdented key in a list of rules is reported at the
+// line before the list's first item. The problem is on the line after the
+// longest run of lines from the top of the file that parses on its own; any
+// valid construct of several lines before it (a flow sequence, a block scalar)
+// is part of that run.
+//
+// Once the problem is in, every longer run fails with the same error, so a
+// binary search finds the shortest run that fails as the whole file does; the
+// longest run that parses is found by walking back from there, usually one
+// step.
+func syntaxErrorLine(data []byte, yamlErr string) int {
+	var ends []int // ends[i]: the offset after line i+1
+	for i, c := range data {
+		if c == '\n' {
+			ends = append(ends, i+1)
+			if len(ends) > maxSearchLines {
+				return 0
+			}
+		}
+	}
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		ends = append(ends, len(data))
+	}
+	budget := maxSearchBytes
+	errorIn := func(lines int) string {
+		b := data[:0]
+		if lines > 0 {
+			b = data[:ends[lines-1]]
+		}
+		budget -= len(b)
+		return syntaxError(b)
+	}
+	lo, hi := 0, len(ends) // the first lo lines do not fail as data does; the first hi do
+	for hi-lo > 1 {
+		if budget <= 0 {
+			return 0
+		}
+		mid := lo + (hi-lo)/2
+		if errorIn(mid) == yamlErr {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	for n := hi - 1; n >= 0 && budget > 0; n-- {
+		if errorIn(n) == "" {
+			return n + 1
+		}
+	}
+	return 0
+}
+
+// syntaxError returns the error text of decoding data's first YAML document,
+// or "" if it decodes (or is empty).
+func syntaxError(data []byte) (msg string) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg = fmt.Sprint("panic: ", r)
+		}
+	}()
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return err.Error()
+	}
+	return ""
 }
 
 func (ps *parser) parse(data []byte) *Policy {

@@ -2,6 +2,7 @@ package policy_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -365,6 +366,56 @@ func TestExamplesParse(t *testing.T) {
 			}
 			if _, err := policy.Parse(b, filepath.Base(f)); err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// yaml.v3 reports many syntax errors at the line where the enclosing block
+// starts; Parse names the line where the problem is.
+func TestParseSyntaxErrorLine(t *testing.T) {
+	tests := []struct {
+		name string
+		src  string
+		want string // prefix of the error
+	}{
+		{"sequence item key outdented", "version: 1\nrules:\n  - name: a\n    tools: [x]\n  action: allow\n",
+			"test.yaml:5: did not find expected '-' indicator"},
+		{"mapping key outdented", "version: 1\ndefaults:\n  timeout: 1m\n  on_timeout: deny\n rememberable: true\n",
+			"test.yaml:5: did not find expected key"},
+		{"mapping key indented", "version: 1\ndefaults:\n  timeout: 1m\n  on_timeout: deny\n   rememberable: true\n",
+			"test.yaml:5: mapping values are not allowed in this context"},
+		{"tab", "version: 1\ndefaults:\n  timeout: 1m\n  on_timeout: deny\n\trememberable: true\n",
+			"test.yaml:5: found a tab character"},
+		{"tab in a rule", "version: 1\nrules:\n  - name: a\n    tools: [x]\n\taction: allow\n",
+			"test.yaml:5: found character that cannot start any token"},
+		{"after a multi-line flow sequence", "version: 1\nrules:\n  - name: a\n    tools: [x,\n      y,\n      z]\n    action: allow\n  action: deny\n",
+			"test.yaml:8: did not find expected '-' indicator"},
+		{"after a block scalar", "version: 1\nrules:\n  - name: a\n    reason: |\n      one\n\n      two\n    action: allow\n  tools: [x]\n",
+			"test.yaml:9: did not find expected '-' indicator"},
+		{"CRLF", "version: 1\r\nrules:\r\n  - name: a\r\n    tools: [x]\r\n  action: allow\r\n",
+			"test.yaml:5: did not find expected '-' indicator"},
+		{"no newline at the end", "version: 1\nrules:\n  - name: a\n    tools: [x]\n  action: allow",
+			"test.yaml:5: did not find expected '-' indicator"},
+		{"unclosed flow sequence", "version: 1\nmode: [manual\n", "test.yaml:2: did not find expected ',' or ']'"},
+		{"unclosed quote", "version: 1\nrules:\n  - name: a\n    when: 'x\n    action: deny\n", "test.yaml:4: found unexpected end of stream"},
+		{"first line", "version: 1: 2\n", "test.yaml:1: mapping values are not allowed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := policy.Parse([]byte(tt.src), "test.yaml")
+			if !errors.Is(err, policy.ErrSyntax) {
+				t.Fatalf("err %v, want ErrSyntax", err)
+			}
+			if !strings.HasPrefix(err.Error(), tt.want) {
+				t.Errorf("error %q, want prefix %q", err, tt.want)
+			}
+			var pe *policy.Error
+			if !errors.As(err, &pe) {
+				t.Fatalf("errors.As *Error failed: %v", err)
+			}
+			if got := strings.TrimPrefix(tt.want, "test.yaml:"); !strings.HasPrefix(got, fmt.Sprint(pe.Line)+":") {
+				t.Errorf("Line = %d, want the one in %q", pe.Line, tt.want)
 			}
 		})
 	}

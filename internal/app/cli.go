@@ -1,0 +1,353 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/assent-dev/assent/internal/textsafe"
+)
+
+// Exit statuses of CLI.Run.
+const (
+	ExitOK     = 0 // done, or help shown
+	ExitFailed = 1 // the command ran and failed: a policy with problems, a broker that said no
+	ExitUsage  = 2 // the command line is wrong; the usage has been printed
+)
+
+// CLI runs the broker's commands other than serving:
+//
+//	broker policy check FILE
+//	broker policy test --policy FILE --request FILE
+//	broker remembered [--http URL]
+//	broker remembered revoke ID [--http URL]
+//	broker version
+//	broker help [COMMAND]
+//
+// Every command answers -h, -help and --help, anywhere among its arguments
+// (before a "--"), with its usage on Stderr, and does nothing else. Flags may
+// come before or after positional arguments; "--" ends the flags.
+type CLI struct {
+	// Version is what "broker version" prints.
+	Version string
+	// Stdout receives what a command reports; Stderr usage and errors.
+	Stdout, Stderr io.Writer
+}
+
+// command is one command of the CLI.
+type command struct {
+	name     string   // "remembered revoke"
+	synopsis string   // its arguments and flags: "ID [--http URL]"
+	args     []string // its positional arguments, by name: "ID"
+	summary  string   // what it does, in a few words
+	about    string   // what it does, for -h
+	required []string // flags that must be given
+	// define adds the command's flags to fs and returns what runs the
+	// command, once fs is parsed.
+	define func(fs *flag.FlagSet) func(ctx context.Context, c CLI, args []string) error
+}
+
+// errReported: the command has reported its failure on Stdout; the exit
+// status says the rest.
+var errReported = errors.New("failed")
+
+// commands lists the CLI's commands, in the order usage shows them.
+func commands() []*command {
+	httpFlag := func(fs *flag.FlagSet) *string {
+		return fs.String("http", "http://127.0.0.1:8080", "the broker's HTTP API `URL`")
+	}
+	return []*command{
+		{
+			name: "policy check", synopsis: "FILE", args: []string{"FILE"},
+			summary: "validate a policy file",
+			about: `Reads the policy file FILE and prints every problem in it, one per line as
+FILE:LINE: problem, or a summary if it has none. The exit status is 1 if
+there are problems.`,
+			define: func(*flag.FlagSet) func(context.Context, CLI, []string) error {
+				return func(_ context.Context, c CLI, args []string) error {
+					if !PolicyCheck(c.Stdout, args[0]) {
+						return errReported
+					}
+					return nil
+				}
+			},
+		},
+		{
+			name: "policy test", synopsis: "--policy FILE --request FILE",
+			summary:  "evaluate one request offline",
+			required: []string{"policy", "request"},
+			about: `Evaluates one request against a policy, offline, and explains the decision:
+which rule applies, why, and what an approval would need. No broker is
+involved: remembered choices and limits' running totals are not consulted.`,
+			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
+				pol := fs.String("policy", "", "policy `FILE` (YAML)")
+				req := fs.String("request", "", "request `FILE`: the requested data as JSON, or a whole CloudEvent")
+				return func(_ context.Context, c CLI, _ []string) error {
+					return PolicyTest(c.Stdout, *pol, *req, time.Now())
+				}
+			},
+		},
+		{
+			name: "remembered", synopsis: "[--http URL]",
+			summary: "list remembered choices",
+			about: `Lists the remembered choices (answers an approver asked to apply to later
+requests) that a running broker holds. "broker remembered revoke ID" revokes
+one.`,
+			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
+				base := httpFlag(fs)
+				return func(ctx context.Context, c CLI, _ []string) error {
+					ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+					defer cancel()
+					return RememberedList(ctx, c.Stdout, *base)
+				}
+			},
+		},
+		{
+			name: "remembered revoke", synopsis: "ID [--http URL]", args: []string{"ID"},
+			summary: "revoke a remembered choice",
+			about: `Revokes the remembered choice ID (as "broker remembered" lists it) on a
+running broker, for every replica: later requests are decided without it.`,
+			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
+				base := httpFlag(fs)
+				return func(ctx context.Context, c CLI, args []string) error {
+					ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+					defer cancel()
+					return RememberedRevoke(ctx, c.Stdout, *base, args[0])
+				}
+			},
+		},
+		{
+			name:    "version",
+			summary: "print the version",
+			about:   `Prints the broker's version.`,
+			define: func(*flag.FlagSet) func(context.Context, CLI, []string) error {
+				return func(_ context.Context, c CLI, _ []string) error {
+					_, err := fmt.Fprintln(c.Stdout, "assent broker", c.Version)
+					return err
+				}
+			},
+		},
+	}
+}
+
+// lookup returns the command called name, or nil.
+func lookup(name string) *command {
+	for _, cmd := range commands() {
+		if cmd.name == name {
+			return cmd
+		}
+	}
+	return nil
+}
+
+// Run runs the command args names (args[0] is "policy", "remembered",
+// "version" or "help") and returns the exit status: ExitOK, ExitFailed or
+// ExitUsage.
+func (c CLI) Run(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(c.Stderr, "broker: missing command\n\n")
+		c.overview()
+		return ExitUsage
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "policy":
+		if len(rest) > 0 {
+			if cmd := lookup("policy " + rest[0]); cmd != nil {
+				return c.run(ctx, cmd, rest[1:])
+			}
+		}
+		switch {
+		case wantsHelp(rest):
+			c.groupUsage("policy")
+			return ExitOK
+		case len(rest) == 0:
+			fmt.Fprint(c.Stderr, "broker policy: missing command: want check or test\n\n")
+		default:
+			fmt.Fprintf(c.Stderr, "broker policy: unknown command %q: want check or test\n\n", rest[0])
+		}
+		c.groupUsage("policy")
+		return ExitUsage
+	case "remembered":
+		// "revoke" names the command wherever it is among the positional
+		// arguments: "remembered --http URL revoke ID" revokes too.
+		revoke := lookup("remembered revoke")
+		fs := flag.NewFlagSet("", flag.ContinueOnError)
+		revoke.define(fs)
+		if _, pos := scanArgs(fs, rest); len(pos) > 0 && rest[pos[0]] == "revoke" {
+			return c.run(ctx, revoke, slices.Delete(slices.Clone(rest), pos[0], pos[0]+1))
+		}
+		return c.run(ctx, lookup("remembered"), rest)
+	case "version":
+		return c.run(ctx, lookup("version"), rest)
+	case "help":
+		if len(rest) == 0 || wantsHelp(rest) {
+			c.overview()
+			return ExitOK
+		}
+		return c.Run(ctx, append(slices.Clone(rest), "-h"))
+	}
+	var names []string
+	for _, cmd := range commands() {
+		names = append(names, cmd.name)
+	}
+	fmt.Fprintf(c.Stderr, "broker: unknown command %q; the commands are %s and help (\"broker -h\" lists the flags for running the broker)\n", name, strings.Join(names, ", "))
+	return ExitUsage
+}
+
+// run parses args for cmd and runs it.
+func (c CLI) run(ctx context.Context, cmd *command, args []string) int {
+	fs := flag.NewFlagSet("broker "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // run reports errors itself
+	exec := cmd.define(fs)
+	if wantsHelp(args) {
+		c.usage(cmd, fs)
+		return ExitOK
+	}
+	flagIdx, posIdx := scanArgs(fs, args)
+	pos := pick(args, posIdx)
+	if err := fs.Parse(pick(args, flagIdx)); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // -h=true and the like
+			c.usage(cmd, fs)
+			return ExitOK
+		}
+		return c.usageError(cmd, fs, err.Error())
+	}
+	for _, name := range cmd.required {
+		if fs.Lookup(name).Value.String() == "" {
+			return c.usageError(cmd, fs, fmt.Sprintf("missing --%s", name))
+		}
+	}
+	switch want := wantArgs(cmd.args); {
+	case len(pos) < len(cmd.args):
+		return c.usageError(cmd, fs, fmt.Sprintf("missing %s (want %s)", strings.Join(cmd.args[len(pos):], " "), want))
+	case len(pos) > len(cmd.args):
+		return c.usageError(cmd, fs, fmt.Sprintf("unexpected argument %q (want %s)", pos[len(cmd.args)], want))
+	}
+	if err := exec(ctx, c, pos); err != nil {
+		if !errors.Is(err, errReported) {
+			fmt.Fprintf(c.Stderr, "broker %s: %s\n", cmd.name, textsafe.Text(err.Error()))
+		}
+		return ExitFailed
+	}
+	return ExitOK
+}
+
+func wantArgs(names []string) string {
+	switch len(names) {
+	case 0:
+		return "no arguments"
+	case 1:
+		return "one argument, " + names[0]
+	}
+	return fmt.Sprintf("%d arguments, %s", len(names), strings.Join(names, " "))
+}
+
+// wantsHelp reports whether args ask for help: -h, -help or --help before
+// any "--", even where a flag's value is expected.
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
+		}
+	}
+	return false
+}
+
+// scanArgs finds in args the flags, with their values, and the positional
+// arguments, so that flags may come after positional arguments too; it returns
+// their indexes. "--" ends the flags: what follows is positional. A flag fs
+// does not define is taken as a flag without a value, for fs.Parse to report.
+func scanArgs(fs *flag.FlagSet, args []string) (flags, pos []int) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			for i++; i < len(args); i++ {
+				pos = append(pos, i)
+			}
+			return flags, pos
+		case len(a) < 2 || a[0] != '-':
+			pos = append(pos, i)
+			continue
+		}
+		flags = append(flags, i)
+		if name := strings.TrimLeft(a, "-"); !strings.Contains(name, "=") {
+			if f := fs.Lookup(name); f != nil && !isBoolFlag(f) && i+1 < len(args) {
+				i++
+				flags = append(flags, i)
+			}
+		}
+	}
+	return flags, pos
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// pick returns the elements of args at idx.
+func pick(args []string, idx []int) []string {
+	out := make([]string, len(idx))
+	for i, j := range idx {
+		out[i] = args[j]
+	}
+	return out
+}
+
+// usage prints cmd's usage: what it does, its arguments and flags.
+func (c CLI) usage(cmd *command, fs *flag.FlagSet) {
+	line := "broker " + cmd.name
+	if cmd.synopsis != "" {
+		line += " " + cmd.synopsis
+	}
+	fmt.Fprintf(c.Stderr, "usage: %s\n\n%s\n", line, cmd.about)
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		fmt.Fprint(c.Stderr, "\nflags:\n")
+		fs.SetOutput(c.Stderr)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+}
+
+// usageError reports a wrong command line for cmd, in one line, then its
+// usage.
+func (c CLI) usageError(cmd *command, fs *flag.FlagSet, msg string) int {
+	fmt.Fprintf(c.Stderr, "broker %s: %s\n\n", cmd.name, textsafe.Line(msg))
+	c.usage(cmd, fs)
+	return ExitUsage
+}
+
+// groupUsage lists the commands whose names start with group.
+func (c CLI) groupUsage(group string) {
+	var b strings.Builder
+	c.list(&b, group+" ")
+	fmt.Fprintf(c.Stderr, "usage:\n%s\n\"broker %s COMMAND -h\" describes one.\n", b.String(), group)
+}
+
+// overview lists every command.
+func (c CLI) overview() {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %-50s %s\n", "broker [flags]", `run the broker ("broker -h" lists the flags)`)
+	c.list(&b, "")
+	fmt.Fprintf(c.Stderr, "usage:\n%s\n\"broker COMMAND -h\" or \"broker help COMMAND\" describes a command.\n", b.String())
+}
+
+func (c CLI) list(b *strings.Builder, prefix string) {
+	for _, cmd := range commands() {
+		if strings.HasPrefix(cmd.name, prefix) {
+			fmt.Fprintf(b, "  %-50s %s\n", strings.TrimSpace("broker "+cmd.name+" "+cmd.synopsis), cmd.summary)
+		}
+	}
+}
