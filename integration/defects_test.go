@@ -16,14 +16,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
-	"github.com/assent-dev/assent/pkg/policy"
 )
 
 // TestRequestIDReuseHTTP: a retry by id is the same request; a different
@@ -60,15 +58,7 @@ func TestRequestIDReuseHTTP(t *testing.T) {
 func TestRequestIDReuseNATS(t *testing.T) {
 	e := policyEnv(t)
 	id := events.NewID()
-	rejections := make(chan *nats.Msg, 4)
-	sub, err := e.nc.ChanSubscribe("assent.rejection."+id, rejections)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := e.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	rejections := subscribe(t, e.nc, "assent.rejection."+id)
 	subj := events.RequestPrefix + "pol"
 	mustPublish(t, e.js, subj, rawEvent(id, events.TypeRequested, "agent/pol", `{"tool":"read_file","args":{"path":"/srv/a"}}`), id)
 	if d := waitDecision(t, e.js, id); d.Outcome != events.Approved {
@@ -296,7 +286,7 @@ func mustDigest(t *testing.T, args string) string {
 // the request has (here it asked for less than the rule's timeout) never
 // fires, so it cannot extend that deadline either.
 func TestEscalationStepAtDeadlineNeverFires(t *testing.T) {
-	p, err := policy.Parse([]byte(`version: 1
+	p := mustPolicy(t, `version: 1
 principals:
   alice: {roles: [ops]}
   erin:  {roles: [cfo]}
@@ -310,17 +300,9 @@ rules:
       - after: 1500ms
         approvers: ["role:cfo"]
         extend: 2s
-`), "esc.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+`, "esc.yaml")
 	e := newEnv(t, broker.Config{Policy: p})
-	notices := make(chan *nats.Msg, 8)
-	sub, err := e.nc.ChanSubscribe(events.PendingPrefix+"bank2", notices)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	notices := subscribe(t, e.nc, events.PendingPrefix+"bank2")
 	rec := submit(t, e, events.Requested{Agent: "bank2", Tool: "wire", Timeout: events.Duration(1500 * time.Millisecond)})
 	if got := rec.Deadline.Sub(rec.ReceivedAt); got != 1500*time.Millisecond {
 		t.Fatalf("timeout %s", got)
@@ -349,7 +331,7 @@ rules:
 // decided under rule limit:<name>, and the decision names the rule whose
 // approvers answered beside it.
 func TestLimitHeldRequestNamesLimit(t *testing.T) {
-	p, err := policy.Parse([]byte(`version: 1
+	p := mustPolicy(t, `version: 1
 principals:
   alice: {roles: [finance]}
 rules:
@@ -367,10 +349,7 @@ limits:
     sum: args.amount
     max: 100
     over: require_approval
-`), "limits.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+`, "limits.yaml")
 	e := newEnv(t, broker.Config{Policy: p})
 	first := submit(t, e, events.Requested{Agent: "payer", Tool: "pay", Session: "s", Args: json.RawMessage(`{"amount":80}`)})
 	if first.State != broker.StateApproved || first.Decision.Rule != "payments" {

@@ -27,6 +27,7 @@ import (
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
+	"github.com/assent-dev/assent/pkg/policy"
 )
 
 // The suite's shared helpers. Every one that takes a *testing.T calls
@@ -77,6 +78,32 @@ func runLoggedBroker(t *testing.T, nc *nats.Conn, cfg broker.Config, w io.Writer
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(w), zap.DebugLevel))
 	b, _ := brokertest.RunLogged(t, nc, cfg, log)
 	return b
+}
+
+// mustPolicy parses src as the policy file name, failing the test on error.
+func mustPolicy(t *testing.T, src, name string) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse([]byte(src), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// subscribe subscribes nc to subject until the test ends, and returns once
+// the server knows of the subscription.
+func subscribe(t *testing.T, nc *nats.Conn, subject string) <-chan *nats.Msg {
+	t.Helper()
+	ch := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(subject, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return ch
 }
 
 // env is one embedded NATS server with one broker on it, an HTTP gateway in

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/assent-dev/assent/internal/app"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/httpapi"
@@ -65,10 +63,7 @@ rules:
 
 func policyEnv(t *testing.T) *env {
 	t.Helper()
-	p, err := policy.Parse([]byte(testPolicy), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := mustPolicy(t, testPolicy, "test.yaml")
 	return newEnv(t, broker.Config{Policy: p})
 }
 
@@ -147,10 +142,7 @@ func TestPolicyQuorum(t *testing.T) {
 // the next matching request automatically, names the grant, stops at its TTL,
 // and a revocation through one replica is seen by another at once.
 func TestPolicyRememberedApproval(t *testing.T) {
-	p, err := policy.Parse([]byte(testPolicy), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := mustPolicy(t, testPolicy, "test.yaml")
 	ns := testenv.Server(t)
 	b1, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "r1", Policy: p})
 	b2, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "r2", Policy: p})
@@ -296,7 +288,7 @@ func TestPolicyReload(t *testing.T) {
 // waits (on_no_approver: wait); once an approver runtime announces itself, the
 // request waits for it and it decides.
 func TestNoApproverFailsFast(t *testing.T) {
-	p, err := policy.Parse([]byte(`version: 1
+	p := mustPolicy(t, `version: 1
 principals:
   alice: {roles: [ops]}
 rules:
@@ -309,10 +301,7 @@ rules:
     action: require_approval
     approvers: ["role:ops"]
     on_no_approver: wait
-`), "fast.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+`, "fast.yaml")
 	ns := testenv.Server(t)
 	b, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "fast", Policy: p, AnnouncedOnly: true})
 	e := &env{ns: ns, nc: testenv.Conn(t, ns), b: b}
@@ -350,7 +339,7 @@ rules:
 // args.amount stays under 5000", with requests racing through two replicas:
 // the approved total never passes the limit, and the rest need a person.
 func TestLimitAcrossReplicas(t *testing.T) {
-	p, err := policy.Parse([]byte(`version: 1
+	p := mustPolicy(t, `version: 1
 rules:
   - name: payments
     tools: [pay]
@@ -362,10 +351,7 @@ limits:
     sum: args.amount
     max: 5000
     over: require_approval
-`), "limits.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+`, "limits.yaml")
 	ns := testenv.Server(t)
 	b1, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "l1", Policy: p})
 	b2, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "l2", Policy: p})
@@ -411,14 +397,8 @@ limits:
 // TestShadowPolicy: the shadow policy's disagreement is recorded as an audit
 // event and counted, and never acted on.
 func TestShadowPolicy(t *testing.T) {
-	live, err := policy.Parse([]byte("version: 1\nrules:\n  - name: reads\n    tools: [\"read_*\"]\n    action: allow\n"), "live.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	shadow, err := policy.Parse([]byte("version: 1\nrules:\n  - name: no-secrets\n    tools: [read_secret]\n    action: deny\n  - name: reads\n    tools: [\"read_*\"]\n    action: allow\n"), "shadow.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	live := mustPolicy(t, "version: 1\nrules:\n  - name: reads\n    tools: [\"read_*\"]\n    action: allow\n", "live.yaml")
+	shadow := mustPolicy(t, "version: 1\nrules:\n  - name: no-secrets\n    tools: [read_secret]\n    action: deny\n  - name: reads\n    tools: [\"read_*\"]\n    action: allow\n", "shadow.yaml")
 	e := newEnv(t, broker.Config{Policy: live, Shadow: shadow})
 	same := submit(t, e, events.Requested{Tool: "read_file"})
 	rec := submit(t, e, events.Requested{Tool: "read_secret"})
@@ -450,7 +430,7 @@ func TestShadowPolicy(t *testing.T) {
 // step's approvers are told with an escalated event, the deadline is extended,
 // and the request ends at the extended deadline.
 func TestEscalation(t *testing.T) {
-	p, err := policy.Parse([]byte(`version: 1
+	p := mustPolicy(t, `version: 1
 principals:
   alice: {roles: [ops]}
   erin:  {roles: [cfo]}
@@ -464,17 +444,9 @@ rules:
       - after: 1s
         approvers: ["role:cfo"]
         extend: 2s
-`), "esc.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+`, "esc.yaml")
 	e := newEnv(t, broker.Config{Policy: p})
-	escalated := make(chan *nats.Msg, 4)
-	sub, err := e.nc.ChanSubscribe(events.PendingPrefix+"bank", escalated)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	escalated := subscribe(t, e.nc, events.PendingPrefix+"bank")
 	rec := submit(t, e, events.Requested{Agent: "bank", Tool: "wire"})
 	if got := rec.Deadline.Sub(rec.ReceivedAt); got != 3*time.Second {
 		t.Fatalf("initial timeout %s", got)
@@ -532,7 +504,7 @@ func TestRememberedDenialAndArgsPattern(t *testing.T) {
 }
 
 func TestRateLimit(t *testing.T) {
-	p, err := policy.Parse([]byte(`version: 1
+	p := mustPolicy(t, `version: 1
 mode: auto-approve
 limits:
   - name: per-agent-rate
@@ -540,10 +512,7 @@ limits:
     max: 3
     window: 2s
     over: deny
-`), "rate.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+`, "rate.yaml")
 	e := newEnv(t, broker.Config{Policy: p})
 	states := func() (out []broker.State) {
 		for range 5 {

@@ -28,12 +28,9 @@ func (b *Broker) Respond(ctx context.Context, principal, id string, resp events.
 		return Record{}, err
 	}
 	// Refuse what cannot apply before recording it.
-	rec, err := b.load(ctx, id)
+	rec, err := b.loadPending(ctx, id)
 	if err != nil {
-		return Record{}, err
-	}
-	if rec.State.Terminal() {
-		return rec, rec.terminalErr()
+		return rec, err
 	}
 	now := b.now()
 	trial := rec
@@ -63,6 +60,16 @@ func checkAnswer(principal, id string, resp events.Responded) error {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return nil
+}
+
+// loadPending reads the record of id, and refuses (with its terminalErr) one
+// that is decided.
+func (b *Broker) loadPending(ctx context.Context, id string) (Record, error) {
+	rec, err := b.load(ctx, id)
+	if err != nil {
+		return Record{}, err
+	}
+	return rec, rec.terminalErr()
 }
 
 // record publishes an event the gateway received onto the stream, where the
@@ -188,12 +195,9 @@ func (b *Broker) Cancel(ctx context.Context, id, by, reason string) (Record, err
 	if err := checkCancel(by, c); err != nil {
 		return Record{}, err
 	}
-	rec, err := b.load(ctx, id)
+	rec, err := b.loadPending(ctx, id)
 	if err != nil {
-		return Record{}, err
-	}
-	if rec.State.Terminal() {
-		return rec, rec.terminalErr()
+		return rec, err
 	}
 	subj, err := events.CancelSubject(id)
 	if err != nil {

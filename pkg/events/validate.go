@@ -219,13 +219,7 @@ func CanonicalArgs(args json.RawMessage) (json.RawMessage, error) {
 	if _, ok := v.(map[string]any); !ok {
 		return nil, fieldErr("args", ErrArgsNotObject)
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	return marshalCanonical(v)
 }
 
 // ArgsDigest returns "sha256:" and the hex SHA-256 of CanonicalArgs(args). A
