@@ -30,11 +30,14 @@ func countRecords(t *testing.T, b *broker.Broker, agent string) int {
 	t.Helper()
 	ctx, cancel := opCtx()
 	defer cancel()
-	recs, err := b.List(ctx, broker.Filter{Agent: agent, Limit: 1000})
+	page, err := b.List(ctx, broker.Filter{Agent: agent, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(recs)
+	if page.Total != len(page.Records) {
+		t.Fatalf("listed %d of %d records", len(page.Records), page.Total)
+	}
+	return page.Total
 }
 
 // TestDuplicateRequestSDK: the same request id asked for by several SDK calls

@@ -36,7 +36,11 @@ type Broker struct {
 	presence *presence
 	timers   *timers
 	metrics  metrics
-	records  *hub // KV updates by request id, for callers waiting on a record
+	records  *hub   // KV updates by request id, for callers waiting on a record
+	index    *index // pending and recent decided requests, for listings
+	feed     *feed  // new events for subscribers
+
+	stateReady chan struct{} // closed once the index holds the whole bucket
 
 	// maxEmit bounds an event the broker publishes (body and headers): the
 	// stream's message limit. maxValue bounds a state entry: the server's
@@ -81,19 +85,23 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{
-		cfg:      cfg,
-		nc:       nc,
-		js:       js,
-		log:      log.Named("broker").With(zap.String("replica", cfg.Name)),
-		codec:    events.Codec{MaxSize: cfg.MaxEventSize},
-		source:   "broker/" + cfg.Name,
-		now:      time.Now,
-		timers:   newTimers(),
-		records:  newHub(),
-		grants:   newGrants(),
-		presence: &presence{everyone: !cfg.AnnouncedOnly, live: make(map[string]events.Announcement), ready: make(chan struct{})},
-		maxEmit:  cfg.MaxEventSize + eventHeadroom,
-		maxValue: maxPayload - 512,
+		cfg:     cfg,
+		nc:      nc,
+		js:      js,
+		log:     log.Named("broker").With(zap.String("replica", cfg.Name)),
+		codec:   events.Codec{MaxSize: cfg.MaxEventSize},
+		source:  "broker/" + cfg.Name,
+		now:     time.Now,
+		timers:  newTimers(),
+		records: newHub(),
+		index:   newIndex(cfg.KeepDecided),
+		feed:    newFeed(),
+
+		stateReady: make(chan struct{}),
+		grants:     newGrants(),
+		presence:   &presence{everyone: !cfg.AnnouncedOnly, live: make(map[string]events.Announcement), ready: make(chan struct{})},
+		maxEmit:    cfg.MaxEventSize + eventHeadroom,
+		maxValue:   maxPayload - 512,
 	}
 	if maxPayload <= 0 {
 		b.maxValue = 2*cfg.MaxEventSize + eventHeadroom
@@ -138,17 +146,14 @@ func (b *Broker) Run(ctx context.Context) error {
 		return fmt.Errorf("broker: provision: %w", err)
 	}
 	b.res = res
-	if err := b.recover(ctx); err != nil {
-		return fmt.Errorf("broker: recover pending requests: %w", err)
-	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return b.watchState(gctx) })
 	g.Go(func() error { return b.watchGrants(gctx) })
 	g.Go(func() error { return b.watchPresence(gctx) })
-	// Remembered choices and live approvers must be known before requests
-	// are judged.
-	for _, ready := range []chan struct{}{b.grants.ready, b.presence.ready} {
+	// Pending requests (and their timers), remembered choices and live
+	// approvers must be known before requests are judged.
+	for _, ready := range []chan struct{}{b.stateReady, b.grants.ready, b.presence.ready} {
 		select {
 		case <-ready:
 		case <-gctx.Done():
@@ -159,6 +164,7 @@ func (b *Broker) Run(ctx context.Context) error {
 	g.Go(func() error { return b.consume(gctx, res.cancels, "cancels", b.handleCancel) })
 	g.Go(func() error { return b.consume(gctx, res.timeouts, "timeouts", b.handleTimeout) })
 	g.Go(func() error { return b.expiryLoop(gctx) })
+	g.Go(func() error { return b.runFeed(gctx) })
 	b.ready.Store(true)
 	b.log.Info("broker running", zap.String("policy", b.Policy().File), zap.String("mode", string(b.Policy().Mode)), zap.Duration("default_timeout", b.cfg.DefaultTimeout))
 	err = g.Wait()
@@ -168,15 +174,6 @@ func (b *Broker) Run(ctx context.Context) error {
 	}
 	b.log.Info("broker stopped")
 	return err
-}
-
-// watchState wakes callers waiting on a request whenever its entry changes. It
-// uses a watcher, not a plain subscription to the bucket's subjects: a watcher
-// delivers only what was stored, after it was stored, so a re-read sees the
-// change and a losing compare-and-set is never mistaken for one.
-func (b *Broker) watchState(ctx context.Context) error {
-	b.follow(ctx, b.res.state, "request state", func(e jetstream.KeyValueEntry) { b.records.deliver(e.Key()) }, nil, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
-	return nil
 }
 
 // follow feeds every entry of kv (per opts) to apply until ctx ends, and
@@ -209,33 +206,6 @@ func (b *Broker) follow(ctx context.Context, kv jetstream.KeyValue, what string,
 			b.log.Warn(what + " watcher closed; starting a new one")
 		}
 	}
-}
-
-// recover arms a local timer for every pending request, and expires those whose
-// deadline passed while no broker ran.
-func (b *Broker) recover(ctx context.Context) error {
-	w, err := b.res.state.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return err
-	}
-	defer w.Stop() //nolint:errcheck // best effort
-	n := 0
-	for entry := range w.Updates() {
-		if entry == nil {
-			break // caught up
-		}
-		rec, err := decodeRecord(entry.Value(), entry.Revision())
-		if err != nil {
-			b.log.Error("skip corrupt state entry", zap.String("request_id", entry.Key()), zap.Error(err))
-			continue
-		}
-		if rec.State == StatePending {
-			b.timers.arm(rec.ID, b.wakeAt(&rec))
-			n++
-		}
-	}
-	b.log.Info("recovered pending requests", zap.Int("pending", n))
-	return nil
 }
 
 // expiryLoop hands requests whose local timers fired to the timeouts consumer.
@@ -401,42 +371,47 @@ type Filter struct {
 	State   State
 	Agent   string
 	Session string
-	Limit   int // default 100
+	// After continues a listing after the request with this id (the last
+	// one of the previous page).
+	After string
+	Limit int // default 100
 }
 
-// List returns up to f.Limit records matching f, oldest first. It reads the whole
-// state bucket; fine for operators and UIs, not for hot paths.
-func (b *Broker) List(ctx context.Context, f Filter) ([]Record, error) {
+// Page is one page of a listing.
+type Page struct {
+	Records []Record
+	// Total counts the requests that match the filter, on every page.
+	Total int
+}
+
+// List returns up to f.Limit records matching f: pending ones oldest first,
+// then decided ones newest first. It reads this replica's index, not the
+// bucket: pending requests all, decided ones the most recent
+// Config.KeepDecided (older ones by id with Get, or from the audit log).
+func (b *Broker) List(ctx context.Context, f Filter) (Page, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	w, err := b.res.state.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, err
-	}
-	defer w.Stop() //nolint:errcheck // best effort
-	out := []Record{}
-	for {
-		select {
-		case entry := <-w.Updates():
-			if entry == nil {
-				return out, nil
+	found, total := b.index.list(f)
+	page := Page{Records: make([]Record, 0, len(found)), Total: total}
+	for _, e := range found {
+		rec := e.rec
+		if e.trimmed {
+			full, err := b.load(ctx, rec.ID)
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				return page, err
 			}
-			rec, err := decodeRecord(entry.Value(), entry.Revision())
-			if err != nil {
-				continue
+			if err == nil {
+				rec = full
 			}
-			if (f.State == "" || rec.State == f.State) && (f.Agent == "" || rec.Request.Agent == f.Agent) && (f.Session == "" || rec.Request.Session == f.Session) {
-				out = append(out, rec)
-				if len(out) >= f.Limit {
-					return out, nil
-				}
-			}
-		case <-ctx.Done():
-			return out, ctx.Err()
 		}
+		page.Records = append(page.Records, rec)
 	}
+	return page, nil
 }
+
+// Pending reports how many requests are pending.
+func (b *Broker) Pending() int { return b.index.pendingCount() }
 
 // hub wakes callers waiting for changes to a request's state.
 type hub struct {

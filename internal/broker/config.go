@@ -64,6 +64,9 @@ type Config struct {
 	Replicas int
 	// MaxEventSize bounds one incoming event, body plus headers. Default 1 MiB.
 	MaxEventSize int
+	// KeepDecided is how many decided requests the replica's index keeps for
+	// listings, newest first. Default 10000.
+	KeepDecided int
 	// AckWait is how long a message handed to a replica stays its own before it
 	// is redelivered (a handler that runs longer keeps it with progress
 	// heartbeats). It bounds how late a request handed to a replica that then
@@ -106,6 +109,9 @@ func (c Config) WithDefaults() Config {
 	if c.AckWait == 0 {
 		c.AckWait = 2 * time.Second
 	}
+	if c.KeepDecided == 0 {
+		c.KeepDecided = DefaultKeepDecided
+	}
 	return c
 }
 
@@ -138,6 +144,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxEventSize < 1024 {
 		errs = append(errs, fmt.Errorf("max event size %d: want at least 1024 bytes", c.MaxEventSize))
+	}
+	if c.KeepDecided < 1 {
+		errs = append(errs, fmt.Errorf("keep decided %d: want at least 1", c.KeepDecided))
 	}
 	if c.AckWait < time.Second {
 		errs = append(errs, fmt.Errorf("ack wait %s: want at least 1s", c.AckWait))

@@ -141,3 +141,47 @@ func (b *Broker) compareShadow(ctx context.Context, r *Record, in policy.Input, 
 		b.log.Warn("record shadow disagreement", zap.String("request_id", r.ID), zap.Error(err))
 	}
 }
+
+// RuleInfo says how a request is decided under the policy in force.
+type RuleInfo struct {
+	// Rule is the rule whose approvers answer (or "mode:<mode>"); Limit the
+	// limit that held an automatic approval back, if one did.
+	Rule              string
+	Limit             string
+	Approvers         []string // as written: names and role:<role>; empty means anyone
+	Quorum            int
+	AllowSelfApproval bool
+	OnTimeout         events.Verdict
+	// Rememberable says whether answers may be remembered, in RememberScopes
+	// for at most MaxRemember.
+	Rememberable   bool
+	RememberScopes []string
+	MaxRemember    time.Duration
+}
+
+// RuleOf describes how r is decided under the policy in force.
+func (b *Broker) RuleOf(r Record) RuleInfo {
+	a := b.approvalFor(&r)
+	return RuleInfo{
+		Rule: r.Rule, Limit: r.Limit, Approvers: r.Approvers, Quorum: max(r.Quorum, a.Quorum, 1),
+		AllowSelfApproval: a.AllowSelfApproval, OnTimeout: a.OnTimeout,
+		Rememberable: a.Rememberable, RememberScopes: a.RememberScopes, MaxRemember: a.MaxRemember,
+	}
+}
+
+// CheckEligible reports whether principal may answer request id under the
+// policy in force: nil, or an error wrapping ErrNotEligible (or ErrNotFound).
+func (b *Broker) CheckEligible(ctx context.Context, id, principal string) error {
+	rec, err := b.load(ctx, id)
+	if err != nil {
+		return err
+	}
+	in, err := policy.InputFrom(rec.Request)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := b.approvalFor(&rec).Eligible(principal, in); err != nil {
+		return fmt.Errorf("%w: %s may not answer %s: %w", ErrNotEligible, principal, id, err)
+	}
+	return nil
+}

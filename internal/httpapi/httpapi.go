@@ -1,15 +1,17 @@
 // Package httpapi is the broker's HTTP gateway: the approvals API of DESIGN
-// section 3, health endpoints, and JSON errors with stable codes.
+// section 3 (approvals, batch decisions, the event stream, the audit log,
+// remembered choices), health endpoints, the OpenAPI document, and JSON
+// errors with stable codes. Who calls is decided before it (see Config.Identify).
 package httpapi
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -27,26 +29,58 @@ type Broker interface {
 	Submit(ctx context.Context, id, source string, req events.Requested) (broker.Record, error)
 	Get(ctx context.Context, id string) (broker.Record, error)
 	Wait(ctx context.Context, id string) (broker.Record, error)
-	List(ctx context.Context, f broker.Filter) ([]broker.Record, error)
+	List(ctx context.Context, f broker.Filter) (broker.Page, error)
 	Respond(ctx context.Context, principal, id string, r events.Responded) (broker.Record, error)
 	Cancel(ctx context.Context, id, by, reason string) (broker.Record, error)
+	CheckEligible(ctx context.Context, id, principal string) error
+	RuleOf(r broker.Record) broker.RuleInfo
+	Subscribe(ctx context.Context, after uint64, f broker.EventFilter, deliver func(*broker.Event) error) error
+	Audit(ctx context.Context, q broker.AuditQuery) (broker.AuditPage, error)
 	Remembered() []policy.Grant
 	Forget(ctx context.Context, id string) (policy.Grant, error)
 	Ready() bool
+}
+
+// Identity is who a request comes from, as the authentication in front of the
+// gateway established it.
+type Identity struct {
+	// Principal is who answers are made as; "" if the credential names none.
+	Principal string
+	// Agent is the agent the credential may ask and cancel for; "" for none.
+	Agent string
 }
 
 // Config configures the gateway.
 type Config struct {
 	// MaxBodyBytes bounds request bodies. Default 1 MiB.
 	MaxBodyBytes int64
+	// Identify returns the identity of a request, or false if it carried
+	// none. Nil means authentication is off: answers name their principal in
+	// the body, which only a broker serving loopback may allow.
+	Identify func(*http.Request) (Identity, bool)
+	// Heartbeat is how often the event stream sends a comment to keep idle
+	// connections open. Default 15s.
+	Heartbeat time.Duration
+	// Observe, if set, is told about each event stream client that comes
+	// (+1) and goes (-1).
+	Observe func(delta int)
 }
 
 // Server serves the HTTP API.
 type Server struct {
-	b   Broker
-	cfg Config
-	log *zap.Logger
-	mux *http.ServeMux
+	b      Broker
+	cfg    Config
+	log    *zap.Logger
+	mux    *http.ServeMux
+	routes []route
+}
+
+// route is one operation of the API.
+type route struct {
+	method, path string
+	handle       http.HandlerFunc
+	// open routes need no identity even with authentication on.
+	open bool
 }
 
 // New returns the gateway for b. A nil logger logs nothing.
@@ -54,37 +88,46 @@ func New(b Broker, cfg Config, log *zap.Logger) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = events.DefaultMaxEventSize
 	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 15 * time.Second
+	}
 	if log == nil {
 		log = zap.NewNop()
 	}
 	s := &Server{b: b, cfg: cfg, log: log.Named("http"), mux: http.NewServeMux()}
-	s.mux.HandleFunc("POST /v1/approvals", s.create)
-	s.mux.HandleFunc("GET /v1/approvals", s.list)
-	s.mux.HandleFunc("GET /v1/approvals/{id}", s.get)
-	s.mux.HandleFunc("POST /v1/approvals/{id}/decision", s.decide)
-	s.mux.HandleFunc("POST /v1/approvals/{id}/cancel", s.cancel)
-	s.mux.HandleFunc("GET /v1/remembered", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"remembered": s.b.Remembered()})
-	})
-	s.mux.HandleFunc("DELETE /v1/remembered/{id}", func(w http.ResponseWriter, r *http.Request) {
-		g, err := s.b.Forget(r.Context(), r.PathValue("id"))
-		if err != nil {
-			s.fail(w, err)
-			return
+	s.routes = []route{
+		{method: "POST", path: "/v1/approvals", handle: s.create},
+		{method: "GET", path: "/v1/approvals", handle: s.list},
+		{method: "GET", path: "/v1/approvals/{id}", handle: s.get},
+		{method: "POST", path: "/v1/approvals/{id}/decision", handle: s.decide},
+		{method: "POST", path: "/v1/approvals/{id}/cancel", handle: s.cancel},
+		{method: "POST", path: "/v1/decisions", handle: s.decideMany},
+		{method: "GET", path: "/v1/events", handle: s.events},
+		{method: "GET", path: "/v1/audit", handle: s.audit},
+		{method: "GET", path: "/v1/remembered", handle: s.remembered},
+		{method: "DELETE", path: "/v1/remembered/{id}", handle: s.forget},
+		{method: "GET", path: "/v1/openapi.json", handle: serveOpenAPI, open: true},
+		{method: "GET", path: "/healthz", handle: s.healthz, open: true},
+		{method: "GET", path: "/readyz", handle: s.readyz, open: true},
+	}
+	for _, rt := range s.routes {
+		h := rt.handle
+		if !rt.open {
+			h = s.authenticated(h)
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"revoked": g})
-	})
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	s.mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.b.Ready() {
-			writeError(w, http.StatusServiceUnavailable, "not_ready", "broker is starting, stopping, or has lost NATS")
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-	})
+		s.mux.HandleFunc(rt.method+" "+rt.path, h)
+	}
 	return s
+}
+
+// Routes lists the API's operations as "METHOD /path", for checking the
+// OpenAPI document against the router.
+func (s *Server) Routes() []string {
+	out := make([]string, len(s.routes))
+	for i, rt := range s.routes {
+		out[i] = rt.method + " " + rt.path
+	}
+	return out
 }
 
 // Handle adds a handler to the gateway's mux (for the web UI, metrics, ...).
@@ -109,7 +152,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", probe.header.Get("Allow"))
 		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, probe.header.Get("Allow")))
 	case http.StatusNotFound:
-		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such path: %s (the API is under /v1/, see docs/protocol.md)", r.URL.Path))
+		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no such path: %s (the API is under /v1/, see /v1/openapi.json)", r.URL.Path))
 	default:
 		h.ServeHTTP(w, r) // a redirect, such as for a path that is not clean
 	}
@@ -133,169 +176,77 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// Approval is the resource the API returns for a request.
-type Approval struct {
-	ID         string           `json:"id"`
-	State      broker.State     `json:"state"`
-	Request    events.Requested `json:"request"`
-	Deadline   time.Time        `json:"deadline"`
-	ReceivedAt time.Time        `json:"received_at"`
-	Decision   *events.Decided  `json:"decision"`
-	// Forgery, when set, describes a decided event on the request's
-	// decision subject that no broker made (see docs/architecture.md).
-	Forgery string `json:"forgery,omitempty"`
-}
-
-func approval(r broker.Record) Approval {
-	return Approval{ID: r.ID, State: r.State, Request: r.Request, Deadline: r.Deadline, ReceivedAt: r.ReceivedAt, Decision: r.Decision, Forgery: r.Forgery}
-}
-
-// createBody is the body of POST /v1/approvals: the requested data plus an id.
-type createBody struct {
-	ID string `json:"id"`
-	events.Requested
-}
-
-func (s *Server) create(w http.ResponseWriter, r *http.Request) {
-	wait, ok := s.waitParam(w, r)
-	if !ok {
-		return
+// authenticated refuses a request without an identity when authentication is
+// on (401 unauthenticated).
+func (s *Server) authenticated(next http.HandlerFunc) http.HandlerFunc {
+	if s.cfg.Identify == nil {
+		return next
 	}
-	var body createBody
-	if !s.readJSON(w, r, &body) {
-		return
-	}
-	rec, err := s.b.Submit(r.Context(), body.ID, "http/"+clientName(r), body.Requested)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	if wait > 0 && !rec.State.Terminal() {
-		rec = s.wait(r.Context(), rec, wait)
-	}
-	w.Header().Set("Location", "/v1/approvals/"+rec.ID)
-	writeJSON(w, http.StatusCreated, approval(rec))
-}
-
-func (s *Server) get(w http.ResponseWriter, r *http.Request) {
-	wait, ok := s.waitParam(w, r)
-	if !ok {
-		return
-	}
-	rec, err := s.b.Get(r.Context(), r.PathValue("id"))
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	if wait > 0 && !rec.State.Terminal() {
-		rec = s.wait(r.Context(), rec, wait)
-	}
-	writeJSON(w, http.StatusOK, approval(rec))
-}
-
-// wait long-polls for rec's decision, returning the newest state when the wait
-// ends first.
-func (s *Server) wait(ctx context.Context, rec broker.Record, d time.Duration) broker.Record {
-	wctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	got, err := s.b.Wait(wctx, rec.ID)
-	if err != nil && got.ID == "" {
-		return rec
-	}
-	return got
-}
-
-func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	f := broker.Filter{Agent: q.Get("agent"), Session: q.Get("session")}
-	if st := q.Get("state"); st != "" {
-		state, err := broker.ParseState(st)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+	return func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := s.cfg.Identify(r); !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="assent"`)
+			writeError(w, http.StatusUnauthorized, "unauthenticated", "sign in, or send an API token as Authorization: Bearer <token> (docs/web.md)")
 			return
 		}
-		f.State = state
+		next(w, r)
 	}
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > 1000 {
-			writeError(w, http.StatusBadRequest, "invalid_request", "limit: want a whole number from 1 to 1000")
-			return
+}
+
+// principal returns who answers a request: with authentication on, the
+// caller's identity, which a body principal must agree with; with it off, the
+// body's. It writes the error and returns false when there is none.
+func (s *Server) principal(w http.ResponseWriter, r *http.Request, body string) (string, bool) {
+	if s.cfg.Identify == nil {
+		if body == "" {
+			writeError(w, http.StatusBadRequest, "invalid_request", "principal: missing (who is answering?)")
+			return "", false
 		}
-		f.Limit = n
+		return body, true
 	}
-	recs, err := s.b.List(r.Context(), f)
+	id, _ := s.cfg.Identify(r)
+	switch {
+	case id.Principal == "":
+		writeError(w, http.StatusForbidden, "no_principal", "this credential names no principal, so it cannot answer (docs/web.md)")
+		return "", false
+	case body != "" && body != id.Principal:
+		writeError(w, http.StatusForbidden, "principal_mismatch", fmt.Sprintf("principal %q in the body, but you are %q; nothing was changed", body, id.Principal))
+		return "", false
+	}
+	return id.Principal, true
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if !s.b.Ready() {
+		writeError(w, http.StatusServiceUnavailable, "not_ready", "broker is starting, stopping, or has lost NATS")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+func (s *Server) remembered(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"remembered": s.b.Remembered()})
+}
+
+func (s *Server) forget(w http.ResponseWriter, r *http.Request) {
+	g, err := s.b.Forget(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	out := make([]Approval, len(recs))
-	for i, rec := range recs {
-		out[i] = approval(rec)
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"approvals": out})
+	writeJSON(w, http.StatusOK, map[string]any{"revoked": g})
 }
 
-// decisionBody is the body of POST /v1/approvals/{id}/decision.
-type decisionBody struct {
-	Principal string `json:"principal"`
-	events.Responded
-}
+//go:embed openapi.json
+var openAPI []byte
 
-func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
-	var body decisionBody
-	if !s.readJSON(w, r, &body) {
-		return
-	}
-	if body.Principal == "" {
-		writeError(w, http.StatusBadRequest, "invalid_request", "principal: missing (who is answering?)")
-		return
-	}
-	if body.Channel == "" {
-		body.Channel = "http"
-	}
-	rec, err := s.b.Respond(r.Context(), body.Principal, r.PathValue("id"), body.Responded)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, approval(rec))
-}
-
-func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
-	var body struct {
-		Reason string `json:"reason"`
-		By     string `json:"by"`
-	}
-	if r.ContentLength != 0 && !s.readJSON(w, r, &body) {
-		return
-	}
-	by := body.By
-	if by == "" {
-		by = "http/" + clientName(r)
-	} else if err := events.CheckToken("by", by); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request", err.Error()+" (by names who cancels: a principal)")
-		return
-	}
-	rec, err := s.b.Cancel(r.Context(), r.PathValue("id"), by, body.Reason)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, approval(rec))
-}
-
-func (s *Server) waitParam(w http.ResponseWriter, r *http.Request) (time.Duration, bool) {
-	v := r.URL.Query().Get("wait")
-	if v == "" {
-		return 0, true
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("wait: %q is not a duration such as \"30s\"", v))
-		return 0, false
-	}
-	return min(d, MaxWait), true
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "public, max-age=300")
+	_, _ = w.Write(openAPI)
 }
 
 func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
@@ -322,34 +273,40 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-// fail maps a broker error to a status and a stable code.
-func (s *Server) fail(w http.ResponseWriter, err error) {
+// errorStatus maps a broker error to a status and a stable code.
+func errorStatus(err error) (int, string) {
 	switch {
 	case errors.Is(err, events.ErrTooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, "too_large", err.Error())
+		return http.StatusRequestEntityTooLarge, "too_large"
 	case errors.Is(err, broker.ErrInvalid), errors.Is(err, events.ErrInvalid):
-		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return http.StatusBadRequest, "invalid_request"
 	case errors.Is(err, broker.ErrNotFound):
-		writeError(w, http.StatusNotFound, "not_found", err.Error())
+		return http.StatusNotFound, "not_found"
 	case errors.Is(err, broker.ErrIDConflict):
-		writeError(w, http.StatusConflict, "id_conflict", err.Error())
+		return http.StatusConflict, "id_conflict"
 	case errors.Is(err, broker.ErrAlreadyDecided):
-		writeError(w, http.StatusConflict, "already_decided", err.Error())
+		return http.StatusConflict, "already_decided"
 	case errors.Is(err, broker.ErrBeforeRequest):
-		writeError(w, http.StatusConflict, "before_request", err.Error())
-	case errors.Is(err, broker.ErrForgedDecision):
-		s.log.Error("decision conflict", zap.Error(err))
-		writeError(w, http.StatusInternalServerError, "decision_conflict", err.Error())
+		return http.StatusConflict, "before_request"
 	case errors.Is(err, broker.ErrExpired):
-		writeError(w, http.StatusGone, "expired", err.Error())
+		return http.StatusGone, "expired"
 	case errors.Is(err, broker.ErrNotEligible):
-		writeError(w, http.StatusForbidden, "not_eligible", err.Error())
+		return http.StatusForbidden, "not_eligible"
+	case errors.Is(err, broker.ErrForgedDecision):
+		return http.StatusInternalServerError, "decision_conflict"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
-	default:
-		s.log.Error("request failed", zap.Error(err))
-		writeError(w, http.StatusInternalServerError, "internal", err.Error())
+		return http.StatusServiceUnavailable, "unavailable"
 	}
+	return http.StatusInternalServerError, "internal"
+}
+
+// fail writes err as a JSON error.
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	status, code := errorStatus(err)
+	if status >= 500 && code != "unavailable" {
+		s.log.Error("request failed", zap.String("code", code), zap.Error(err))
+	}
+	writeError(w, status, code, err.Error())
 }
 
 // Error is the JSON error body: {"error": {"code", "message"}}.
@@ -370,6 +327,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
+// clientName is the caller's address as a name: letters, digits, "-", "_"
+// and "." only.
 func clientName(r *http.Request) string {
 	host := r.RemoteAddr
 	for i := len(host) - 1; i >= 0; i-- {

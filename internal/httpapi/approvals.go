@@ -1,0 +1,362 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// Approval is the resource the API returns for a request.
+type Approval struct {
+	ID         string           `json:"id"`
+	State      broker.State     `json:"state"`
+	Request    events.Requested `json:"request"`
+	Deadline   time.Time        `json:"deadline"`
+	ReceivedAt time.Time        `json:"received_at"`
+	Decision   *events.Decided  `json:"decision"`
+	// Rule says who decides a pending request, under the policy in force.
+	Rule *Rule `json:"rule,omitempty"`
+	// Votes are the approvals a pending request has so far, toward the
+	// rule's quorum; Level the escalation level it reached.
+	Votes []events.DecidedBy `json:"votes,omitempty"`
+	Level int                `json:"level,omitempty"`
+	// Forgery, when set, describes a decided event on the request's
+	// decision subject that no broker made (see docs/architecture.md).
+	Forgery string `json:"forgery,omitempty"`
+}
+
+// Rule describes how a pending request is decided.
+type Rule struct {
+	Name string `json:"name"`
+	// Limit names the limit that held an automatic approval back.
+	Limit string `json:"limit,omitempty"`
+	// Approvers as the policy writes them (names and role:<role>); empty
+	// means anyone.
+	Approvers         []string `json:"approvers,omitempty"`
+	Quorum            int      `json:"quorum"`
+	AllowSelfApproval bool     `json:"allow_self_approval"`
+	// OnTimeout is what a timeout means: "deny" (expired) or "approve".
+	OnTimeout string `json:"on_timeout"`
+	// Remember says whether and how answers may be remembered.
+	Remember Remember `json:"remember"`
+}
+
+// Remember is what a rule allows an answer to remember.
+type Remember struct {
+	Allowed bool     `json:"allowed"`
+	Scopes  []string `json:"scopes,omitempty"`
+	MaxTTL  string   `json:"max_ttl,omitempty"`
+}
+
+func (s *Server) approval(r broker.Record) Approval {
+	a := Approval{ID: r.ID, State: r.State, Request: r.Request, Deadline: r.Deadline, ReceivedAt: r.ReceivedAt,
+		Decision: r.Decision, Votes: r.Votes, Level: r.Level, Forgery: r.Forgery}
+	if r.State == broker.StatePending {
+		info := s.b.RuleOf(r)
+		onTimeout := string(info.OnTimeout)
+		if onTimeout == "" {
+			onTimeout = string(events.Deny)
+		}
+		a.Rule = &Rule{Name: info.Rule, Limit: info.Limit, Approvers: info.Approvers, Quorum: info.Quorum,
+			AllowSelfApproval: info.AllowSelfApproval, OnTimeout: onTimeout,
+			Remember: Remember{Allowed: info.Rememberable}}
+		if info.Rememberable {
+			a.Rule.Remember.Scopes, a.Rule.Remember.MaxTTL = info.RememberScopes, info.MaxRemember.String()
+		}
+	}
+	return a
+}
+
+// createBody is the body of POST /v1/approvals: the requested data plus an id.
+type createBody struct {
+	ID string `json:"id"`
+	events.Requested
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	wait, ok := s.waitParam(w, r)
+	if !ok {
+		return
+	}
+	var body createBody
+	if !s.readJSON(w, r, &body) {
+		return
+	}
+	if s.cfg.Identify != nil {
+		// Only the agent's own credential asks for it.
+		id, _ := s.cfg.Identify(r)
+		if id.Agent == "" || id.Agent != body.Agent {
+			writeError(w, http.StatusForbidden, "agent_mismatch", fmt.Sprintf("this credential may not ask for agent %q (it may ask for %q)", body.Agent, id.Agent))
+			return
+		}
+	}
+	rec, err := s.b.Submit(r.Context(), body.ID, "http/"+clientName(r), body.Requested)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if wait > 0 && !rec.State.Terminal() {
+		rec = s.wait(r.Context(), rec, wait)
+	}
+	w.Header().Set("Location", "/v1/approvals/"+rec.ID)
+	writeJSON(w, http.StatusCreated, s.approval(rec))
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	wait, ok := s.waitParam(w, r)
+	if !ok {
+		return
+	}
+	rec, err := s.b.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if wait > 0 && !rec.State.Terminal() {
+		rec = s.wait(r.Context(), rec, wait)
+	}
+	writeJSON(w, http.StatusOK, s.approval(rec))
+}
+
+// wait long-polls for rec's decision, returning the newest state when the wait
+// ends first.
+func (s *Server) wait(ctx context.Context, rec broker.Record, d time.Duration) broker.Record {
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	got, err := s.b.Wait(wctx, rec.ID)
+	if err != nil && got.ID == "" {
+		return rec
+	}
+	return got
+}
+
+// listPage is the body of GET /v1/approvals.
+type listPage struct {
+	Approvals []Approval `json:"approvals"`
+	// Total counts the requests matching the filter; Next is the query
+	// parameter after= for the next page, "" on the last.
+	Total int    `json:"total"`
+	Next  string `json:"next,omitempty"`
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := broker.Filter{Agent: q.Get("agent"), Session: q.Get("session"), After: q.Get("after"), Limit: 100}
+	if st := q.Get("state"); st != "" {
+		state, err := broker.ParseState(st)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+			return
+		}
+		f.State = state
+	}
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > 1000 {
+			writeError(w, http.StatusBadRequest, "invalid_request", "limit: want a whole number from 1 to 1000")
+			return
+		}
+		f.Limit = n
+	}
+	page, err := s.b.List(r.Context(), f)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	out := listPage{Approvals: make([]Approval, len(page.Records)), Total: page.Total}
+	for i, rec := range page.Records {
+		out.Approvals[i] = s.approval(rec)
+	}
+	if n := len(page.Records); n > 0 && n == f.Limit {
+		out.Next = page.Records[n-1].ID
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// decisionBody is the body of POST /v1/approvals/{id}/decision.
+type decisionBody struct {
+	Principal string `json:"principal"`
+	events.Responded
+}
+
+func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
+	var body decisionBody
+	if !s.readJSON(w, r, &body) {
+		return
+	}
+	principal, ok := s.principal(w, r, body.Principal)
+	if !ok {
+		return
+	}
+	if body.Channel == "" {
+		body.Channel = "http"
+	}
+	rec, err := s.b.Respond(r.Context(), principal, r.PathValue("id"), body.Responded)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.approval(rec))
+}
+
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Reason string `json:"reason"`
+		By     string `json:"by"`
+	}
+	if r.ContentLength != 0 && !s.readJSON(w, r, &body) {
+		return
+	}
+	id := r.PathValue("id")
+	by := body.By
+	if by != "" {
+		if err := events.CheckToken("by", by); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_request", err.Error()+" (by names who cancels: a principal)")
+			return
+		}
+	}
+	if s.cfg.Identify != nil {
+		var ok bool
+		if by, ok = s.canceller(w, r, id, by); !ok {
+			return
+		}
+	} else if by == "" {
+		by = "http/" + clientName(r)
+	}
+	rec, err := s.b.Cancel(r.Context(), id, by, body.Reason)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.approval(rec))
+}
+
+// canceller returns who cancels request id with authentication on: the
+// request's own agent (as agent/<name>), or a principal who may answer it. A
+// body "by" must be that principal.
+func (s *Server) canceller(w http.ResponseWriter, r *http.Request, id, by string) (string, bool) {
+	who, _ := s.cfg.Identify(r)
+	if who.Agent != "" && by == "" {
+		rec, err := s.b.Get(r.Context(), id)
+		if err != nil {
+			s.fail(w, err)
+			return "", false
+		}
+		if rec.Request.Agent == who.Agent {
+			return "agent/" + who.Agent, true
+		}
+	}
+	principal, ok := s.principal(w, r, by)
+	if !ok {
+		return "", false
+	}
+	if err := s.b.CheckEligible(r.Context(), id, principal); err != nil {
+		s.fail(w, err)
+		return "", false
+	}
+	return principal, true
+}
+
+func (s *Server) waitParam(w http.ResponseWriter, r *http.Request) (time.Duration, bool) {
+	v := r.URL.Query().Get("wait")
+	if v == "" {
+		return 0, true
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("wait: %q is not a duration such as \"30s\"", v))
+		return 0, false
+	}
+	return min(d, MaxWait), true
+}
+
+// MaxBatch bounds the requests one POST /v1/decisions answers.
+const MaxBatch = 1000
+
+// batchBody is the body of POST /v1/decisions: one answer for many requests,
+// selected by session (every pending request of it, of one agent if given)
+// or by ids.
+type batchBody struct {
+	Principal string   `json:"principal"`
+	Session   string   `json:"session"`
+	Agent     string   `json:"agent"`
+	IDs       []string `json:"ids"`
+	events.Responded
+}
+
+// Result is one request's result in a batch.
+type Result struct {
+	ID string `json:"id"`
+	// Status is "decided", "voted" (counted, the quorum not reached yet), or
+	// the error code the single-request route would have answered
+	// (not_eligible, already_decided, expired, not_found, invalid_request, ...).
+	Status   string        `json:"status"`
+	Message  string        `json:"message,omitempty"`
+	Approval *Approval    `json:"approval,omitempty"`
+	HTTP     int          `json:"http_status"`
+	State    broker.State `json:"state,omitempty"`
+}
+
+func (s *Server) decideMany(w http.ResponseWriter, r *http.Request) {
+	var body batchBody
+	if !s.readJSON(w, r, &body) {
+		return
+	}
+	principal, ok := s.principal(w, r, body.Principal)
+	if !ok {
+		return
+	}
+	switch {
+	case (body.Session == "") == (len(body.IDs) == 0):
+		writeError(w, http.StatusBadRequest, "invalid_request", `want exactly one of "session" (every pending request of a session) or "ids"`)
+		return
+	case len(body.IDs) > MaxBatch:
+		writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("ids: %d ids, at most %d", len(body.IDs), MaxBatch))
+		return
+	case len(body.Args) > 0 && string(body.Args) != "null":
+		writeError(w, http.StatusBadRequest, "invalid_request", "args: edited arguments belong to one request; answer it on its own")
+		return
+	}
+	if err := body.Responded.Validate(); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request", err.Error())
+		return
+	}
+	if body.Channel == "" {
+		body.Channel = "http"
+	}
+	ids := body.IDs
+	if body.Session != "" {
+		page, err := s.b.List(r.Context(), broker.Filter{State: broker.StatePending, Session: body.Session, Agent: body.Agent, Limit: MaxBatch})
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		for _, rec := range page.Records {
+			ids = append(ids, rec.ID)
+		}
+	}
+	results := make([]Result, 0, len(ids))
+	decided := 0
+	for _, id := range ids {
+		res := Result{ID: id}
+		rec, err := s.b.Respond(r.Context(), principal, id, body.Responded)
+		if err != nil {
+			res.HTTP, res.Status = errorStatus(err)
+			res.Message = err.Error()
+		} else {
+			a := s.approval(rec)
+			res.HTTP, res.Status, res.Approval, res.State = http.StatusOK, "voted", &a, rec.State
+			if rec.State.Terminal() {
+				res.Status = "decided"
+				decided++
+			}
+		}
+		results = append(results, res)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"results": results, "decided": decided, "total": len(results)})
+}
