@@ -35,20 +35,29 @@ type Event struct {
 	Event json.RawMessage `json:"event"`
 
 	data map[string]json.RawMessage // the event's data, decoded once for filters
-	once sync.Once
-	enc  []byte
+	enc  *encoding                  // e as JSON, made once for all clients
 }
 
-// JSON returns e encoded as JSON, encoded once however many clients send it.
+type encoding struct {
+	once sync.Once
+	b    []byte
+}
+
+// JSON returns e encoded as JSON; an event from the feed is encoded once,
+// however many clients it goes to.
 func (e *Event) JSON() []byte {
-	e.once.Do(func() {
+	encode := func() []byte {
 		var buf bytes.Buffer
 		enc := json.NewEncoder(&buf)
 		enc.SetEscapeHTML(false)
 		_ = enc.Encode(e)
-		e.enc = bytes.TrimRight(buf.Bytes(), "\n")
-	})
-	return e.enc
+		return bytes.TrimRight(buf.Bytes(), "\n")
+	}
+	if e.enc == nil {
+		return encode()
+	}
+	e.enc.once.Do(func() { e.enc.b = encode() })
+	return e.enc.b
 }
 
 // ShortType is the last part of the event's type ("decided"), "" for none.
@@ -83,7 +92,7 @@ func (f *EventFilter) match(e *Event) bool {
 // event reads a stored message into an Event, filling in the request's agent
 // and session from the index (or the bucket) where the subject lacks them.
 func (b *Broker) event(ctx context.Context, seq uint64, at time.Time, subject string, data []byte, h events.Header) *Event {
-	e := &Event{Seq: seq, Time: at.UTC(), Subject: subject, Event: json.RawMessage("null")}
+	e := &Event{Seq: seq, Time: at.UTC(), Subject: subject, Event: json.RawMessage("null"), enc: &encoding{}}
 	ce, err := events.Codec{MaxSize: b.maxEmit}.Decode(h, data)
 	if err == nil {
 		e.Type = ce.Type()
