@@ -18,6 +18,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/httpapi"
+	"github.com/assent-dev/assent/internal/openapicheck"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -420,4 +421,74 @@ func TestBatchDecisions(t *testing.T) {
 	} {
 		wantError(t, call(t, http.MethodPost, e.api+"/v1/decisions", body), http.StatusBadRequest, "invalid_request")
 	}
+}
+
+// TestAPIConformsToOpenAPI calls every operation, with success and with the
+// errors it documents, and checks each JSON body against /v1/openapi.json.
+func TestAPIConformsToOpenAPI(t *testing.T) {
+	e := policyEnv(t)
+	r := call(t, http.MethodGet, e.api+"/v1/openapi.json", nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("GET /v1/openapi.json: %d", r.status)
+	}
+	doc, err := openapicheck.Load(r.body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(op string, r httpResp, want int) {
+		t.Helper()
+		if r.status != want {
+			t.Fatalf("%s: %d, want %d: %s", op, r.status, want, r.body)
+		}
+		if err := doc.CheckResponse(op, r.status, r.body); err != nil {
+			t.Error(err)
+		}
+	}
+	const (
+		create   = "POST /v1/approvals"
+		list     = "GET /v1/approvals"
+		get      = "GET /v1/approvals/{id}"
+		decide   = "POST /v1/approvals/{id}/decision"
+		cancel   = "POST /v1/approvals/{id}/cancel"
+		many     = "POST /v1/decisions"
+		audit    = "GET /v1/audit"
+		remember = "GET /v1/remembered"
+		revoke   = "DELETE /v1/remembered/{id}"
+	)
+	created := call(t, http.MethodPost, e.api+"/v1/approvals", map[string]any{"agent": "doc", "tool": "write_file", "args": map[string]any{"path": "/a"}, "session": "s", "response_schema": map[string]any{"type": "object"}})
+	check(create, created, http.StatusCreated)
+	var a httpapi.Approval
+	_ = json.Unmarshal(created.body, &a)
+	check(create, call(t, http.MethodPost, e.api+"/v1/approvals", map[string]any{"tool": "x"}), http.StatusBadRequest)
+	check(create, call(t, http.MethodPost, e.api+"/v1/approvals", map[string]any{"id": a.ID, "agent": "doc", "tool": "other"}), http.StatusConflict)
+	check(create, call(t, http.MethodPost, e.api+"/v1/approvals", []byte(`{"agent":"doc","tool":"x","args":{"blob":"`+strings.Repeat("a", 1<<20)+`"}}`)), http.StatusRequestEntityTooLarge)
+	check(list, call(t, http.MethodGet, e.api+"/v1/approvals?state=pending", nil), http.StatusOK)
+	check(list, call(t, http.MethodGet, e.api+"/v1/approvals?state=nope", nil), http.StatusBadRequest)
+	check(get, call(t, http.MethodGet, e.api+"/v1/approvals/"+a.ID, nil), http.StatusOK)
+	check(get, call(t, http.MethodGet, e.api+"/v1/approvals/nope", nil), http.StatusNotFound)
+	url := e.api + "/v1/approvals/" + a.ID + "/decision"
+	check(decide, call(t, http.MethodPost, url, decisionBody{"carol", events.Responded{Decision: events.Approve, Payload: json.RawMessage(`{}`)}}), http.StatusOK)
+	check(decide, call(t, http.MethodPost, url, decisionBody{"bob", events.Responded{Decision: events.Deny}}), http.StatusConflict)
+	check(decide, call(t, http.MethodPost, url, decisionBody{"bob", events.Responded{Decision: "maybe"}}), http.StatusBadRequest)
+	check(decide, call(t, http.MethodPost, e.api+"/v1/approvals/nope/decision", decisionBody{"bob", events.Responded{Decision: events.Deny}}), http.StatusNotFound)
+	other := submit(t, e, events.Requested{Agent: "doc", Tool: "write_file", Session: "s"})
+	check(decide, call(t, http.MethodPost, e.api+"/v1/approvals/"+other.ID+"/decision", decisionBody{"mallory", events.Responded{Decision: events.Approve}}), http.StatusForbidden)
+	nightly := submit(t, e, events.Requested{Agent: "doc", Tool: "rotate_logs", Timeout: events.Duration(time.Second)})
+	waitState(t, e.b, nightly.ID, broker.StateApproved)
+	late := submit(t, e, events.Requested{Agent: "doc", Tool: "write_file", Timeout: events.Duration(time.Second)})
+	time.Sleep(time.Until(late.Deadline.Add(100 * time.Millisecond)))
+	check(decide, call(t, http.MethodPost, e.api+"/v1/approvals/"+late.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusGone)
+	check(many, call(t, http.MethodPost, e.api+"/v1/decisions", map[string]any{"principal": "alice", "decision": "deny", "session": "s"}), http.StatusOK)
+	check(many, call(t, http.MethodPost, e.api+"/v1/decisions", map[string]any{"principal": "alice", "decision": "deny"}), http.StatusBadRequest)
+	third := submit(t, e, events.Requested{Agent: "doc", Tool: "write_file"})
+	check(cancel, call(t, http.MethodPost, e.api+"/v1/approvals/"+third.ID+"/cancel", map[string]string{"reason": "done"}), http.StatusOK)
+	check(cancel, call(t, http.MethodPost, e.api+"/v1/approvals/"+third.ID+"/cancel", nil), http.StatusConflict)
+	check(cancel, call(t, http.MethodPost, e.api+"/v1/approvals/"+third.ID+"/cancel", map[string]string{"by": "a b"}), http.StatusBadRequest)
+	check(audit, call(t, http.MethodGet, e.api+"/v1/audit?request="+a.ID, nil), http.StatusOK)
+	check(audit, call(t, http.MethodGet, e.api+"/v1/audit?limit=0", nil), http.StatusBadRequest)
+	check(audit, call(t, http.MethodGet, e.api+"/v1/audit?request=nope", nil), http.StatusNotFound)
+	check(remember, call(t, http.MethodGet, e.api+"/v1/remembered", nil), http.StatusOK)
+	check(revoke, call(t, http.MethodDelete, e.api+"/v1/remembered/nope", nil), http.StatusNotFound)
+	check("GET /healthz", call(t, http.MethodGet, e.api+"/healthz", nil), http.StatusOK)
+	check("GET /readyz", call(t, http.MethodGet, e.api+"/readyz", nil), http.StatusOK)
 }
