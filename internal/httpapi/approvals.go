@@ -295,8 +295,8 @@ type Result struct {
 	// Status is "decided", "voted" (counted, the quorum not reached yet), or
 	// the error code the single-request route would have answered
 	// (not_eligible, already_decided, expired, not_found, invalid_request, ...).
-	Status   string        `json:"status"`
-	Message  string        `json:"message,omitempty"`
+	Status   string       `json:"status"`
+	Message  string       `json:"message,omitempty"`
 	Approval *Approval    `json:"approval,omitempty"`
 	HTTP     int          `json:"http_status"`
 	State    broker.State `json:"state,omitempty"`

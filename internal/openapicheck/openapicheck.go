@@ -172,4 +172,3 @@ func (d *Doc) CheckResponse(op string, status int, body []byte) error {
 func escape(path string) string {
 	return strings.NewReplacer("~", "~0", "/", "~1").Replace(path)
 }
-
