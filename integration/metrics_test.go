@@ -21,9 +21,44 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("GET /metrics: %d", r.status)
 	}
 	body := string(r.body)
-	for _, want := range []string{"assent_requests_total 3", "assent_approved_total 3", "assent_automatic_decisions_total 3", "assent_shadow_disagreements_total 0", "go_goroutines"} {
+	for _, want := range []string{"assent_requests_total 3", "assent_approved_total 3", "assent_automatic_decisions_total 3", "assent_shadow_disagreements_total 0", "go_goroutines",
+		`assent_decision_latency_seconds_count{channel="auto",outcome="approved"} 3`, "assent_pending_requests 0", "assent_event_stream_clients 0"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+}
+
+// TestMetricsLatencyAndGauges: answers are timed by the channel that gave
+// them; pending requests and event stream clients are counted.
+func TestMetricsLatencyAndGauges(t *testing.T) {
+	a := startApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0"})
+	var ids []string
+	for range 2 {
+		ids = append(ids, approvalOf(t, call(t, http.MethodPost, a.HTTP+"/v1/approvals", map[string]any{"agent": "m", "tool": "x"}), http.StatusCreated).ID)
+	}
+	stream := openSSE(t, a.HTTP, "", 0)
+	metric := func(name string) string {
+		t.Helper()
+		for _, line := range strings.Split(string(call(t, http.MethodGet, a.HTTP+"/metrics", nil).body), "\n") {
+			if strings.HasPrefix(line, name+" ") {
+				return strings.TrimPrefix(line, name+" ")
+			}
+		}
+		return ""
+	}
+	eventually(t, patience, func() (bool, string) {
+		p, c := metric("assent_pending_requests"), metric("assent_event_stream_clients")
+		return p == "2" && c == "1", "pending " + p + ", clients " + c
+	})
+	approvalOf(t, call(t, http.MethodPost, a.HTTP+"/v1/approvals/"+ids[0]+"/decision", map[string]any{"principal": "alice", "decision": "approve", "channel": "slack"}), http.StatusOK)
+	eventually(t, patience, func() (bool, string) {
+		n := metric(`assent_decision_latency_seconds_count{channel="slack",outcome="approved"}`)
+		return n == "1" && metric("assent_pending_requests") == "1", "slack approvals timed: " + n
+	})
+	stream.close()
+	eventually(t, patience, func() (bool, string) {
+		c := metric("assent_event_stream_clients")
+		return c == "0", "clients " + c
+	})
 }

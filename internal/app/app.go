@@ -157,6 +157,8 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 
 	// Without an HTTP API, only announced approver channels reach anyone.
 	o.Broker.AnnouncedOnly = o.HTTPListen == ""
+	m := newMetrics()
+	o.Broker.Observe = m.observe
 	b, err := broker.New(nc, o.Broker, log)
 	if err != nil {
 		return err
@@ -175,7 +177,8 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 		}
 		addrs.HTTP = "http://" + ln.Addr().String()
 		api := httpapi.New(b, httpapi.Config{MaxBodyBytes: int64(b.Config().MaxEventSize)}, log)
-		api.Handle("GET /metrics", metricsHandler(b))
+		m.register(b, nil)
+		api.Handle("GET /metrics", m.handler())
 		srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
 		g.Go(func() error {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

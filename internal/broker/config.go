@@ -64,6 +64,9 @@ type Config struct {
 	Replicas int
 	// MaxEventSize bounds one incoming event, body plus headers. Default 1 MiB.
 	MaxEventSize int
+	// Observe, if set, is called with every outcome this replica stores (for
+	// metrics). It must not block.
+	Observe func(Decision)
 	// KeepDecided is how many decided requests the replica's index keeps for
 	// listings, newest first. Default 10000.
 	KeepDecided int

@@ -132,6 +132,7 @@ func (b *Broker) decided(ctx context.Context, r *Record, decision *nats.Msg, o o
 	}
 	b.timers.stop(r.ID)
 	b.metrics.decided(r)
+	b.observe(r)
 	if err := b.publishDecision(ctx, r, decision); err != nil {
 		if o.delivery == 0 && !errors.Is(err, ErrForgedDecision) {
 			b.log.Warn("publish decision failed; the broker's consumer will publish it", zap.String("request_id", r.ID), zap.Error(err))

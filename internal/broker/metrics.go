@@ -1,7 +1,9 @@
 package broker
 
 import (
+	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -60,4 +62,36 @@ func (m *metrics) snapshot() Stats {
 		Expired: m.nExpired.Load(), Cancelled: m.nCancelled.Load(), Auto: m.nAuto.Load(), Rejected: m.nRejected.Load(),
 		ShadowDisagreements: m.nShadow.Load(), ForgedDecisions: m.nForged.Load(),
 	}
+}
+
+// Decision describes a stored outcome, for Config.Observe.
+type Decision struct {
+	Outcome events.Outcome
+	// Channel is where the deciding answer came from ("http", "slack", ...),
+	// "auto" for a policy or a remembered choice, "timeout" for an expiry
+	// or a timeout that approves, "cancel" for a cancel.
+	Channel string
+	// Latency is from the request's arrival to the decision.
+	Latency time.Duration
+}
+
+// observe tells Config.Observe about r's outcome.
+func (b *Broker) observe(r *Record) {
+	if b.cfg.Observe == nil || r.Decision == nil {
+		return
+	}
+	d := r.Decision
+	channel := "auto"
+	switch {
+	case d.Outcome == events.Cancelled:
+		channel = "cancel"
+	case d.Auto && strings.HasPrefix(d.Reason, "timeout"):
+		channel = "timeout"
+	case !d.Auto && len(d.DecidedBy) > 0:
+		channel = d.DecidedBy[len(d.DecidedBy)-1].Channel
+		if channel == "" {
+			channel = "unknown"
+		}
+	}
+	b.cfg.Observe(Decision{Outcome: d.Outcome, Channel: channel, Latency: d.DecidedAt.Sub(r.ReceivedAt)})
 }
