@@ -34,8 +34,12 @@ type Options struct {
 	DataDir string
 	// Sync is the embedded server's fsync policy ("always" or an interval).
 	Sync string
-	// HTTPListen is host:port for the HTTP API; empty disables it.
+	// HTTPListen is host:port for the HTTP API; empty disables it. Without
+	// AuthFile it must be a loopback address.
 	HTTPListen string
+	// AuthFile, if set, turns authentication on for the HTTP API and web UI
+	// (docs/web.md); answers are then made as the caller's identity.
+	AuthFile string
 	// PolicyFile, if set, is loaded at start (a bad file stops the process) and
 	// reloaded when it changes or Reload fires; a bad reload keeps the old one.
 	PolicyFile string
@@ -72,14 +76,25 @@ func (o Options) Validate() error {
 		}
 	}
 	if o.HTTPListen != "" {
-		if _, _, err := splitHostPort(o.HTTPListen); err != nil {
+		if host, _, err := splitHostPort(o.HTTPListen); err != nil {
 			errs = append(errs, fmt.Errorf("http listen address: %w", err))
+		} else if o.AuthFile == "" && !loopback(host) {
+			errs = append(errs, fmt.Errorf("http listen address %s: without --auth the HTTP API lets whoever reaches it answer as anyone, so it serves loopback only (127.0.0.1, ::1, localhost); add --auth FILE (docs/web.md) to serve %s", o.HTTPListen, o.HTTPListen))
 		}
 	}
 	if err := o.Broker.WithDefaults().Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// loopback reports whether host only ever means this machine.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func splitHostPort(addr string) (string, int, error) {
@@ -192,7 +207,11 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 			defer cancel()
 			return srv.Shutdown(sctx)
 		})
-		log.Info("HTTP API listening", zap.String("url", addrs.HTTP))
+		if o.AuthFile == "" {
+			log.Warn("HTTP API without authentication, on loopback only: anyone on this machine may answer as anyone; use --auth FILE to require sign-in (docs/web.md)", zap.String("url", addrs.HTTP))
+		} else {
+			log.Info("HTTP API listening", zap.String("url", addrs.HTTP))
+		}
 	}
 	g.Go(func() error {
 		t := time.NewTicker(10 * time.Millisecond)
