@@ -130,7 +130,7 @@ func newEnv(t *testing.T, cfg broker.Config) *env {
 }
 
 // serveAPI serves the HTTP gateway over b on a loopback port until the test ends.
-func serveAPI(t *testing.T, b *broker.Broker) string {
+func serveAPI(t testing.TB, b *broker.Broker) string {
 	t.Helper()
 	srv := httptest.NewServer(httpapi.New(b, httpapi.Config{}, testenv.Logger(t)))
 	t.Cleanup(srv.Close)
@@ -560,7 +560,7 @@ func sameJSON(a, b []byte) bool {
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -92,7 +92,7 @@ func embeddedArgs(dir string, natsPort int) []string {
 // startBrokerProc runs the broker binary with args and HTTP on httpPort, and
 // waits until /readyz says so. The process is killed at cleanup if it still
 // runs.
-func startBrokerProc(t *testing.T, bin string, args []string, httpPort int, log *lockedBuffer) *brokerProc {
+func startBrokerProc(t testing.TB, bin string, args []string, httpPort int, log *lockedBuffer) *brokerProc {
 	t.Helper()
 	httpURL := "http://127.0.0.1:" + strconv.Itoa(httpPort)
 	var p *brokerProc
@@ -134,7 +134,7 @@ func startBrokerProc(t *testing.T, bin string, args []string, httpPort int, log 
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
-func (p *brokerProc) kill(t *testing.T) {
+func (p *brokerProc) kill(t testing.TB) {
 	t.Helper()
 	select {
 	case <-p.done:
@@ -350,7 +350,7 @@ var builtBroker struct {
 
 // brokerBinary builds ./cmd/broker with the go command (once per test
 // binary) and returns its path. It skips the test when go is not on PATH.
-func brokerBinary(t *testing.T) string {
+func brokerBinary(t testing.TB) string {
 	t.Helper()
 	gobin, err := exec.LookPath("go")
 	if err != nil {

@@ -52,7 +52,7 @@ func (b *Broker) Audit(ctx context.Context, q AuditQuery) (AuditPage, error) {
 	}
 	q.Limit = min(q.Limit, 1000)
 	first := q.After + 1
-	subjects := feedSubjects
+	subjects := allSubjects
 	if q.RequestID != "" {
 		if !events.ValidToken(q.RequestID) {
 			return AuditPage{}, fmt.Errorf("%w: request %q", ErrInvalid, q.RequestID)

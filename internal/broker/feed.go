@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -63,12 +64,16 @@ func (e *Event) JSON() []byte {
 // ShortType is the last part of the event's type ("decided"), "" for none.
 func (e *Event) ShortType() string { return shortType(e.Type) }
 
-// feedSubjects are the subjects the feed and the audit log read: the
-// contract's events and the broker's audit records, not its timers.
-var feedSubjects = []string{
-	events.RequestPrefix + "*", events.PendingPrefix + "*", events.ResponsePrefix + "*.*",
-	events.CancelPrefix + "*", events.DecisionPrefix + "*", events.RejectionPrefix + "*",
-	events.ShadowPrefix + "*",
+// The feed and the audit log read the contract's events and the broker's
+// audit records, not its timers. They read the whole stream (a consumer with
+// no filter) and skip the timer subjects themselves: a consumer filtered by
+// several wildcards costs the server a walk over every subject, and there is
+// one per request.
+var allSubjects []string // nil: the whole stream
+
+// feedSubject reports whether a message on subject belongs in the feed.
+func feedSubject(subject string) bool {
+	return !strings.HasPrefix(subject, TimerPrefix) && !strings.HasPrefix(subject, TimeoutPrefix)
 }
 
 // EventFilter selects feed events. Empty fields match everything; each list
@@ -118,14 +123,57 @@ func (b *Broker) event(ctx context.Context, seq uint64, at time.Time, subject st
 		_ = json.Unmarshal(e.data["request"], &req)
 		e.Session = req.Session
 	}
-	if e.RequestID != "" && (e.Agent == "" || e.Session == "") {
-		if rec, _, ok := b.index.get(e.RequestID); ok {
+	switch {
+	case e.RequestID == "":
+	case e.Type == events.TypeRequested:
+		b.feed.meta.put(e.RequestID, e.Agent, e.Session)
+	case e.Agent == "":
+		// Answers, cancels and decisions name only the request: take its
+		// agent and session from the request event the feed saw, the index,
+		// or the bucket, in that order.
+		if agent, session, ok := b.feed.meta.get(e.RequestID); ok {
+			e.Agent, e.Session = agent, session
+		} else if rec, _, ok := b.index.get(e.RequestID); ok {
 			e.Agent, e.Session = rec.Request.Agent, rec.Request.Session
 		} else if rec, err := b.load(ctx, e.RequestID); err == nil {
 			e.Agent, e.Session = rec.Request.Agent, rec.Request.Session
 		}
 	}
 	return e
+}
+
+// metaCache remembers the agent and session of the most recent requests the
+// feed saw, so that later events about them need no lookup.
+type metaCache struct {
+	mu   sync.Mutex
+	m    map[string][2]string
+	ring []string
+	next int
+}
+
+func newMetaCache(size int) *metaCache {
+	return &metaCache{m: make(map[string][2]string, size), ring: make([]string, size)}
+}
+
+func (c *metaCache) put(id, agent, session string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[id]; ok {
+		return
+	}
+	if old := c.ring[c.next]; old != "" {
+		delete(c.m, old)
+	}
+	c.ring[c.next] = id
+	c.next = (c.next + 1) % len(c.ring)
+	c.m[id] = [2]string{agent, session}
+}
+
+func (c *metaCache) get(id string) (agent, session string, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[id]
+	return v[0], v[1], ok
 }
 
 // str returns the string field name of the event's data.
@@ -136,64 +184,93 @@ func (e *Event) str(name string) string {
 }
 
 // feed fans the stream's new events out to subscribers: one ordered consumer
-// per replica, however many clients listen.
+// per replica, however many clients listen. Events go into a ring that every
+// subscriber reads from at its own position; subscribers are woken by a
+// broadcast that is coalesced under load (at most one per wakeEvery), so a
+// busy stream costs each subscriber a wake-up and a write per few events, not
+// per event.
 type feed struct {
-	mu     sync.Mutex
-	subs   map[*subscriber]struct{}
-	seq    uint64 // the last sequence delivered
-	notify chan struct{}
+	mu   sync.RWMutex
+	ring []*Event
+	n    uint64        // events ever added; event k is ring[k%len(ring)]
+	seq  uint64        // the stream sequence of the last event added
+	wake chan struct{} // closed (and replaced) to wake subscribers
+
+	signal chan struct{} // an event was added since the last wake-up
+	subs   atomic.Int64
+	meta   *metaCache
 }
 
-type subscriber struct {
-	filter EventFilter
-	ch     chan *Event
-	lost   chan struct{} // closed when the subscriber fell behind and was dropped
-}
+const (
+	// feedRing is how many events the feed holds: a subscriber further behind
+	// than that is dropped (ErrFellBehind) and resumes from its last event.
+	feedRing = 16384
+	// wakeEvery bounds how often subscribers are woken while events stream
+	// in; the first event after a quiet spell wakes them at once.
+	wakeEvery = 2 * time.Millisecond
+)
 
-// subscriberBuffer is how many events a subscriber may lag behind before it is
-// dropped (it then resumes from its last event id).
-const subscriberBuffer = 1024
-
-func newFeed() *feed { return &feed{subs: make(map[*subscriber]struct{})} }
-
-func (f *feed) add(s *subscriber) {
-	f.mu.Lock()
-	f.subs[s] = struct{}{}
-	f.mu.Unlock()
-}
-
-func (f *feed) remove(s *subscriber) {
-	f.mu.Lock()
-	delete(f.subs, s)
-	f.mu.Unlock()
+func newFeed() *feed {
+	return &feed{ring: make([]*Event, feedRing), wake: make(chan struct{}), signal: make(chan struct{}, 1), meta: newMetaCache(100_000)}
 }
 
 // Subscribers counts the clients following the feed.
-func (b *Broker) Subscribers() int {
-	b.feed.mu.Lock()
-	defer b.feed.mu.Unlock()
-	return len(b.feed.subs)
-}
+func (b *Broker) Subscribers() int { return int(b.feed.subs.Load()) }
 
 func (f *feed) publish(e *Event) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.ring[f.n%uint64(len(f.ring))] = e
+	f.n++
 	f.seq = e.Seq
-	for s := range f.subs {
-		if !s.filter.match(e) {
-			continue
-		}
+	f.mu.Unlock()
+	select {
+	case f.signal <- struct{}{}:
+	default:
+	}
+}
+
+// waker wakes subscribers when events were added, at most once per
+// wakeEvery, until ctx ends.
+func (f *feed) waker(ctx context.Context) {
+	for {
 		select {
-		case s.ch <- e:
-		default:
-			delete(f.subs, s)
-			close(s.lost)
+		case <-ctx.Done():
+			return
+		case <-f.signal:
+		}
+		f.mu.Lock()
+		close(f.wake)
+		f.wake = make(chan struct{})
+		f.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wakeEvery):
 		}
 	}
 }
 
+// read returns the events from position pos on that match flt and come
+// after stream sequence last, the position after them, and the channel that
+// is closed when more arrive. ok is false if events at pos were overwritten.
+func (f *feed) read(pos, last uint64, flt *EventFilter, into []*Event) (out []*Event, next uint64, wake <-chan struct{}, ok bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	size := uint64(len(f.ring))
+	if f.n > size && pos < f.n-size {
+		return into, pos, f.wake, false
+	}
+	for k := pos; k < f.n; k++ {
+		if e := f.ring[k%size]; e.Seq > last && flt.match(e) {
+			into = append(into, e)
+		}
+	}
+	return into, f.n, f.wake, true
+}
+
 // runFeed delivers new events to the feed's subscribers until ctx ends.
 func (b *Broker) runFeed(ctx context.Context) error {
+	go b.feed.waker(ctx)
 	for ctx.Err() == nil {
 		info, err := b.res.stream.Info(ctx)
 		if err != nil {
@@ -201,13 +278,13 @@ func (b *Broker) runFeed(ctx context.Context) error {
 			continue
 		}
 		start := info.State.LastSeq + 1
-		b.feed.mu.Lock()
+		b.feed.mu.RLock()
 		if b.feed.seq != 0 {
 			start = b.feed.seq + 1 // after a failure, no gap
 		}
-		b.feed.mu.Unlock()
+		b.feed.mu.RUnlock()
 		cons, err := b.res.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-			FilterSubjects: feedSubjects, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
+			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
 		})
 		if err != nil {
 			b.retryAfter(ctx, "event feed: consumer", err)
@@ -228,7 +305,7 @@ func (b *Broker) runFeed(ctx context.Context) error {
 				break
 			}
 			md, err := msg.Metadata()
-			if err != nil {
+			if err != nil || !feedSubject(msg.Subject()) {
 				continue
 			}
 			b.feed.publish(b.event(ctx, md.Sequence.Stream, md.Timestamp, msg.Subject(), msg.Data(), events.Header(msg.Headers())))
@@ -253,55 +330,73 @@ func (b *Broker) retryAfter(ctx context.Context, what string, err error) {
 // subscribe again after its last event.
 var ErrFellBehind = errors.New("event subscriber fell behind")
 
-// Subscribe calls deliver with every event matching f stored after stream
+// Subscribe calls deliver with the events matching f stored after stream
 // sequence after (0: from now on), in stream order, with no gap and no
 // duplicate, until ctx ends or deliver returns an error. Events after a
-// resumption point still in the stream come first, then the live ones. It
-// returns ErrFellBehind if the caller did not keep up with the live events.
-func (b *Broker) Subscribe(ctx context.Context, after uint64, f EventFilter, deliver func(*Event) error) error {
-	s := &subscriber{filter: f, ch: make(chan *Event, subscriberBuffer), lost: make(chan struct{})}
-	b.feed.add(s)
-	defer b.feed.remove(s)
+// resumption point still in the stream come first, then the live ones. Each
+// call of deliver gets what is ready at once, at least one event, so a
+// writer can send them together. It returns ErrFellBehind if the caller fell
+// more than the feed's ring behind the live events.
+func (b *Broker) Subscribe(ctx context.Context, after uint64, f EventFilter, deliver func([]*Event) error) error {
+	b.feed.subs.Add(1)
+	defer b.feed.subs.Add(-1)
+	b.feed.mu.RLock()
+	pos := b.feed.n // live events from here on
+	b.feed.mu.RUnlock()
 	last := after
 	if after > 0 {
 		// What was stored before the subscription: everything up to the
-		// stream's last sequence now; the live feed has the rest.
+		// stream's last sequence now; the live feed has the rest (and
+		// whatever it holds up to that sequence is skipped).
 		info, err := b.res.stream.Info(ctx)
 		if err != nil {
 			return fmt.Errorf("stream info: %w", err)
 		}
-		if err := b.scan(ctx, after+1, time.Time{}, info.State.LastSeq, feedSubjects, func(e *Event) (bool, error) {
+		var batch []*Event
+		if err := b.scan(ctx, after+1, time.Time{}, info.State.LastSeq, allSubjects, func(e *Event) (bool, error) {
+			last = e.Seq
 			if f.match(e) {
-				if err := deliver(e); err != nil {
-					return false, err
+				if batch = append(batch, e); len(batch) == 256 {
+					err := deliver(batch)
+					batch = nil
+					return err == nil, err
 				}
 			}
-			last = e.Seq
 			return true, nil
 		}); err != nil {
 			return err
 		}
+		if len(batch) > 0 {
+			if err := deliver(batch); err != nil {
+				return err
+			}
+		}
 		last = max(last, info.State.LastSeq)
 	}
+	var batch []*Event
 	for {
+		var wake <-chan struct{}
+		var ok bool
+		batch, pos, wake, ok = b.feed.read(pos, last, &f, batch[:0])
+		if !ok {
+			return ErrFellBehind
+		}
+		if len(batch) > 0 {
+			last = batch[len(batch)-1].Seq
+			if err := deliver(batch); err != nil {
+				return err
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-s.lost:
-			return ErrFellBehind
-		case e := <-s.ch:
-			if e.Seq <= last {
-				continue
-			}
-			last = e.Seq
-			if err := deliver(e); err != nil {
-				return err
-			}
+		case <-wake:
 		}
 	}
 }
 
-// scan reads the stored events on subjects with sequences from first to last
+// scan reads the stored events on subjects (nil: every feed subject) with
+// sequences from first to last
 // (0: to the end of the stream as it is when the scan starts), in order, until
 // visit says stop. With since set, it starts at the first event stored at or
 // after since, if that comes after first.
@@ -338,6 +433,12 @@ func (b *Broker) scan(ctx context.Context, first uint64, since time.Time, last u
 			}
 			if md.Sequence.Stream > last {
 				return nil
+			}
+			if !feedSubject(msg.Subject()) {
+				if md.Sequence.Stream == last || md.NumPending == 0 {
+					return nil
+				}
+				continue
 			}
 			more, err := visit(b.event(ctx, md.Sequence.Stream, md.Timestamp, msg.Subject(), msg.Data(), events.Header(msg.Headers())))
 			if err != nil || !more {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,19 +27,23 @@ func TestSubscriberFallsBehind(t *testing.T) {
 	var last uint64
 	var got []uint64
 	subscribed := make(chan struct{})
+	var last0 atomic.Uint64 // the first event the stuck subscriber got
 	var once sync.Once
 	errc := make(chan error, 1)
 	go func() {
-		errc <- b.Subscribe(ctx, 0, broker.EventFilter{}, func(e *broker.Event) error {
-			once.Do(func() { close(subscribed) })
+		errc <- b.Subscribe(ctx, 0, broker.EventFilter{}, func(batch []*broker.Event) error {
+			once.Do(func() { last0.Store(batch[0].Seq); close(subscribed) })
 			<-stuck
-			got = append(got, e.Seq)
-			last = e.Seq
+			for _, e := range batch {
+				got = append(got, e.Seq)
+				last = e.Seq
+			}
 			return nil
 		})
 	}()
-	// Each automatic decision is two events: requested and decided.
-	const n = 700
+	// Each automatic decision is two events (requested, decided): more than
+	// the feed holds while the subscriber is stuck.
+	const n = 9000
 	submit := func() {
 		if _, err := b.Submit(ctx, "", "test/feed", events.Requested{Agent: "feeder", Tool: "t"}); err != nil {
 			t.Error(err)
@@ -46,12 +51,28 @@ func TestSubscriberFallsBehind(t *testing.T) {
 	}
 	submit()
 	<-subscribed
-	for range n - 1 {
-		submit()
+	stuckAt := last0.Load()
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range 32 {
+		wg.Go(func() {
+			for next.Add(1) < n {
+				submit()
+			}
+		})
 	}
-	for deadline := time.Now().Add(10 * time.Second); b.Subscribers() != 0 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	wg.Wait()
+	// Let the feed take in the last of them: a subscriber that keeps up
+	// sees them all.
+	seen := 0
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	_ = b.Subscribe(wctx, stuckAt, broker.EventFilter{}, func(batch []*broker.Event) error {
+		if seen += len(batch); seen >= 2*n-1 {
+			wcancel()
+		}
+		return nil
+	})
+	wcancel()
 	close(stuck)
 	if err := <-errc; !errors.Is(err, broker.ErrFellBehind) {
 		t.Fatalf("Subscribe returned %v, want ErrFellBehind", err)
@@ -59,8 +80,10 @@ func TestSubscriberFallsBehind(t *testing.T) {
 	// Resume after the last event delivered: the rest, through the end.
 	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer rcancel()
-	_ = b.Subscribe(rctx, last, broker.EventFilter{}, func(e *broker.Event) error {
-		got = append(got, e.Seq)
+	_ = b.Subscribe(rctx, last, broker.EventFilter{}, func(batch []*broker.Event) error {
+		for _, e := range batch {
+			got = append(got, e.Seq)
+		}
 		if len(got) == 2*n {
 			rcancel()
 		}

@@ -34,7 +34,7 @@ type Broker interface {
 	Cancel(ctx context.Context, id, by, reason string) (broker.Record, error)
 	CheckEligible(ctx context.Context, id, principal string) error
 	RuleOf(r broker.Record) broker.RuleInfo
-	Subscribe(ctx context.Context, after uint64, f broker.EventFilter, deliver func(*broker.Event) error) error
+	Subscribe(ctx context.Context, after uint64, f broker.EventFilter, deliver func([]*broker.Event) error) error
 	Audit(ctx context.Context, q broker.AuditQuery) (broker.AuditPage, error)
 	Remembered() []policy.Grant
 	Forget(ctx context.Context, id string) (policy.Grant, error)

@@ -79,12 +79,15 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
-	err := s.b.Subscribe(ctx, after, f, func(e *broker.Event) error {
-		var b strings.Builder
-		fmt.Fprintf(&b, "id: %d\nevent: %s\ndata: ", e.Seq, e.ShortType())
-		b.Write(e.JSON())
-		b.WriteString("\n\n")
-		return send([]byte(b.String()))
+	var buf []byte
+	err := s.b.Subscribe(ctx, after, f, func(batch []*broker.Event) error {
+		buf = buf[:0]
+		for _, e := range batch {
+			buf = fmt.Appendf(buf, "id: %d\nevent: %s\ndata: ", e.Seq, e.ShortType())
+			buf = append(buf, e.JSON()...)
+			buf = append(buf, "\n\n"...)
+		}
+		return send(buf)
 	})
 	if errors.Is(err, broker.ErrFellBehind) {
 		s.log.Info("event stream client fell behind; it resumes from its last event", zap.String("client", clientName(r)))
