@@ -185,37 +185,97 @@ func (e *Event) str(name string) string {
 
 // feed fans the stream's new events out to subscribers: one ordered consumer
 // per replica, however many clients listen. Events go into a ring that every
-// subscriber reads from at its own position; subscribers are woken by a
-// broadcast that is coalesced under load (at most one per wakeEvery), so a
-// busy stream costs each subscriber a wake-up and a write per few events, not
-// per event.
+// subscriber reads from at its own position. A subscriber is signalled only
+// for events of the agents it follows (or for every event if it follows all),
+// on a channel of one slot: events that arrive while it is busy writing are
+// picked up together by its next read, so a busy stream costs a subscriber a
+// wake-up and a write per batch, not per event.
 type feed struct {
-	mu   sync.RWMutex
+	mu   sync.RWMutex // guards the ring
 	ring []*Event
-	n    uint64        // events ever added; event k is ring[k%len(ring)]
-	seq  uint64        // the stream sequence of the last event added
-	wake chan struct{} // closed (and replaced) to wake subscribers
+	n    uint64 // events ever added; event k is ring[k%len(ring)]
+	seq  uint64 // the stream sequence of the last event added
 
-	signal chan struct{} // an event was added since the last wake-up
-	subs   atomic.Int64
-	meta   *metaCache
+	// Who to signal, replaced (not changed) when a subscriber joins or
+	// leaves, so that publishing reads it without a lock.
+	watchers atomic.Pointer[watchers]
+	join_    sync.Mutex // serializes changes of watchers
+	subs     atomic.Int64
+	meta     *metaCache
+}
+
+// watchers are the subscribers to signal: those following every event, and
+// those following some agents.
+type watchers struct {
+	all     []*feedSub
+	byAgent map[string][]*feedSub
+}
+
+type feedSub struct {
+	notify chan struct{}
+	agents []string
 }
 
 const (
 	// feedRing is how many events the feed holds: a subscriber further behind
 	// than that is dropped (ErrFellBehind) and resumes from its last event.
 	feedRing = 16384
-	// wakeEvery bounds how often subscribers are woken while events stream
-	// in; the first event after a quiet spell wakes them at once.
-	wakeEvery = 2 * time.Millisecond
+	// feedBatch bounds the events one read hands a subscriber.
+	feedBatch = 128
 )
 
 func newFeed() *feed {
-	return &feed{ring: make([]*Event, feedRing), wake: make(chan struct{}), signal: make(chan struct{}, 1), meta: newMetaCache(100_000)}
+	f := &feed{ring: make([]*Event, feedRing), meta: newMetaCache(100_000)}
+	f.watchers.Store(&watchers{byAgent: map[string][]*feedSub{}})
+	return f
 }
 
 // Subscribers counts the clients following the feed.
 func (b *Broker) Subscribers() int { return int(b.feed.subs.Load()) }
+
+// join registers a subscriber for f's agents (all, without an agent filter)
+// and returns it with the feed's position now.
+func (f *feed) join(flt *EventFilter) (*feedSub, uint64) {
+	s := &feedSub{notify: make(chan struct{}, 1), agents: flt.Agents}
+	f.change(func(w *watchers) {
+		if len(s.agents) == 0 {
+			w.all = append(w.all, s)
+		}
+		for _, a := range s.agents {
+			w.byAgent[a] = append(w.byAgent[a], s)
+		}
+	})
+	f.subs.Add(1)
+	return s, f.end()
+}
+
+func (f *feed) leave(s *feedSub) {
+	drop := func(list []*feedSub) []*feedSub {
+		return slices.DeleteFunc(list, func(x *feedSub) bool { return x == s })
+	}
+	f.change(func(w *watchers) {
+		w.all = drop(w.all)
+		for _, a := range s.agents {
+			if w.byAgent[a] = drop(w.byAgent[a]); len(w.byAgent[a]) == 0 {
+				delete(w.byAgent, a)
+			}
+		}
+	})
+	f.subs.Add(-1)
+}
+
+// change replaces the watchers with a changed copy.
+func (f *feed) change(edit func(*watchers)) {
+	f.join_.Lock()
+	defer f.join_.Unlock()
+	old := f.watchers.Load()
+	w := &watchers{all: slices.Clone(old.all), byAgent: make(map[string][]*feedSub, len(old.byAgent))}
+	for a, list := range old.byAgent {
+		w.byAgent[a] = slices.Clone(list)
+	}
+	edit(w)
+	f.watchers.Store(w)
+}
 
 func (f *feed) publish(e *Event) {
 	f.mu.Lock()
@@ -223,54 +283,50 @@ func (f *feed) publish(e *Event) {
 	f.n++
 	f.seq = e.Seq
 	f.mu.Unlock()
+	w := f.watchers.Load()
+	for _, s := range w.all {
+		signal(s)
+	}
+	for _, s := range w.byAgent[e.Agent] {
+		signal(s)
+	}
+}
+
+func signal(s *feedSub) {
 	select {
-	case f.signal <- struct{}{}:
-	default:
+	case s.notify <- struct{}{}:
+	default: // already signalled: its next read takes this event too
 	}
 }
 
-// waker wakes subscribers when events were added, at most once per
-// wakeEvery, until ctx ends.
-func (f *feed) waker(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-f.signal:
-		}
-		f.mu.Lock()
-		close(f.wake)
-		f.wake = make(chan struct{})
-		f.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wakeEvery):
-		}
-	}
-}
-
-// read returns the events from position pos on that match flt and come
-// after stream sequence last, the position after them, and the channel that
-// is closed when more arrive. ok is false if events at pos were overwritten.
-func (f *feed) read(pos, last uint64, flt *EventFilter, into []*Event) (out []*Event, next uint64, wake <-chan struct{}, ok bool) {
+// read appends to into up to feedBatch events from position pos on that match
+// flt and come after stream sequence last, and returns the position after
+// what it read. ok is false if events at pos were overwritten.
+func (f *feed) read(pos, last uint64, flt *EventFilter, into []*Event) (out []*Event, next uint64, ok bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	size := uint64(len(f.ring))
 	if f.n > size && pos < f.n-size {
-		return into, pos, f.wake, false
+		return into, pos, false
 	}
-	for k := pos; k < f.n; k++ {
+	k := pos
+	for ; k < f.n && len(into) < feedBatch; k++ {
 		if e := f.ring[k%size]; e.Seq > last && flt.match(e) {
 			into = append(into, e)
 		}
 	}
-	return into, f.n, f.wake, true
+	return into, k, true
+}
+
+// end returns the feed's position now.
+func (f *feed) end() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.n
 }
 
 // runFeed delivers new events to the feed's subscribers until ctx ends.
 func (b *Broker) runFeed(ctx context.Context) error {
-	go b.feed.waker(ctx)
 	for ctx.Err() == nil {
 		info, err := b.res.stream.Info(ctx)
 		if err != nil {
@@ -338,11 +394,8 @@ var ErrFellBehind = errors.New("event subscriber fell behind")
 // writer can send them together. It returns ErrFellBehind if the caller fell
 // more than the feed's ring behind the live events.
 func (b *Broker) Subscribe(ctx context.Context, after uint64, f EventFilter, deliver func([]*Event) error) error {
-	b.feed.subs.Add(1)
-	defer b.feed.subs.Add(-1)
-	b.feed.mu.RLock()
-	pos := b.feed.n // live events from here on
-	b.feed.mu.RUnlock()
+	sub, pos := b.feed.join(&f)
+	defer b.feed.leave(sub)
 	last := after
 	if after > 0 {
 		// What was stored before the subscription: everything up to the
@@ -356,7 +409,7 @@ func (b *Broker) Subscribe(ctx context.Context, after uint64, f EventFilter, del
 		if err := b.scan(ctx, after+1, time.Time{}, info.State.LastSeq, allSubjects, func(e *Event) (bool, error) {
 			last = e.Seq
 			if f.match(e) {
-				if batch = append(batch, e); len(batch) == 256 {
+				if batch = append(batch, e); len(batch) == feedBatch {
 					err := deliver(batch)
 					batch = nil
 					return err == nil, err
@@ -373,11 +426,10 @@ func (b *Broker) Subscribe(ctx context.Context, after uint64, f EventFilter, del
 		}
 		last = max(last, info.State.LastSeq)
 	}
-	var batch []*Event
+	batch := make([]*Event, 0, feedBatch)
 	for {
-		var wake <-chan struct{}
 		var ok bool
-		batch, pos, wake, ok = b.feed.read(pos, last, &f, batch[:0])
+		batch, pos, ok = b.feed.read(pos, last, &f, batch[:0])
 		if !ok {
 			return ErrFellBehind
 		}
@@ -387,10 +439,13 @@ func (b *Broker) Subscribe(ctx context.Context, after uint64, f EventFilter, del
 				return err
 			}
 		}
+		if pos < b.feed.end() {
+			continue // more than one batch was waiting
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-wake:
+		case <-sub.notify:
 		}
 	}
 }
