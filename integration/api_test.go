@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/assent-dev/assent/internal/app"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/httpapi"
 	"github.com/assent-dev/assent/internal/openapicheck"
@@ -497,4 +498,41 @@ func TestAPIConformsToOpenAPI(t *testing.T) {
 	check(revoke, call(t, http.MethodDelete, e.api+"/v1/remembered/nope", nil), http.StatusNotFound)
 	check("GET /healthz", call(t, http.MethodGet, e.api+"/healthz", nil), http.StatusOK)
 	check("GET /readyz", call(t, http.MethodGet, e.api+"/readyz", nil), http.StatusOK)
+}
+
+// TestAuditCommand: "broker audit" (app.Audit) prints a request's timeline as
+// JSON lines, through pages, and honours a limit.
+func TestAuditCommand(t *testing.T) {
+	e := policyEnv(t)
+	rec := submit(t, e, events.Requested{Agent: "cli", Tool: "write_file"})
+	approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+rec.ID+"/decision", decisionBody{"dave", events.Responded{Decision: events.Deny, Reason: "no"}}), http.StatusOK)
+	for range 5 {
+		submit(t, e, events.Requested{Agent: "cli", Tool: "read_file"})
+	}
+	var out strings.Builder
+	if err := app.Audit(testCtx(t, patience), &out, e.api, app.AuditQuery{Request: rec.ID}); err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var ev broker.Event
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		types = append(types, ev.ShortType())
+	}
+	if !slices.Equal(types, []string{"requested", "pending", "responded", "decided"}) {
+		t.Fatalf("timeline %v", types)
+	}
+	out.Reset()
+	if err := app.Audit(testCtx(t, patience), &out, e.api, app.AuditQuery{Agent: "cli", Type: "requested", Limit: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out.String(), "\n"); n != 4 {
+		t.Fatalf("%d lines with limit 4:\n%s", n, out.String())
+	}
+	err := app.Audit(testCtx(t, patience), &out, e.api, app.AuditQuery{Since: "yesterday"})
+	if err == nil || !strings.Contains(err.Error(), "invalid_request") {
+		t.Fatalf("bad since: %v", err)
+	}
 }

@@ -57,24 +57,35 @@ func adminCall(ctx context.Context, method, u string, out any) error {
 	if err != nil {
 		return err
 	}
+	authorize(req)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return apiError(resp, method, u)
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if err != nil {
 		return err
 	}
-	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error struct{ Code, Message string } `json:"error"`
-		}
-		if json.Unmarshal(body, &e) == nil && e.Error.Code != "" {
-			// The message may quote the request: show it escaped.
-			return fmt.Errorf("%s: %s", textsafe.Line(e.Error.Code), textsafe.Line(e.Error.Message))
-		}
+	return json.Unmarshal(body, out)
+}
+
+// apiError reads the broker's JSON error from resp, escaped for a terminal
+// (the message may quote a request), with what to do about a missing token.
+func apiError(resp *http.Response, method, u string) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var e struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil || e.Error.Code == "" {
 		return fmt.Errorf("%s %s: %s", method, u, resp.Status)
 	}
-	return json.Unmarshal(body, out)
+	err := fmt.Errorf("%s: %s", textsafe.Line(e.Error.Code), textsafe.Line(e.Error.Message))
+	if resp.StatusCode == http.StatusUnauthorized {
+		err = fmt.Errorf("%w (set %s to an API token: broker token create)", err, TokenEnv)
+	}
+	return err
 }
