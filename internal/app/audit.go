@@ -19,8 +19,8 @@ const TokenEnv = "ASSENT_TOKEN"
 // match everything.
 type AuditQuery struct {
 	Request, Agent, Principal, Channel, Rule, Type string
-	Since, Until                                  string // RFC 3339
-	Limit                                         int    // 0: every matching event
+	Since, Until                                   string // RFC 3339
+	Limit                                          int    // 0: every matching event
 }
 
 // Audit writes the events of a running broker's audit log matching q to w as
