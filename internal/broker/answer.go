@@ -34,7 +34,7 @@ func (b *Broker) Respond(ctx context.Context, principal, id string, resp events.
 	}
 	now := b.now()
 	trial := rec
-	if err := b.answerChange(principal, id, resp, origin{at: now}, now, new(*policy.Grant))(&trial); err != nil && !errors.Is(err, errNotDue) {
+	if err := b.answerChange(principal, id, resp, origin{at: now}, now)(&trial); err != nil && !errors.Is(err, errNotDue) {
 		return rec, err
 	}
 	subj, err := events.ResponseSubject(principal, id)
@@ -99,13 +99,7 @@ func (b *Broker) respond(ctx context.Context, principal, id string, resp events.
 	if o.at.IsZero() || o.at.After(now) {
 		o.at = now
 	}
-	var grant *policy.Grant
-	rec, stored, err := b.transition(ctx, id, o, b.answerChange(principal, id, resp, o, now, &grant))
-	if stored && grant != nil && rec.State.Terminal() {
-		if gerr := b.remember(ctx, *grant); gerr != nil {
-			b.log.Error("decided, but the remembered choice was not stored", zap.String("request_id", id), zap.Error(gerr))
-		}
-	}
+	rec, _, err := b.transition(ctx, id, o, b.answerChange(principal, id, resp, o, now))
 	if errors.Is(err, errNotDue) {
 		// The deadline passed before the answer: record the expiry the timers
 		// have not recorded yet, and refuse the answer.
@@ -118,8 +112,9 @@ func (b *Broker) respond(ctx context.Context, principal, id string, resp events.
 }
 
 // answerChange returns the change principal's answer, given at o.at, makes to
-// a pending record; a remembered choice it asks for is left in *grant.
-func (b *Broker) answerChange(principal, id string, resp events.Responded, o origin, now time.Time, grant **policy.Grant) func(r *Record) error {
+// a pending record; a remembered choice it asks for goes into the record with
+// the outcome it decides.
+func (b *Broker) answerChange(principal, id string, resp events.Responded, o origin, now time.Time) func(r *Record) error {
 	return func(r *Record) error {
 		if !o.at.Before(r.Deadline) {
 			return errNotDue // handled by the caller: expire it now
@@ -132,7 +127,7 @@ func (b *Broker) answerChange(principal, id string, resp events.Responded, o ori
 		if err := a.Eligible(principal, in); err != nil {
 			return fmt.Errorf("%w: %s may not answer %s: %w", ErrNotEligible, principal, id, err)
 		}
-		*grant = nil
+		var grant *policy.Grant
 		if resp.Remember != nil {
 			g, err := a.NewGrant(events.NewID(), resp.Decision, *resp.Remember, in, principal, now)
 			if err != nil {
@@ -145,12 +140,13 @@ func (b *Broker) answerChange(principal, id string, resp events.Responded, o ori
 					return fmt.Errorf("%w: remember.args: %w", ErrInvalid, err)
 				}
 			}
-			*grant = &g
+			grant = &g
 		}
 		vote := events.DecidedBy{Principal: principal, Channel: resp.Channel, Decision: resp.Decision, At: o.at.UTC()}
 		v := verdict{outcome: events.Denied, reason: resp.Reason, payload: resp.Payload, rule: r.Rule, at: now}
 		if resp.Decision == events.Deny {
 			v.by = append(slices.Clone(r.Votes), vote)
+			r.Grant = grant
 			return r.decide(v)
 		}
 		if err := events.CheckPayload(r.Request.ResponseSchema, resp.Payload); err != nil {
@@ -179,6 +175,7 @@ func (b *Broker) answerChange(principal, id string, resp events.Responded, o ori
 		if edited {
 			v.args = resp.Args
 		}
+		r.Grant = grant
 		return r.decide(v)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -125,5 +126,32 @@ func TestExpiry(t *testing.T) {
 	waitDecision(t, ns, rec.ID, events.Expired)
 	if _, err := b.Respond(ctx(t), "bob", rec.ID, events.Responded{Decision: events.Approve}); !errors.Is(err, broker.ErrExpired) {
 		t.Fatalf("late answer: %v", err)
+	}
+}
+
+// TestGrantStoredWhenAnswerReturns: the gateway and the broker's consumer
+// both apply an HTTP answer, and either may store the outcome first. Whichever
+// does, the remembered choice the answer asked for is in force by the time
+// Respond returns, so the agent's next request is decided by it.
+func TestGrantStoredWhenAnswerReturns(t *testing.T) {
+	ns := testenv.Server(t)
+	b := start(t, testenv.Conn(t, ns), broker.Config{})
+	for i := range 40 {
+		session := fmt.Sprintf("s-%d", i)
+		rec, err := b.Submit(ctx(t), "", "test/t", events.Requested{Tool: "write_secret", Agent: "a1", Session: session})
+		if err != nil {
+			t.Fatal(err)
+		}
+		remember := &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour)}
+		if _, err := b.Respond(ctx(t), "alice", rec.ID, events.Responded{Decision: events.Deny, Reason: "never", Remember: remember}); err != nil {
+			t.Fatal(err)
+		}
+		again, err := b.Submit(ctx(t), "", "test/t", events.Requested{Tool: "write_secret", Agent: "a1", Session: session})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.State != broker.StateDenied || again.Decision == nil || !again.Decision.Auto {
+			t.Fatalf("round %d: the request after a remembered denial is %s (%+v)", i, again.State, again.Decision)
+		}
 	}
 }

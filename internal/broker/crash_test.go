@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
+	"github.com/assent-dev/assent/pkg/policy"
 )
 
 // patience bounds every wait in these tests: only a hang misses it.
@@ -38,17 +40,20 @@ func TestCrashBetweenStateAndDecision(t *testing.T) {
 		// mode decides at once).
 		trigger func(t *testing.T, js jetstream.JetStream, a *broker.Broker, id string)
 		want    events.Outcome
+		// remembers: the answer asks for a remembered choice, which must be
+		// in force once the decision is out.
+		remembers bool
 	}{
-		{name: "answer-nats", timeout: 10 * time.Minute, want: events.Approved,
+		{name: "answer-nats", timeout: 10 * time.Minute, want: events.Approved, remembers: true,
 			trigger: func(t *testing.T, js jetstream.JetStream, _ *broker.Broker, id string) {
-				if err := handler.Answer(tctx(t), js, "alice", id, events.Responded{Decision: events.Approve, Channel: "cli"}); err != nil {
+				if err := handler.Answer(tctx(t), js, "alice", id, events.Responded{Decision: events.Approve, Channel: "cli", Remember: rememberSession}); err != nil {
 					t.Fatal(err)
 				}
 			}},
-		{name: "answer-http", timeout: 10 * time.Minute, want: events.Denied,
+		{name: "answer-http", timeout: 10 * time.Minute, want: events.Denied, remembers: true,
 			trigger: func(t *testing.T, _ jetstream.JetStream, a *broker.Broker, id string) {
 				// The broker dies inside the call; what it returns does not matter.
-				_, _ = a.Respond(tctx(t), "alice", id, events.Responded{Decision: events.Deny, Reason: "no"})
+				_, _ = a.Respond(tctx(t), "alice", id, events.Responded{Decision: events.Deny, Reason: "no", Remember: rememberSession})
 			}},
 		{name: "cancel-nats", timeout: 10 * time.Minute, want: events.Cancelled,
 			trigger: func(t *testing.T, js jetstream.JetStream, _ *broker.Broker, id string) {
@@ -86,7 +91,7 @@ func TestCrashBetweenStateAndDecision(t *testing.T) {
 
 			id := events.NewID()
 			publishEvent(t, js, events.RequestPrefix+"crasher", events.TypeRequested, "agent/crasher",
-				events.Requested{Tool: "rm", Args: []byte(`{"path":"/tmp/x"}`), Agent: "crasher", Timeout: events.Duration(tc.timeout)}, id)
+				events.Requested{Tool: "rm", Args: []byte(`{"path":"/tmp/x"}`), Agent: "crasher", Session: "s1", Timeout: events.Duration(tc.timeout)}, id)
 			if tc.trigger != nil {
 				waitState(t, a, id, func(s broker.State) bool { return s == broker.StatePending })
 				tc.trigger(t, js, a, id)
@@ -129,6 +134,9 @@ func TestCrashBetweenStateAndDecision(t *testing.T) {
 			if string(rec.State) != string(d.Outcome) || !rec.Decision.DecidedAt.Equal(d.DecidedAt) {
 				t.Fatalf("the stream says %s at %s, the state %s at %v", d.Outcome, d.DecidedAt, rec.State, rec.Decision)
 			}
+			if tc.remembers && !slices.ContainsFunc(b.Remembered(), func(g policy.Grant) bool { return g.RequestID == id }) {
+				t.Fatalf("the decision is out, but the remembered choice its answer asked for is not in force: %+v", b.Remembered())
+			}
 			// Let redeliveries and timers run out, then count.
 			time.Sleep(3 * time.Second)
 			if n := countMsgs(t, js, events.DecisionPrefix+id); n != 1 {
@@ -137,6 +145,9 @@ func TestCrashBetweenStateAndDecision(t *testing.T) {
 		})
 	}
 }
+
+// rememberSession asks for the answer to hold for the request's session.
+var rememberSession = &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour)}
 
 func tctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), patience)

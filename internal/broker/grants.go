@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -84,6 +85,14 @@ func (g *grants) find(id string) (policy.Grant, bool) {
 	return policy.Grant{}, false
 }
 
+// has says whether the grant with key is here.
+func (g *grants) has(key string) bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	_, ok := g.byPrefix[prefixOf(key)][key]
+	return ok
+}
+
 func prefixOf(key string) string {
 	if i := strings.LastIndexByte(key, '.'); i > 0 {
 		return key[:i]
@@ -143,6 +152,26 @@ func (b *Broker) remember(ctx context.Context, gr policy.Grant) error {
 	}
 	b.grants.put(gr.Key(), gr) // visible here at once; the watcher confirms it
 	return nil
+}
+
+// storeGrant stores the remembered choice r's outcome asked for, if any. It
+// may run more than once for one outcome (a redelivery, the gateway and the
+// consumer both): the grant's key is fixed in the record, so a second store
+// finds it there. A failure is logged: the decision stands without it.
+func (b *Broker) storeGrant(ctx context.Context, r *Record) {
+	if r.Grant == nil || !r.State.Terminal() || r.Decision == nil || r.Decision.Auto {
+		return
+	}
+	if b.grants.has(r.Grant.Key()) {
+		return
+	}
+	err := b.remember(ctx, *r.Grant)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return
+	}
+	if err != nil {
+		b.log.Error("decided, but the remembered choice was not stored", zap.String("request_id", r.ID), zap.Error(err))
+	}
 }
 
 // Remembered lists the remembered choices in force, newest first.

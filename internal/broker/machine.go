@@ -133,6 +133,7 @@ func (b *Broker) decided(ctx context.Context, r *Record, decision *nats.Msg, o o
 	b.timers.stop(r.ID)
 	b.metrics.decided(r)
 	b.observe(r)
+	b.storeGrant(ctx, r)
 	if err := b.publishDecision(ctx, r, decision); err != nil {
 		if o.delivery == 0 && !errors.Is(err, ErrForgedDecision) {
 			b.log.Warn("publish decision failed; the broker's consumer will publish it", zap.String("request_id", r.ID), zap.Error(err))
@@ -159,8 +160,12 @@ func (b *Broker) complete(ctx context.Context, r *Record, o origin) error {
 	case err != nil:
 		return err
 	case published:
-		return nil
+		return nil // and its grant was stored before it was published
 	}
+	// The broker that stored the outcome may still be running (the gateway
+	// and the consumer both apply an HTTP answer) or may have died: either
+	// way the grant is in the bucket once this returns.
+	b.storeGrant(ctx, r)
 	switch o.delivery {
 	case 0:
 		return nil

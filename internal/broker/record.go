@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/policy"
 )
 
 // State is where a request stands. Pending is the only state that changes.
@@ -98,6 +99,11 @@ type Record struct {
 	// acknowledged only once the decided event is on the stream, so if the
 	// broker dies in between, its redelivery publishes the decision.
 	Trigger uint64 `json:"trigger,omitempty"`
+	// Grant is the remembered choice the deciding answer asked for. It is
+	// fixed with the outcome and stored before the decided event is
+	// published, so an agent that sees the decision and asks again finds it;
+	// a redelivered trigger stores it again if the broker died in between.
+	Grant *policy.Grant `json:"grant,omitempty"`
 	// Forgery describes a decided event found on the request's decision
 	// subject that no broker made, once one is found.
 	Forgery string `json:"forgery,omitempty"`
