@@ -5,6 +5,10 @@
 //	broker policy test --policy FILE --request FILE evaluate one request offline
 //	broker remembered [--http URL]                  list remembered choices
 //	broker remembered revoke ID [--http URL]        revoke one
+//	broker audit [filters] [--http URL]             the audit log as JSON lines
+//	broker token create NAME --principal P --auth F make an API token
+//	broker token revoke NAME --auth FILE            revoke one
+//	broker token list --auth FILE                   list them
 //	broker version                                  print the version
 //
 // "broker -h" lists the flags; "broker help" and "broker COMMAND -h" describe
@@ -58,7 +62,8 @@ func serve(args []string) error {
 	fs.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "embedded NATS: where clients connect (port 0: any free port)")
 	fs.StringVar(&o.DataDir, "data", "./assent-data", "embedded NATS: JetStream storage directory")
 	fs.StringVar(&o.Sync, "sync", "always", "embedded NATS: fsync every write (always) or on an interval such as 2m (faster, can lose acknowledged writes on power loss)")
-	fs.StringVar(&o.HTTPListen, "http", "127.0.0.1:8080", "HTTP API address; empty disables it")
+	fs.StringVar(&o.HTTPListen, "http", "127.0.0.1:8080", "HTTP API and web UI address; empty disables it; without --auth, loopback only")
+	fs.StringVar(&o.AuthFile, "auth", "", "auth `file` (YAML): API tokens, OIDC sign-in, a trusted proxy (docs/web.md); answers are then made as the caller; reloaded on SIGHUP or when it changes")
 	fs.StringVar(&o.Broker.Name, "name", "", "replica name (default: host name)")
 	fs.DurationVar(&o.Broker.DefaultTimeout, "timeout", 0, "timeout for requests that ask for none (default 5m)")
 	fs.DurationVar(&o.Broker.MaxTimeout, "max-timeout", 0, "longest timeout a request may ask for (default 24h)")

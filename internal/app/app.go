@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/assent-dev/assent/internal/auth"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/httpapi"
 	"github.com/assent-dev/assent/internal/natsembed"
@@ -180,8 +182,46 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return b.Run(gctx) })
+	var authn *auth.Authenticator
+	if o.AuthFile != "" {
+		cfg, err := auth.Load(o.AuthFile)
+		if err != nil {
+			return err
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		authn, err = auth.New(ctx, cfg, o.AuthFile, auth.Options{JS: js, Logger: log, Replicas: b.Config().Replicas,
+			Principals: func() auth.PrincipalResolver { return b.Policy() }})
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return authn.Run(gctx) })
+		log.Info("authentication on", zap.String("file", o.AuthFile), zap.Int("tokens", len(cfg.Tokens)), zap.Bool("oidc", cfg.OIDC != nil), zap.Bool("proxy", cfg.Proxy != nil))
+	}
+	// SIGHUP reloads the policy files and the auth file.
+	policyReload := make(chan struct{}, 1)
+	g.Go(func() error {
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-o.Reload:
+				select {
+				case policyReload <- struct{}{}:
+				default:
+				}
+				if authn != nil {
+					if err := authn.Reload(); err != nil {
+						log.Error("auth file reload refused; keeping the one in force", zap.Error(err))
+					}
+				}
+			}
+		}
+	})
 	if o.PolicyFile != "" || o.ShadowPolicyFile != "" {
-		g.Go(func() error { watchPolicy(gctx, o.PolicyFile, o.ShadowPolicyFile, o.Reload, b, log); return nil })
+		g.Go(func() error { watchPolicy(gctx, o.PolicyFile, o.ShadowPolicyFile, policyReload, b, log); return nil })
 	}
 
 	addrs := Addrs{NATS: url}
@@ -191,10 +231,21 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 			return fmt.Errorf("http listen: %w", err)
 		}
 		addrs.HTTP = "http://" + ln.Addr().String()
-		api := httpapi.New(b, httpapi.Config{MaxBodyBytes: int64(b.Config().MaxEventSize)}, log)
-		m.register(b, nil)
+		hc := httpapi.Config{MaxBodyBytes: int64(b.Config().MaxEventSize)}
+		var failures func() map[string]int64
+		if authn != nil {
+			hc.Identify = identify
+			failures = func() map[string]int64 { return authn.Stats().Failures }
+		}
+		api := httpapi.New(b, hc, log)
+		m.register(b, failures)
 		api.Handle("GET /metrics", m.handler())
-		srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+		var handler http.Handler = api
+		if authn != nil {
+			authn.Routes(api)
+			handler = authn.Middleware(api)
+		}
+		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 		g.Go(func() error {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				return err
@@ -239,6 +290,12 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return err
+}
+
+// identify gives the gateway the identity the authentication attached.
+func identify(r *http.Request) (httpapi.Identity, bool) {
+	id, ok := auth.FromContext(r.Context())
+	return httpapi.Identity{Principal: id.Principal, Agent: id.Agent}, ok
 }
 
 func syncName(s string) string {

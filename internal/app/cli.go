@@ -8,8 +8,10 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"text/tabwriter"
 	"time"
 
+	"github.com/assent-dev/assent/internal/auth"
 	"github.com/assent-dev/assent/internal/textsafe"
 )
 
@@ -122,6 +124,100 @@ running broker, for every replica: later requests are decided without it.`,
 			},
 		},
 		{
+			name: "audit", synopsis: "[--request ID] [--agent A] [--principal P] [--channel C] [--rule R] [--type T] [--since TIME] [--until TIME] [--limit N] [--http URL]",
+			summary: "print the audit log as JSON lines",
+			about: `Prints the events of a running broker's audit log (its stream) that match the
+filters, oldest first, one JSON object per line: request, answer, cancel,
+pending, escalation and decision events, with the stream sequence and time.
+--request gives one request's whole timeline. Times are RFC 3339
+(2026-11-22T10:00:00Z). With authentication on, set ` + TokenEnv + ` to an API token.`,
+			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
+				base := httpFlag(fs)
+				var q AuditQuery
+				fs.StringVar(&q.Request, "request", "", "one request's `ID`: its whole timeline")
+				fs.StringVar(&q.Agent, "agent", "", "events of this `agent`'s requests")
+				fs.StringVar(&q.Principal, "principal", "", "answers and cancels by this `principal`, decisions they took part in")
+				fs.StringVar(&q.Channel, "channel", "", "answers through this `channel` (slack, http, cli, ...)")
+				fs.StringVar(&q.Rule, "rule", "", "events under this policy `rule` (or limit)")
+				fs.StringVar(&q.Type, "type", "", "event `types`, comma-separated: requested, pending, escalated, responded, cancel, decided, rejected")
+				fs.StringVar(&q.Since, "since", "", "events stored at or after this `time`")
+				fs.StringVar(&q.Until, "until", "", "events stored at or before this `time`")
+				fs.IntVar(&q.Limit, "limit", 0, "at most `N` events (0: all)")
+				return func(ctx context.Context, c CLI, _ []string) error {
+					return Audit(ctx, c.Stdout, *base, q)
+				}
+			},
+		},
+		{
+			name: "token create", synopsis: "NAME [--principal P] [--agent A] --auth FILE", args: []string{"NAME"},
+			summary:  "make an API token",
+			required: []string{"auth"},
+			about: `Makes a new API token called NAME, records its hash (never the token) in the
+auth file, and prints the token once: keep it, it cannot be shown again. The
+token answers as --principal P and/or asks (and cancels) for --agent A. A
+running broker accepts it within seconds, without a restart.`,
+			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
+				file := fs.String("auth", "", "the auth `FILE` (made if missing)")
+				principal := fs.String("principal", "", "the `principal` the token answers as")
+				agent := fs.String("agent", "", "the `agent` the token asks for")
+				return func(_ context.Context, c CLI, args []string) error {
+					tok, err := auth.CreateToken(*file, args[0], *principal, *agent, time.Now())
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(c.Stderr, "token %s recorded in %s; it is shown this once:\n", args[0], *file)
+					_, err = fmt.Fprintln(c.Stdout, tok)
+					return err
+				}
+			},
+		},
+		{
+			name: "token revoke", synopsis: "NAME --auth FILE", args: []string{"NAME"},
+			summary:  "revoke an API token",
+			required: []string{"auth"},
+			about: `Removes the token called NAME from the auth file. A running broker refuses it
+within seconds, without a restart (or at once on SIGHUP).`,
+			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
+				file := fs.String("auth", "", "the auth `FILE`")
+				return func(_ context.Context, c CLI, args []string) error {
+					if err := auth.RevokeToken(*file, args[0]); err != nil {
+						return err
+					}
+					_, err := fmt.Fprintf(c.Stdout, "revoked %s\n", args[0])
+					return err
+				}
+			},
+		},
+		{
+			name: "token list", synopsis: "--auth FILE",
+			summary:  "list API tokens",
+			required: []string{"auth"},
+			about:    `Lists the API tokens of an auth file: name, principal, agent and when each was made. Never their hashes.`,
+			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
+				file := fs.String("auth", "", "the auth `FILE`")
+				return func(_ context.Context, c CLI, _ []string) error {
+					cfg, err := auth.Load(*file)
+					if err != nil {
+						return err
+					}
+					if len(cfg.Tokens) == 0 {
+						_, err := fmt.Fprintln(c.Stdout, "no tokens")
+						return err
+					}
+					tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "NAME\tPRINCIPAL\tAGENT\tCREATED")
+					for _, t := range cfg.Tokens {
+						created := "-"
+						if !t.Created.IsZero() {
+							created = t.Created.UTC().Format(time.RFC3339)
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, dash(t.Principal), dash(t.Agent), created)
+					}
+					return tw.Flush()
+				}
+			},
+		},
+		{
 			name:    "version",
 			summary: "print the version",
 			about:   `Prints the broker's version.`,
@@ -133,6 +229,34 @@ running broker, for every replica: later requests are decided without it.`,
 			},
 		},
 	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// group runs a command of a group whose first argument names it ("policy
+// check FILE", "token list ...").
+func (c CLI) group(ctx context.Context, group, want string, rest []string) int {
+	if len(rest) > 0 {
+		if cmd := lookup(group + " " + rest[0]); cmd != nil {
+			return c.run(ctx, cmd, rest[1:])
+		}
+	}
+	switch {
+	case wantsHelp(rest):
+		c.groupUsage(group)
+		return ExitOK
+	case len(rest) == 0:
+		fmt.Fprintf(c.Stderr, "broker %s: missing command: want %s\n\n", group, want)
+	default:
+		fmt.Fprintf(c.Stderr, "broker %s: unknown command %q: want %s\n\n", group, rest[0], want)
+	}
+	c.groupUsage(group)
+	return ExitUsage
 }
 
 // lookup returns the command called name, or nil.
@@ -157,22 +281,11 @@ func (c CLI) Run(ctx context.Context, args []string) int {
 	name, rest := args[0], args[1:]
 	switch name {
 	case "policy":
-		if len(rest) > 0 {
-			if cmd := lookup("policy " + rest[0]); cmd != nil {
-				return c.run(ctx, cmd, rest[1:])
-			}
-		}
-		switch {
-		case wantsHelp(rest):
-			c.groupUsage("policy")
-			return ExitOK
-		case len(rest) == 0:
-			fmt.Fprint(c.Stderr, "broker policy: missing command: want check or test\n\n")
-		default:
-			fmt.Fprintf(c.Stderr, "broker policy: unknown command %q: want check or test\n\n", rest[0])
-		}
-		c.groupUsage("policy")
-		return ExitUsage
+		return c.group(ctx, "policy", "check or test", rest)
+	case "token":
+		return c.group(ctx, "token", "create, revoke or list", rest)
+	case "audit":
+		return c.run(ctx, lookup("audit"), rest)
 	case "remembered":
 		// "revoke" names the command wherever it is among the positional
 		// arguments: "remembered --http URL revoke ID" revokes too.

@@ -193,6 +193,13 @@ func TestCLIHelp(t *testing.T) {
 		{"remembered revoke --http URL ID -help", []string{"usage: broker remembered revoke ID"}},
 		{"remembered revoke --http -h ID", []string{"usage: broker remembered revoke ID"}},
 		{"remembered --http URL revoke ID -h", []string{"usage: broker remembered revoke ID"}},
+		{"audit -h --http URL", []string{"usage: broker audit", "Prints the events", "-request ID"}},
+		{"audit --request x --http URL --help", []string{"usage: broker audit"}},
+		{"token create -h", []string{"usage: broker token create NAME [--principal P] [--agent A] --auth FILE\n", "shown again"}},
+		{"token create ci --auth " + missing + " --principal a -h", []string{"usage: broker token create"}},
+		{"token revoke ci --auth " + missing + " -h", []string{"usage: broker token revoke NAME --auth FILE\n"}},
+		{"token list -h", []string{"usage: broker token list --auth FILE\n"}},
+		{"token -h", []string{"usage:\n", "broker token create NAME", "broker token revoke NAME", "broker token list"}},
 		{"version -h", []string{"usage: broker version\n", "Prints the broker's version."}},
 		{"version --help", []string{"usage: broker version\n"}},
 		{"help", []string{"usage:\n", "broker [flags]", "broker policy check FILE", "broker policy test", "broker remembered [--http URL]", "broker remembered revoke ID [--http URL]", "broker version"}},
@@ -243,7 +250,7 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"remembered revoke --http URL", "broker remembered revoke: missing ID (want one argument, ID)", "usage: broker remembered revoke ID"},
 		{"remembered revoke a b --http URL", `broker remembered revoke: unexpected argument "b" (want one argument, ID)`, "usage: broker remembered revoke ID"},
 		{"version 2", `broker version: unexpected argument "2" (want no arguments)`, "usage: broker version"},
-		{"serve", `broker: unknown command "serve"; the commands are policy check, policy test, remembered, remembered revoke, version and help`, ""},
+		{"serve", `broker: unknown command "serve"; the commands are policy check, policy test, remembered, remembered revoke, audit, token create, token revoke, token list, version and help`, ""},
 		{"", "broker: missing command", "usage:\n"},
 	}
 	for _, tt := range tests {
@@ -340,5 +347,38 @@ func TestCLIVersion(t *testing.T) {
 	code, stdout, stderr := run(t, "version")
 	if code != app.ExitOK || stdout != "assent broker v9.9.9\n" || stderr != "" {
 		t.Errorf("exit status %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+// The token commands make, list and revoke tokens in an auth file; a token is
+// shown once and never stored.
+func TestCLITokens(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "auth.yaml")
+	code, out, errOut := run(t, "token", "create", "ci", "--agent", "deployer", "--auth", file)
+	if code != app.ExitOK || !strings.HasPrefix(out, "assent_") || !strings.Contains(errOut, "shown this once") {
+		t.Fatalf("create: %d %q %q", code, out, errOut)
+	}
+	token := strings.TrimSpace(out)
+	if data, _ := os.ReadFile(file); strings.Contains(string(data), token) || !strings.Contains(string(data), "sha256:") {
+		t.Fatalf("auth file:\n%s", data)
+	}
+	if code, _, errOut := run(t, "token", "create", "ci", "--principal", "alice", "--auth", file); code != app.ExitFailed || !strings.Contains(errOut, "exists") {
+		t.Fatalf("create twice: %d %q", code, errOut)
+	}
+	if code, _, errOut := run(t, "token", "create", "x", "--auth", file); code != app.ExitFailed || !strings.Contains(errOut, "--principal") {
+		t.Fatalf("create for nobody: %d %q", code, errOut)
+	}
+	if code, _, errOut := run(t, "token", "create", "x", "--principal", "alice"); code != app.ExitUsage || !strings.Contains(errOut, "--auth") {
+		t.Fatalf("create without --auth: %d %q", code, errOut)
+	}
+	code, out, _ = run(t, "token", "list", "--auth", file)
+	if code != app.ExitOK || !strings.Contains(out, "ci") || !strings.Contains(out, "deployer") || strings.Contains(out, "sha256") {
+		t.Fatalf("list: %d %q", code, out)
+	}
+	if code, out, _ := run(t, "token", "revoke", "ci", "--auth", file); code != app.ExitOK || out != "revoked ci\n" {
+		t.Fatalf("revoke: %d %q", code, out)
+	}
+	if code, out, _ := run(t, "token", "list", "--auth", file); code != app.ExitOK || out != "no tokens\n" {
+		t.Fatalf("list after revoke: %d %q", code, out)
 	}
 }

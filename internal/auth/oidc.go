@@ -63,12 +63,12 @@ func (c *oidcClient) ready(ctx context.Context) (*oauth2.Config, *oidc.IDTokenVe
 // /auth/login (off to the OpenID provider), GET /auth/callback (back from
 // it), POST /auth/logout. They must run behind Middleware.
 func (a *Authenticator) Routes(mux interface {
-	HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request))
+	Handle(pattern string, h http.Handler)
 }) {
-	mux.HandleFunc("GET /login", a.loginPage)
-	mux.HandleFunc("GET /auth/login", a.login)
-	mux.HandleFunc("GET /auth/callback", a.callback)
-	mux.HandleFunc("POST /auth/logout", a.logout)
+	mux.Handle("GET /login", http.HandlerFunc(a.loginPage))
+	mux.Handle("GET /auth/login", http.HandlerFunc(a.login))
+	mux.Handle("GET /auth/callback", http.HandlerFunc(a.callback))
+	mux.Handle("POST /auth/logout", http.HandlerFunc(a.logout))
 }
 
 // localPath returns next if it is a path on this site, else "/".
