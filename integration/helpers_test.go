@@ -471,6 +471,11 @@ func call(t *testing.T, method, url string, body any) httpResp {
 // doHTTP is call for goroutines other than the test's: it reports errors
 // instead of failing the test.
 func doHTTP(ctx context.Context, method, url string, body any) (httpResp, error) {
+	return doHTTPWith(ctx, method, url, nil, body)
+}
+
+// doHTTPWith is doHTTP sending header too.
+func doHTTPWith(ctx context.Context, method, url string, header http.Header, body any) (httpResp, error) {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -491,6 +496,9 @@ func doHTTP(ctx context.Context, method, url string, body any) (httpResp, error)
 	}
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	resp, err := httpClient.Do(req)
 	if err != nil {

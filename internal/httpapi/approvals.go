@@ -89,9 +89,12 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.cfg.Identify != nil {
 		// Only the agent's own credential asks for it.
-		id, _ := s.cfg.Identify(r)
-		if id.Agent == "" || id.Agent != body.Agent {
-			writeError(w, http.StatusForbidden, "agent_mismatch", fmt.Sprintf("this credential may not ask for agent %q (it may ask for %q)", body.Agent, id.Agent))
+		switch id, _ := s.cfg.Identify(r); {
+		case id.Agent == "":
+			writeError(w, http.StatusForbidden, "agent_mismatch", "this credential names no agent, so it cannot ask for approvals; give the agent a token of its own (broker token create NAME --agent AGENT)")
+			return
+		case id.Agent != body.Agent:
+			writeError(w, http.StatusForbidden, "agent_mismatch", fmt.Sprintf("this credential asks for agent %q, not %q; nothing was created", id.Agent, body.Agent))
 			return
 		}
 	}
