@@ -20,6 +20,7 @@ import (
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/httpapi"
 	"github.com/assent-dev/assent/internal/natsembed"
+	"github.com/assent-dev/assent/internal/webui"
 )
 
 // Options configure the broker process.
@@ -240,6 +241,19 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 		api := httpapi.New(b, hc, log)
 		m.register(b, failures)
 		api.Handle("GET /metrics", m.handler())
+		uc := webui.Config{}
+		if authn != nil {
+			uc.Identify = func(r *http.Request) (webui.Identity, bool) {
+				id, ok := auth.FromContext(r.Context())
+				return webui.Identity{Principal: id.Principal, Method: id.Method}, ok
+			}
+			uc.CSRFToken = func(r *http.Request) string { return auth.CSRFToken(r.Context()) }
+		}
+		ui, err := webui.New(b, uc, log)
+		if err != nil {
+			return err
+		}
+		ui.Register(api)
 		var handler http.Handler = api
 		if authn != nil {
 			authn.Routes(api)

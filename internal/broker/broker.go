@@ -368,7 +368,9 @@ func headerSize(h nats.Header) int {
 
 // Filter selects records for List. Empty fields match everything.
 type Filter struct {
-	State   State
+	State State
+	// Decided, with no State, matches every decided request (any outcome).
+	Decided bool
 	Agent   string
 	Session string
 	// After continues a listing after the request with this id (the last

@@ -162,7 +162,7 @@ func (x *index) list(f Filter) (out []*indexed, total int) {
 		}
 		return true
 	}
-	if f.State == "" || f.State == StatePending {
+	if (f.State == "" && !f.Decided) || f.State == StatePending {
 		x.pending.Ascend(visit)
 	}
 	if f.State != StatePending {

@@ -176,12 +176,18 @@ func (b *Broker) CheckEligible(ctx context.Context, id, principal string) error 
 	if err != nil {
 		return err
 	}
-	in, err := policy.InputFrom(rec.Request)
+	return b.Eligible(rec, principal)
+}
+
+// Eligible reports whether principal may answer r under the policy in force,
+// as CheckEligible does, for a record already at hand.
+func (b *Broker) Eligible(r Record, principal string) error {
+	in, err := policy.InputFrom(r.Request)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if err := b.approvalFor(&rec).Eligible(principal, in); err != nil {
-		return fmt.Errorf("%w: %s may not answer %s: %w", ErrNotEligible, principal, id, err)
+	if err := b.approvalFor(&r).Eligible(principal, in); err != nil {
+		return fmt.Errorf("%w: %s may not answer %s: %w", ErrNotEligible, principal, r.ID, err)
 	}
 	return nil
 }

@@ -1,0 +1,451 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/zitadel/oidc/v3/example/server/exampleop"
+	"github.com/zitadel/oidc/v3/example/server/storage"
+
+	"github.com/assent-dev/assent/internal/app"
+	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/handler"
+)
+
+// screenshots, when set, is a directory the browser tests save the pages
+// they see to (docs/img is made this way):
+//
+//	go test ./integration -run TestBrowser -screenshots ../docs/img
+var screenshots = flag.String("screenshots", "", "directory to save the browser tests' screenshots to")
+
+const browserPolicy = `version: 1
+mode: manual
+defaults:
+  timeout: 10m
+principals:
+  alice: {email: test-user@zitadel.ch, roles: [ops]}
+  bob:   {email: test-user2@zitadel.ch, roles: [ops]}
+rules:
+  - name: payments
+    tools: [wire_money]
+    action: require_approval
+    approvers: [bob]
+  - name: changes
+    tools: ["*"]
+    action: require_approval
+    approvers: ["role:ops"]
+    remember_scopes: [session]
+    max_remember: 8h
+`
+
+// chromium returns the browser the tests drive. Without one they are skipped,
+// except in CI (CI=true), whose .ci/run installs it.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("no Chromium on PATH; .ci/run installs it (apt-get install -y chromium)")
+	}
+	t.Skip("no Chromium on PATH (apt-get install -y chromium); the browser tests need one")
+	return ""
+}
+
+// browserEnv is the whole broker process with OIDC sign-in against a real
+// OpenID provider, an agent on NATS, and a browser.
+type browserEnv struct {
+	url    string
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	agent  *handler.Client
+	ctx    context.Context // the browser tab
+	shots  int
+	dialog chan string // messages of the JavaScript dialogs accepted
+}
+
+func newBrowserEnv(t *testing.T) *browserEnv {
+	t.Helper()
+	exe := chromium(t)
+	// The broker's address is fixed before it starts: the provider must know
+	// where to send people back to.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := ln.Addr().String()
+	ln.Close()
+	ours := "http://" + httpAddr
+	issuer := startOP(t, ours+"/auth/callback")
+
+	dir := t.TempDir()
+	pol, authFile := filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "auth.yaml")
+	authYAML := "oidc:\n  issuer: " + issuer + "\n  client_id: assent\n  client_secret: s3cret\n  redirect_url: " + ours + "/auth/callback\n"
+	for file, data := range map[string]string{pol: browserPolicy, authFile: authYAML} {
+		if err := os.WriteFile(file, []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addrs := startApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: filepath.Join(dir, "data"), HTTPListen: httpAddr, PolicyFile: pol, AuthFile: authFile})
+
+	nc, err := nats.Connect(addrs.NATS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	agent, err := handler.NewClient(nc, handler.Config{Agent: "coder"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &browserEnv{url: ours, nc: nc, js: newJS(t, nc), agent: agent, dialog: make(chan string, 8)}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900),
+		chromedp.Flag("headless", "new"))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelA)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	chromedp.ListenTarget(ctx, func(ev any) {
+		if d, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			e.dialog <- d.Message
+			go func() { _ = chromedp.Run(ctx, page.HandleJavaScriptDialog(true)) }()
+		}
+	})
+	e.ctx = ctx
+	// The first Run starts the browser, which lives as long as its context:
+	// e.ctx, not one with a deadline.
+	if err := chromedp.Run(ctx); err != nil {
+		t.Fatalf("start %s: %v", exe, err)
+	}
+	return e
+}
+
+// startOP runs zitadel's example OpenID provider on loopback with a client
+// "assent" (secret s3cret) that returns to redirect. Users:
+// test-user@127.0.0.1 (email test-user@zitadel.ch) and test-user2
+// (test-user2@zitadel.ch), password "verysecure".
+func startOP(t *testing.T, redirect string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer := "http://" + ln.Addr().String()
+	storage.RegisterClients(storage.WebClient("assent", "s3cret", redirect))
+	router := exampleop.SetupServer(issuer, storage.NewStorage(storage.NewUserStore(issuer)), slog.New(slog.NewTextHandler(io.Discard, nil)), false)
+	srv := httptest.NewUnstartedServer(router)
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return issuer
+}
+
+// run runs browser actions, failing the test (with what it was doing) if
+// they fail or take longer than patience.
+//
+// A page that changes under an action (a navigation, a card replaced by its
+// new version) can leave it holding a node that no longer exists; the
+// actions are then run again, so each run is written to be safe to repeat.
+func (e *browserEnv) run(t *testing.T, what string, actions ...chromedp.Action) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, patience)
+	defer cancel()
+	var err error
+	for range 5 {
+		if err = chromedp.Run(ctx, actions...); err == nil || !stale(err) {
+			break
+		}
+	}
+	if err != nil {
+		var loc, html string
+		_ = chromedp.Run(e.ctx, chromedp.Location(&loc), chromedp.OuterHTML("html", &html, chromedp.ByQuery))
+		if len(html) > 40000 {
+			html = html[:40000] + "…"
+		}
+		t.Fatalf("%s: %v (at %s)\n%s", what, err, loc, html)
+	}
+}
+
+// stale reports whether err is about a node that left the page.
+func stale(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "No node with given id") || strings.Contains(msg, "Could not find node") ||
+		strings.Contains(msg, "Cannot find context with specified id") || strings.Contains(msg, "node not found")
+}
+
+// shot saves a screenshot as name.png when -screenshots is given.
+func (e *browserEnv) shot(t *testing.T, name string) {
+	t.Helper()
+	if *screenshots == "" {
+		return
+	}
+	var png []byte
+	e.run(t, "screenshot "+name, chromedp.Sleep(300*time.Millisecond), chromedp.FullScreenshot(&png, 100))
+	if err := os.WriteFile(filepath.Join(*screenshots, name+".png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ask sends a request as the agent would, and returns its id and where its
+// decision will arrive.
+func (e *browserEnv) ask(t *testing.T, req events.Requested) (string, <-chan handler.Decision) {
+	t.Helper()
+	id := events.NewID()
+	out := make(chan handler.Decision, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*patience)
+		defer cancel()
+		d, err := e.agent.Request(ctx, handler.Request{ID: id, Requested: req})
+		if err != nil {
+			d.Reason = "error: " + err.Error()
+		}
+		out <- d
+	}()
+	return id, out
+}
+
+// decided waits for the agent's decision.
+func decided(t *testing.T, ch <-chan handler.Decision) handler.Decision {
+	t.Helper()
+	select {
+	case d := <-ch:
+		if strings.HasPrefix(d.Reason, "error: ") {
+			t.Fatal(d.Reason)
+		}
+		return d
+	case <-time.After(2 * patience):
+		t.Fatal("the agent got no decision")
+	}
+	return handler.Decision{}
+}
+
+func card(id string) string { return "#r-" + id }
+
+// TestBrowser drives the web UI in Chromium as an approver would: sign in
+// through a real OpenID provider, watch an agent's request arrive without a
+// reload, approve with edited arguments, deny with a reason, give a
+// structured answer, approve a whole session, see a request answered
+// elsewhere resolve, use the keyboard, and the page on a phone.
+func TestBrowser(t *testing.T) {
+	e := newBrowserEnv(t)
+
+	signedIn := t.Run("sign-in", func(t *testing.T) {
+		var who string
+		e.run(t, "open the broker", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(`a.button`, chromedp.ByQuery))
+		e.run(t, "go to the provider", chromedp.Click(`a.button`, chromedp.ByQuery))
+		e.run(t, "fill in the provider's form",
+			chromedp.WaitVisible(`#username`, chromedp.ByQuery),
+			chromedp.SetValue(`#username`, "test-user@127.0.0.1", chromedp.ByQuery),
+			chromedp.SetValue(`#password`, "verysecure", chromedp.ByQuery))
+		e.run(t, "send it", chromedp.Submit(`#password`, chromedp.ByQuery))
+		e.run(t, "back, signed in", chromedp.WaitVisible(`.me`, chromedp.ByQuery), chromedp.Text(`.me`, &who, chromedp.ByQuery))
+		if who != "alice" {
+			t.Fatalf("signed in as %q, want alice", who)
+		}
+	})
+	if !signedIn {
+		t.FailNow()
+	}
+
+	t.Run("arrives-live-and-edit-args", func(t *testing.T) {
+		e.run(t, "open the pending page", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery))
+		id, got := e.ask(t, events.Requested{Tool: "delete_file", Session: "s-edit", Args: json.RawMessage(`{"path":"/srv/releases/2026-10","recursive":true}`)})
+		var diff string
+		e.run(t, "edit the arguments",
+			chromedp.WaitVisible(card(id), chromedp.ByQuery),
+			chromedp.Click(card(id)+` [data-act="edit"]`, chromedp.ByQuery),
+			chromedp.WaitVisible(card(id)+` .args-edit`, chromedp.ByQuery),
+			chromedp.SetValue(card(id)+` .args-edit`, `{"path": "/srv/releases/2026-10", "recursive": false}`, chromedp.ByQuery),
+			chromedp.Evaluate(fmt.Sprintf(`document.querySelector(%q).dispatchEvent(new Event("input", {bubbles: true}))`, card(id)+" .args-edit"), nil),
+			chromedp.WaitVisible(card(id)+` .diff .add`, chromedp.ByQuery),
+			chromedp.Text(card(id)+` .diff`, &diff, chromedp.ByQuery),
+		)
+		if !strings.Contains(diff, `"recursive": false`) || !strings.Contains(diff, `"recursive": true`) {
+			t.Fatalf("diff does not show the change:\n%s", diff)
+		}
+		e.shot(t, "edit-args")
+		e.run(t, "approve with the edits", chromedp.Click(card(id)+` .edit-panel button[type="submit"]`, chromedp.ByQuery))
+		e.run(t, "see it approved", chromedp.WaitVisible(card(id)+` .outcome.approved`, chromedp.ByQuery))
+		d := decided(t, got)
+		if !d.Approved() || !d.Edited || string(d.Args) != `{"path":"/srv/releases/2026-10","recursive":false}` || d.DecidedBy[0].Principal != "alice" || d.DecidedBy[0].Channel != "web" {
+			t.Fatalf("the agent got %+v", d)
+		}
+	})
+
+	t.Run("deny-with-reason", func(t *testing.T) {
+		id, got := e.ask(t, events.Requested{Tool: "drop_table", Args: json.RawMessage(`{"table":"users"}`)})
+		e.run(t, "write why",
+			chromedp.WaitVisible(card(id), chromedp.ByQuery),
+			chromedp.Click(card(id)+` [data-act="deny"]`, chromedp.ByQuery),
+			chromedp.WaitVisible(card(id)+` .reason`, chromedp.ByQuery),
+			chromedp.SetValue(card(id)+` .reason`, "not on a Friday", chromedp.ByQuery))
+		e.run(t, "deny", chromedp.Click(card(id)+` .deny-panel button[type="submit"]`, chromedp.ByQuery))
+		e.run(t, "see it denied", chromedp.WaitVisible(card(id)+` .outcome.denied`, chromedp.ByQuery))
+		if d := decided(t, got); d.Approved() || d.Reason != "not on a Friday" {
+			t.Fatalf("the agent got %+v", d)
+		}
+	})
+
+	t.Run("structured-answer", func(t *testing.T) {
+		schema := json.RawMessage(`{"type":"object","properties":{"priority":{"type":"string","enum":["low","high"]},"pages":{"type":"integer"},"notify":{"type":"boolean"}},"required":["priority"]}`)
+		id, got := e.ask(t, events.Requested{Tool: "write_report", Args: json.RawMessage(`{"title":"Q4"}`), ResponseSchema: schema})
+		e.run(t, "open the form", chromedp.WaitVisible(card(id), chromedp.ByQuery), chromedp.Click(card(id)+` [data-act="answer"]`, chromedp.ByQuery))
+		e.run(t, "see the form", chromedp.WaitVisible(card(id)+` .answer-panel select`, chromedp.ByQuery))
+		e.run(t, "choose", chromedp.SetValue(card(id)+` .answer-panel select`, "high", chromedp.ByQuery))
+		e.run(t, "type", chromedp.SetValue(card(id)+` .answer-panel input[type="number"]`, "12", chromedp.ByQuery))
+		e.run(t, "tick", chromedp.Click(card(id)+` .answer-panel input[type="checkbox"]`, chromedp.ByQuery))
+		e.shot(t, "structured-answer")
+		e.run(t, "send it", chromedp.Click(card(id)+` .answer-panel button[type="submit"]`, chromedp.ByQuery))
+		e.run(t, "see it approved", chromedp.WaitVisible(card(id)+` .outcome.approved`, chromedp.ByQuery))
+		d := decided(t, got)
+		var payload map[string]any
+		if err := json.Unmarshal(d.Payload, &payload); err != nil || payload["priority"] != "high" || payload["pages"] != float64(12) || payload["notify"] != true {
+			t.Fatalf("payload %s (%v), decision %+v", d.Payload, err, d)
+		}
+	})
+
+	t.Run("approve-a-session", func(t *testing.T) {
+		var ids []string
+		var gots []<-chan handler.Decision
+		for i := range 3 {
+			id, got := e.ask(t, events.Requested{Tool: "write_file", Session: "s-batch", Args: json.RawMessage(fmt.Sprintf(`{"path":"/tmp/%d"}`, i))})
+			ids, gots = append(ids, id), append(gots, got)
+		}
+		e.run(t, "see the session", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(ids[2]), chromedp.ByQuery), chromedp.WaitVisible(`.session[data-session="s-batch"]`, chromedp.ByQuery))
+		e.shot(t, "pending")
+		e.run(t, "approve all", chromedp.Click(`button[data-batch="approve"][data-session="s-batch"]`, chromedp.ByQuery))
+		e.run(t, "see them approved", chromedp.WaitVisible(card(ids[0])+` .outcome.approved`, chromedp.ByQuery), chromedp.WaitVisible(card(ids[2])+` .outcome.approved`, chromedp.ByQuery))
+		select {
+		case msg := <-e.dialog:
+			if !strings.Contains(msg, "s-batch") {
+				t.Fatalf("confirmation %q does not name the session", msg)
+			}
+		default:
+			t.Fatal("approving a whole session asked for no confirmation")
+		}
+		for i, got := range gots {
+			if d := decided(t, got); !d.Approved() {
+				t.Fatalf("request %d: %+v", i, d)
+			}
+		}
+	})
+
+	t.Run("decided-elsewhere-resolves", func(t *testing.T) {
+		id, got := e.ask(t, events.Requested{Tool: "restart_service", Args: json.RawMessage(`{"name":"api"}`)})
+		e.run(t, "see it", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery))
+		ctx, cancel := opCtx()
+		defer cancel()
+		if err := handler.Answer(ctx, e.js, "bob", id, events.Responded{Decision: events.Approve, Channel: "slack"}); err != nil {
+			t.Fatal(err)
+		}
+		var outcome string
+		e.run(t, "see it resolve", chromedp.WaitVisible(card(id)+` .outcome.approved`, chromedp.ByQuery), chromedp.Text(card(id)+` .outcome`, &outcome, chromedp.ByQuery))
+		if !strings.Contains(outcome, "bob") || !strings.Contains(outcome, "slack") {
+			t.Fatalf("outcome %q does not say who answered where", outcome)
+		}
+		decided(t, got)
+		e.run(t, "it leaves the page", chromedp.WaitNotPresent(card(id), chromedp.ByQuery))
+	})
+
+	t.Run("not-eligible-and-reload", func(t *testing.T) {
+		id, _ := e.ask(t, events.Requested{Tool: "wire_money", Args: json.RawMessage(`{"amount":100}`)})
+		var why string
+		var buttons int
+		e.run(t, "see it", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery), chromedp.Reload(), chromedp.WaitVisible(card(id)+` .whynot`, chromedp.ByQuery),
+			chromedp.Text(card(id)+` .whynot`, &why, chromedp.ByQuery),
+			chromedp.Evaluate(fmt.Sprintf(`document.querySelectorAll(%q).length`, card(id)+" .actions button"), &buttons))
+		if buttons != 0 || !strings.Contains(why, "not an approver") {
+			t.Fatalf("alice may not answer a payment: %d buttons, %q", buttons, why)
+		}
+		ctx, cancel := opCtx()
+		defer cancel()
+		if err := e.agent.Cancel(ctx, id, "test over"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("keyboard", func(t *testing.T) {
+		id, got := e.ask(t, events.Requested{Tool: "rotate_keys", Args: json.RawMessage(`{"service":"db"}`)})
+		e.run(t, "see it", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery))
+		e.run(t, "select it with j", chromedp.KeyEvent("j"), chromedp.WaitVisible(card(id)+`.selected`, chromedp.ByQuery))
+		e.run(t, "approve it with a", chromedp.KeyEvent("a"))
+		e.run(t, "see it approved", chromedp.WaitVisible(card(id)+` .outcome.approved`, chromedp.ByQuery))
+		if d := decided(t, got); !d.Approved() {
+			t.Fatalf("%+v", d)
+		}
+		var open bool
+		e.run(t, "help", chromedp.KeyEvent("?"), chromedp.Evaluate(`document.getElementById("help").open`, &open))
+		if !open {
+			t.Fatal("? does not open the shortcuts")
+		}
+		e.run(t, "close help", chromedp.KeyEvent("\x1b"))
+	})
+
+	t.Run("history-and-detail", func(t *testing.T) {
+		var rows int
+		e.run(t, "history", chromedp.Navigate(e.url+"/history"), chromedp.WaitVisible(`table.history`, chromedp.ByQuery),
+			chromedp.Evaluate(`document.querySelectorAll("table.history tbody tr").length`, &rows))
+		if rows < 7 {
+			t.Fatalf("history shows %d decisions, want at least 7", rows)
+		}
+		e.shot(t, "history")
+		var steps int
+		e.run(t, "open a request", chromedp.Click(`table.history tbody tr a`, chromedp.ByQuery))
+		e.run(t, "its page", chromedp.WaitVisible(`.timeline`, chromedp.ByQuery),
+			chromedp.Evaluate(`document.querySelectorAll(".timeline li.step").length`, &steps))
+		if steps < 3 {
+			t.Fatalf("timeline has %d steps, want requested, pending and decided at least", steps)
+		}
+		e.shot(t, "detail")
+	})
+
+	t.Run("phone-and-dark", func(t *testing.T) {
+		id, _ := e.ask(t, events.Requested{Tool: "send_email", Session: "s-phone", Args: json.RawMessage(`{"to":"all@example.com","subject":"Quarterly results"}`)})
+		var overflow bool
+		e.run(t, "a phone",
+			emulation.SetDeviceMetricsOverride(390, 844, 3, true),
+			emulation.SetEmulatedMedia().WithFeatures([]*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}),
+			chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery),
+			chromedp.Evaluate(`document.documentElement.scrollWidth > window.innerWidth`, &overflow))
+		if overflow {
+			t.Fatal("the pending page scrolls sideways on a phone")
+		}
+		e.shot(t, "phone-dark")
+		e.run(t, "back to a desktop", emulation.ClearDeviceMetricsOverride(), emulation.SetEmulatedMedia())
+	})
+
+	t.Run("sign-out", func(t *testing.T) {
+		var loc string
+		e.run(t, "the pending page", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(`.logout button`, chromedp.ByQuery))
+		e.run(t, "sign out", chromedp.Click(`.logout button`, chromedp.ByQuery))
+		e.run(t, "signed out", chromedp.WaitVisible(`a.button`, chromedp.ByQuery), chromedp.Location(&loc))
+		if !strings.Contains(loc, "/login") {
+			t.Fatalf("after signing out: %s", loc)
+		}
+		e.run(t, "the pages need sign-in again", chromedp.Navigate(e.url+"/history"), chromedp.WaitVisible(`a.button`, chromedp.ByQuery), chromedp.Location(&loc))
+		if !strings.Contains(loc, "/login") {
+			t.Fatalf("after signing out, /history is at %s", loc)
+		}
+	})
+}

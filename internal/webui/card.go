@@ -1,0 +1,354 @@
+package webui
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/textsafe"
+	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/policy"
+)
+
+// card is one request as the pages show it.
+type card struct {
+	ID, Short string
+	State     string
+	Pending   bool
+	Tool      string
+	Agent     string
+	Session   string
+	User      string
+	Hint      string
+	CallID    string
+	Labels    [][2]string
+	// Args is the arguments as indented JSON, with control and invisible
+	// characters as \u escapes; NoArgs says there are none.
+	Args   string
+	NoArgs bool
+	// Hidden says the request held control or invisible characters, now
+	// shown as escapes.
+	Hidden   bool
+	Received time.Time
+	Deadline time.Time
+
+	Rule      string
+	Limit     string
+	Approvers string
+	Quorum    int
+	Votes     []vote
+	Level     int
+	OnTimeout string
+
+	// CanAnswer says the viewer may answer; WhyNot says why not.
+	CanAnswer bool
+	WhyNot    string
+	// CanEdit says arguments may be edited (a rule with a quorum of one).
+	CanEdit  bool
+	Remember *rememberForm
+	Schema   *schemaForm
+
+	Decision *decision
+	Forgery  string
+	// Detail: the card is on the request's own page.
+	Detail bool
+}
+
+type vote struct {
+	Principal, Channel string
+	At                 time.Time
+}
+
+// rememberForm offers what a rule lets an answer remember.
+type rememberForm struct {
+	Scopes []scopeOption
+	TTLs   []ttlOption
+}
+
+type scopeOption struct{ Value, Label string }
+
+type ttlOption struct {
+	Value, Label string
+	Default      bool
+}
+
+// decision is how a request ended.
+type decision struct {
+	Outcome string
+	Reason  string
+	By      []vote
+	At      time.Time
+	Auto    bool
+	Rule    string
+	Edited  bool
+	Args    string // the approved arguments, when edited
+	Payload string
+}
+
+func (u *UI) makeCard(rec broker.Record, v viewer) card {
+	req := rec.Request
+	c := card{
+		ID: rec.ID, Short: shortID(rec.ID), State: string(rec.State), Pending: rec.State == broker.StatePending,
+		Tool: textsafe.Line(req.Tool), Agent: textsafe.Line(req.Agent), Session: textsafe.Line(req.Session),
+		User: textsafe.Line(req.User), Hint: textsafe.Text(req.Hint), CallID: textsafe.Line(req.CallID),
+		Received: rec.ReceivedAt, Deadline: rec.Deadline, Level: rec.Level, Forgery: textsafe.Line(rec.Forgery),
+	}
+	c.Hidden = c.Tool != req.Tool || c.Agent != req.Agent || c.Session != req.Session || c.User != req.User || c.Hint != req.Hint
+	for k, val := range req.Labels {
+		c.Labels = append(c.Labels, [2]string{textsafe.Line(k), textsafe.Line(val)})
+		c.Hidden = c.Hidden || textsafe.Line(k) != k || textsafe.Line(val) != val
+	}
+	sort.Slice(c.Labels, func(i, j int) bool { return c.Labels[i][0] < c.Labels[j][0] })
+	c.Args, c.NoArgs = prettyJSON(req.Args)
+	if hidden(req.Args) {
+		c.Hidden = true
+	}
+	for _, d := range rec.Votes {
+		c.Votes = append(c.Votes, vote{Principal: textsafe.Line(d.Principal), Channel: textsafe.Line(d.Channel), At: d.At})
+	}
+	if rec.Decision != nil {
+		c.Decision = makeDecision(rec.Decision)
+	}
+	if !c.Pending {
+		c.Rule = rec.Rule
+		return c
+	}
+	info := u.b.RuleOf(rec)
+	c.Rule, c.Limit, c.Quorum = info.Rule, info.Limit, max(info.Quorum, 1)
+	c.Approvers = "anyone"
+	if len(info.Approvers) > 0 {
+		c.Approvers = strings.Join(info.Approvers, ", ")
+	}
+	c.OnTimeout = "expires (denied)"
+	if info.OnTimeout == events.Approve {
+		c.OnTimeout = "approved"
+	}
+	c.CanEdit = c.Quorum == 1
+	switch {
+	case !v.Auth:
+		c.CanAnswer = true // the broker checks the name the page sends
+	case v.Principal == "":
+		c.WhyNot = "You are signed in without a principal, so you cannot answer."
+	default:
+		err := u.b.Eligible(rec, v.Principal)
+		c.CanAnswer = err == nil
+		if err != nil {
+			c.WhyNot = "You are not an approver of this request: " + eligibleReason(err)
+		}
+		if slices.ContainsFunc(rec.Votes, func(d events.DecidedBy) bool { return d.Principal == v.Principal }) {
+			c.CanAnswer, c.WhyNot = false, "You approved this already; it needs more approvals."
+		}
+	}
+	if info.Rememberable {
+		c.Remember = rememberOptions(req, info)
+	}
+	c.Schema = makeSchemaForm(req.ResponseSchema)
+	return c
+}
+
+// eligibleReason is the part of an eligibility error that explains it.
+func eligibleReason(err error) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 && errors.Is(err, broker.ErrNotEligible) {
+		msg = msg[i+2:]
+	}
+	return textsafe.Line(msg)
+}
+
+func makeDecision(d *events.Decided) *decision {
+	out := &decision{Outcome: string(d.Outcome), Reason: textsafe.Text(d.Reason), At: d.DecidedAt, Auto: d.Auto,
+		Rule: textsafe.Line(d.Rule), Edited: d.Edited}
+	for _, b := range d.DecidedBy {
+		out.By = append(out.By, vote{Principal: textsafe.Line(b.Principal), Channel: textsafe.Line(b.Channel), At: b.At})
+	}
+	if d.Edited {
+		out.Args, _ = prettyJSON(d.Args)
+	}
+	if len(d.Payload) > 0 {
+		out.Payload, _ = prettyJSON(d.Payload)
+	}
+	return out
+}
+
+// prettyJSON indents raw JSON and escapes what a screen would hide; it says
+// whether there was nothing to show.
+func prettyJSON(raw json.RawMessage) (string, bool) {
+	if len(raw) == 0 || string(raw) == "null" || string(raw) == "{}" {
+		return "{}", true
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return textsafe.Text(string(raw)), false
+	}
+	return string(textsafe.JSON(buf.Bytes())), false
+}
+
+// hidden says raw JSON holds, in a key or a string, characters a screen
+// would not show (written as they are or as \u escapes).
+func hidden(raw json.RawMessage) bool {
+	if len(raw) == 0 {
+		return false
+	}
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return !bytes.Equal(textsafe.JSON(raw), raw)
+	}
+	var walk func(v any) bool
+	walk = func(v any) bool {
+		switch v := v.(type) {
+		case string:
+			return textsafe.Text(v) != v // newlines and tabs are fine
+		case []any:
+			return slices.ContainsFunc(v, walk)
+		case map[string]any:
+			for k, x := range v {
+				if textsafe.Line(k) != k || walk(x) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return walk(v)
+}
+
+// rememberOptions lists the scopes that apply to req and the durations the
+// rule allows.
+func rememberOptions(req events.Requested, info broker.RuleInfo) *rememberForm {
+	f := &rememberForm{}
+	labels := map[string]string{
+		events.ScopeCall:    "this exact call",
+		events.ScopeSession: "session " + textsafe.Line(req.Session),
+		events.ScopeAgent:   "agent " + textsafe.Line(req.Agent),
+		events.ScopeUser:    "user " + textsafe.Line(req.User),
+	}
+	have := map[string]bool{events.ScopeCall: true, events.ScopeSession: req.Session != "", events.ScopeAgent: req.Agent != "", events.ScopeUser: req.User != ""}
+	for _, s := range info.RememberScopes {
+		if have[s] {
+			f.Scopes = append(f.Scopes, scopeOption{Value: s, Label: labels[s]})
+		}
+	}
+	if len(f.Scopes) == 0 {
+		return nil
+	}
+	maxTTL := info.MaxRemember
+	if maxTTL <= 0 {
+		maxTTL = policy.DefaultMaxRemember
+	}
+	for _, d := range []time.Duration{15 * time.Minute, time.Hour, 8 * time.Hour, 24 * time.Hour, 7 * 24 * time.Hour} {
+		if d < maxTTL {
+			f.TTLs = append(f.TTLs, ttlOption{Value: d.String(), Label: humanDuration(d)})
+		}
+	}
+	f.TTLs = append(f.TTLs, ttlOption{Value: maxTTL.String(), Label: humanDuration(maxTTL) + " (the most allowed)"})
+	def := 0
+	for i, t := range f.TTLs {
+		if t.Value == time.Hour.String() {
+			def = i
+		}
+	}
+	f.TTLs[def].Default = true
+	return f
+}
+
+func humanDuration(d time.Duration) string {
+	switch {
+	case d%(24*time.Hour) == 0:
+		return plural(int(d/(24*time.Hour)), "day", "days")
+	case d%time.Hour == 0:
+		return plural(int(d/time.Hour), "hour", "hours")
+	case d%time.Minute == 0:
+		return plural(int(d/time.Minute), "minute", "minutes")
+	}
+	return d.String()
+}
+
+// schemaForm is a form for a structured answer, made from the request's
+// response schema: one field per property of an object schema whose
+// properties are strings (or a list of choices), numbers or booleans. Any
+// other schema is answered as JSON in a text box.
+type schemaForm struct {
+	Fields []field
+	// Raw is the schema, shown when there are no fields.
+	Raw string
+}
+
+type field struct {
+	Name, Label, Type, Description string
+	Options                        []string
+	Required                       bool
+	Default                        string
+}
+
+func makeSchemaForm(raw json.RawMessage) *schemaForm {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	var s struct {
+		Type       string `json:"type"`
+		Properties map[string]struct {
+			Type        string            `json:"type"`
+			Title       string            `json:"title"`
+			Description string            `json:"description"`
+			Enum        []json.RawMessage `json:"enum"`
+			Default     json.RawMessage   `json:"default"`
+		} `json:"properties"`
+		Required []string `json:"required"`
+	}
+	pretty, _ := prettyJSON(raw)
+	form := &schemaForm{Raw: pretty}
+	if err := json.Unmarshal(raw, &s); err != nil || s.Type != "object" || len(s.Properties) == 0 {
+		return form
+	}
+	var fields []field
+	for name, p := range s.Properties {
+		f := field{Name: textsafe.Line(name), Label: textsafe.Line(p.Title), Description: textsafe.Line(p.Description),
+			Required: slices.Contains(s.Required, name)}
+		if f.Name != name {
+			return form // a name the page cannot show as it is
+		}
+		if f.Label == "" {
+			f.Label = strings.ReplaceAll(f.Name, "_", " ")
+		}
+		if len(p.Default) > 0 {
+			var d any
+			if json.Unmarshal(p.Default, &d) == nil {
+				switch d := d.(type) {
+				case string:
+					f.Default = textsafe.Line(d)
+				default:
+					f.Default = string(p.Default)
+				}
+			}
+		}
+		switch {
+		case len(p.Enum) > 0:
+			f.Type = "enum"
+			for _, e := range p.Enum {
+				var str string
+				if json.Unmarshal(e, &str) != nil {
+					return form // choices other than strings: JSON
+				}
+				f.Options = append(f.Options, textsafe.Line(str))
+			}
+		case p.Type == "string", p.Type == "number", p.Type == "integer", p.Type == "boolean":
+			f.Type = p.Type
+		default:
+			return form
+		}
+		fields = append(fields, f)
+	}
+	sort.SliceStable(fields, func(i, j int) bool {
+		if fields[i].Required != fields[j].Required {
+			return fields[i].Required
+		}
+		return fields[i].Name < fields[j].Name
+	})
+	form.Fields = fields
+	return form
+}
