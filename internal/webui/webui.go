@@ -152,7 +152,9 @@ func New(b Broker, cfg Config, log *zap.Logger) (*UI, error) {
 }
 
 // Register adds the pages to mux.
-func (u *UI) Register(mux interface{ Handle(pattern string, h http.Handler) }) {
+func (u *UI) Register(mux interface {
+	Handle(pattern string, h http.Handler)
+}) {
 	mux.Handle("GET /{$}", u.page(u.pending))
 	mux.Handle("GET /approvals/{id}", u.page(u.approval))
 	mux.Handle("GET /history", u.page(u.history))
