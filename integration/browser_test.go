@@ -57,7 +57,7 @@ rules:
 
 // chromium returns the browser the tests drive. Without one they are skipped,
 // except in CI (CI=true), whose .ci/run installs it.
-func chromium(t *testing.T) string {
+func chromium(t testing.TB) string {
 	t.Helper()
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
 		if p, err := exec.LookPath(name); err == nil {
@@ -83,7 +83,7 @@ type browserEnv struct {
 	dialog chan string // messages of the JavaScript dialogs accepted
 }
 
-func newBrowserEnv(t *testing.T) *browserEnv {
+func newBrowserEnv(t testing.TB) *browserEnv {
 	t.Helper()
 	exe := chromium(t)
 	// The broker's address is fixed before it starts: the provider must know
@@ -144,7 +144,7 @@ func newBrowserEnv(t *testing.T) *browserEnv {
 // "assent" (secret s3cret) that returns to redirect. Users:
 // test-user@127.0.0.1 (email test-user@zitadel.ch) and test-user2
 // (test-user2@zitadel.ch), password "verysecure".
-func startOP(t *testing.T, redirect string) string {
+func startOP(t testing.TB, redirect string) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -167,7 +167,7 @@ func startOP(t *testing.T, redirect string) string {
 // A page that changes under an action (a navigation, a card replaced by its
 // new version) can leave it holding a node that no longer exists; the
 // actions are then run again, so each run is written to be safe to repeat.
-func (e *browserEnv) run(t *testing.T, what string, actions ...chromedp.Action) {
+func (e *browserEnv) run(t testing.TB, what string, actions ...chromedp.Action) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx, patience)
 	defer cancel()
@@ -240,6 +240,22 @@ func decided(t *testing.T, ch <-chan handler.Decision) handler.Decision {
 	return handler.Decision{}
 }
 
+// signIn signs in through the provider's own form, as alice, and returns who
+// the page then says is signed in.
+func (e *browserEnv) signIn(t testing.TB) string {
+	t.Helper()
+	var who string
+	e.run(t, "open the broker", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(`a.button`, chromedp.ByQuery))
+	e.run(t, "go to the provider", chromedp.Click(`a.button`, chromedp.ByQuery))
+	e.run(t, "fill in the provider's form",
+		chromedp.WaitVisible(`#username`, chromedp.ByQuery),
+		chromedp.SetValue(`#username`, "test-user@127.0.0.1", chromedp.ByQuery),
+		chromedp.SetValue(`#password`, "verysecure", chromedp.ByQuery))
+	e.run(t, "send it", chromedp.Submit(`#password`, chromedp.ByQuery))
+	e.run(t, "back, signed in", chromedp.WaitVisible(`.me`, chromedp.ByQuery), chromedp.Text(`.me`, &who, chromedp.ByQuery))
+	return who
+}
+
 func card(id string) string { return "#r-" + id }
 
 // TestBrowser drives the web UI in Chromium as an approver would: sign in
@@ -251,16 +267,7 @@ func TestBrowser(t *testing.T) {
 	e := newBrowserEnv(t)
 
 	signedIn := t.Run("sign-in", func(t *testing.T) {
-		var who string
-		e.run(t, "open the broker", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(`a.button`, chromedp.ByQuery))
-		e.run(t, "go to the provider", chromedp.Click(`a.button`, chromedp.ByQuery))
-		e.run(t, "fill in the provider's form",
-			chromedp.WaitVisible(`#username`, chromedp.ByQuery),
-			chromedp.SetValue(`#username`, "test-user@127.0.0.1", chromedp.ByQuery),
-			chromedp.SetValue(`#password`, "verysecure", chromedp.ByQuery))
-		e.run(t, "send it", chromedp.Submit(`#password`, chromedp.ByQuery))
-		e.run(t, "back, signed in", chromedp.WaitVisible(`.me`, chromedp.ByQuery), chromedp.Text(`.me`, &who, chromedp.ByQuery))
-		if who != "alice" {
+		if who := e.signIn(t); who != "alice" {
 			t.Fatalf("signed in as %q, want alice", who)
 		}
 	})
@@ -447,5 +454,101 @@ func TestBrowser(t *testing.T) {
 		if !strings.Contains(loc, "/login") {
 			t.Fatalf("after signing out, /history is at %s", loc)
 		}
+	})
+}
+
+// BenchmarkBrowserCard measures how long a request takes from an agent's
+// publish to its card in the DOM of an approvals page open in Chromium: the
+// broker evaluates, stores and indexes it, the event stream tells the page,
+// the page fetches the card and inserts it. A MutationObserver in the page
+// notes when the card is inserted, and the page's resource timings when the
+// event arrived (the card's fetch starts) and when the card's HTML was in
+// (event-ms, fetched-ms); the DevTools round trips that read them are not in
+// the figures. Beside it, raw-jetstream is the least work that could do the
+// same: a publish into a stream and an ordered consumer receiving it.
+//
+//	go test ./integration -run '^$' -bench BrowserCard -benchtime 200x
+func BenchmarkBrowserCard(b *testing.B) {
+	b.Run("assent", func(b *testing.B) {
+		e := newBrowserEnv(b)
+		e.signIn(b)
+		e.run(b, "open the page", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery),
+			chromedp.Evaluate(`new MutationObserver(ms => { const at = performance.timeOrigin + performance.now();
+				for (const m of ms) for (const n of m.addedNodes) if (n.id && n.id.startsWith("r-")) n.dataset.inserted = at;
+			}).observe(document.getElementById("cards"), {childList: true, subtree: true}); true`, nil))
+		var lat, event, fetched latencies
+		b.ResetTimer()
+		for range b.N {
+			id := events.NewID()
+			ev, err := events.New(events.TypeRequested, id, "agent/coder", events.Requested{Agent: "coder", Tool: "bench", Args: json.RawMessage(`{"n":1}`)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			h, data, err := events.Encode(&ev)
+			if err != nil {
+				b.Fatal(err)
+			}
+			start := time.Now()
+			if _, err := e.js.PublishMsg(context.Background(), &nats.Msg{Subject: events.RequestPrefix + "coder", Header: nats.Header(h), Data: data}); err != nil {
+				b.Fatal(err)
+			}
+			var at []float64 // epoch milliseconds: the card's fetch started, its HTML was in, it was inserted
+			e.run(b, "see the card", chromedp.Poll(fmt.Sprintf(`document.getElementById("r-" + %[1]q)?.dataset.inserted !== undefined &&
+					performance.getEntriesByType("resource").some(x => x.name.includes("/ui/cards/" + %[1]q))`, id), nil, chromedp.WithPollingInterval(10*time.Millisecond)),
+				chromedp.Evaluate(fmt.Sprintf(`(() => {
+					const id = %q, r = performance.getEntriesByType("resource").find(x => x.name.includes("/ui/cards/" + id));
+					performance.clearResourceTimings(); // the buffer holds 250
+					return [performance.timeOrigin + r.startTime, performance.timeOrigin + r.responseEnd, Number(document.getElementById("r-" + id).dataset.inserted)];
+				})()`, id), &at))
+			b.StopTimer()
+			since := func(ms float64) time.Duration { return time.UnixMicro(int64(ms * 1000)).Sub(start) }
+			event.add(since(at[0]))
+			fetched.add(since(at[1]))
+			lat.add(since(at[2]))
+			// The agent withdraws the request, and the next one comes once
+			// the page has shown that (the card leaves 8s later, while the
+			// next ones arrive).
+			ctx, cancel := opCtx()
+			if err := e.agent.Cancel(ctx, id, "measured"); err != nil {
+				b.Fatal(err)
+			}
+			cancel()
+			e.run(b, "see it withdrawn", chromedp.WaitVisible(card(id)+".resolved", chromedp.ByQuery))
+			b.StartTimer()
+		}
+		b.StopTimer()
+		lat.report(b, b.N)
+		event.stage(b, "event")
+		fetched.stage(b, "fetched")
+	})
+	b.Run("raw-jetstream", func(b *testing.B) {
+		nc := benchServer(b, "always")
+		js := newJS(b, nc)
+		ctx := context.Background()
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"}}); err != nil {
+			b.Fatal(err)
+		}
+		cons, err := js.OrderedConsumer(ctx, "RAW", jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+		if err != nil {
+			b.Fatal(err)
+		}
+		got := make(chan struct{}, 1)
+		cc, err := cons.Consume(func(m jetstream.Msg) { got <- struct{}{} })
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cc.Stop()
+		var lat latencies
+		b.ResetTimer()
+		for range b.N {
+			start := time.Now()
+			if _, err := js.Publish(ctx, "raw.request", []byte(`{"n":1}`)); err != nil {
+				b.Fatal(err)
+			}
+			<-got
+			lat.add(time.Since(start))
+		}
+		b.StopTimer()
+		lat.report(b, b.N)
 	})
 }

@@ -137,7 +137,7 @@ func serveAPI(t testing.TB, b *broker.Broker) string {
 	return srv.URL
 }
 
-func newJS(t *testing.T, nc *nats.Conn) jetstream.JetStream {
+func newJS(t testing.TB, nc *nats.Conn) jetstream.JetStream {
 	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {

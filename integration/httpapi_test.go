@@ -375,7 +375,7 @@ func TestHTTPAPI(t *testing.T) {
 
 // startApp runs the whole broker process (app.Run) with o until the test ends
 // and returns where it listens, learnt through Options.Ready.
-func startApp(t *testing.T, o app.Options) app.Addrs {
+func startApp(t testing.TB, o app.Options) app.Addrs {
 	t.Helper()
 	ready := make(chan app.Addrs, 1)
 	o.Ready = func(a app.Addrs) { ready <- a }

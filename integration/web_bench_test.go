@@ -61,6 +61,14 @@ func (l *latencies) report(b *testing.B, want int) {
 	b.ReportMetric(float64(len(l.d))/float64(want), "delivered")
 }
 
+// stage reports the median of a stage's latencies as name-p50-ms.
+func (l *latencies) stage(b *testing.B, name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	slices.Sort(l.d)
+	b.ReportMetric(float64(l.d[(len(l.d)-1)/2].Microseconds())/1000, name+"-p50-ms")
+}
+
 // pace publishes n requests at rate per second with publish, on a schedule
 // that catches up if it falls behind.
 func pace(b *testing.B, n, rate int, publish func(i int) error) {

@@ -106,9 +106,9 @@ func (s *site) get(t *testing.T, user, path string) (int, string, http.Header) {
 func TestPagesShowWhatAgentsSentSafely(t *testing.T) {
 	s := newSite(t, false, 0)
 	rec := s.submit(t, events.Requested{
-		Tool:   "delete_file",
-		Hint:   `<script>alert("x")</script> and a` + "\u202e" + `reversed`,
-		Args:   json.RawMessage(`{"path":"/tmp/report\u202egnp.exe","note":"<img src=x onerror=alert(1)>"}`),
+		Tool: "delete_file",
+		Hint: `<script>alert("x")</script> and a` + "\u202e" + `reversed`,
+		Args: json.RawMessage(`{"path":"/tmp/report\u202egnp.exe","note":"<img src=x onerror=alert(1)>"}`),
 	})
 	code, body, h := s.get(t, "", "/")
 	if code != http.StatusOK {
