@@ -472,6 +472,9 @@ rules:
 	if esc.RequestID != rec.ID || esc.Level != 1 || len(esc.Approvers) != 1 || esc.Approvers[0] != "erin" || !esc.Deadline.Equal(rec.Deadline.Add(2*time.Second)) {
 		t.Fatalf("escalated %+v (deadline was %s)", esc, rec.Deadline)
 	}
+	if esc.Terms == nil || esc.Terms.Quorum != 1 {
+		t.Fatalf("escalated terms %+v, want a quorum of 1", esc.Terms)
+	}
 	cur, err := e.b.Get(testCtx(t, patience), rec.ID)
 	if err != nil || cur.Level != 1 || !cur.Deadline.Equal(esc.Deadline) {
 		t.Fatalf("record after escalation: %+v %v", cur, err)
@@ -479,6 +482,57 @@ rules:
 	final := waitState(t, e.b, rec.ID, broker.StateExpired)
 	if final.Decision.DecidedAt.Before(esc.Deadline) {
 		t.Fatalf("expired at %s, before the extended deadline %s", final.Decision.DecidedAt, esc.Deadline)
+	}
+}
+
+// TestPendingTerms: pending events tell channels what answers the broker
+// accepts: the quorum, self-approval, and what may be remembered.
+func TestPendingTerms(t *testing.T) {
+	p := mustPolicy(t, `version: 1
+rules:
+  - name: file-changes
+    tools: [write_file]
+    action: require_approval
+    quorum: 2
+    allow_self_approval: true
+    remember_scopes: [call, session]
+    max_remember: 1h
+  - name: deletions
+    tools: [delete_file]
+    action: require_approval
+    rememberable: false
+`, "terms.yaml")
+	e := newEnv(t, broker.Config{Policy: p})
+	pending := subscribe(t, e.nc, events.PendingPrefix+"coder")
+	terms := func(tool string) *events.Terms {
+		t.Helper()
+		rec := submit(t, e, events.Requested{Agent: "coder", Tool: tool})
+		for {
+			select {
+			case m := <-pending:
+				ev, err := events.Decode(events.Header(m.Header), m.Data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := events.DecodePending(&ev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p.RequestID == rec.ID {
+					return p.Terms
+				}
+			case <-time.After(patience):
+				t.Fatalf("no pending event for %s", tool)
+			}
+		}
+	}
+	w := terms("write_file")
+	if w == nil || w.Quorum != 2 || !w.AllowSelfApproval || w.Remember == nil ||
+		!slices.Equal(w.Remember.Scopes, []string{"call", "session"}) || time.Duration(w.Remember.MaxTTL) != time.Hour {
+		t.Fatalf("write_file terms %+v (remember %+v)", w, w.Remember)
+	}
+	if d := terms("delete_file"); d == nil || d.Quorum != 1 || d.AllowSelfApproval || d.Remember != nil {
+		t.Fatalf("delete_file terms %+v", d)
 	}
 }
 

@@ -303,7 +303,7 @@ func (b *Broker) escalate(ctx context.Context, r *Record) error {
 	if !ok {
 		notify = nil // anyone
 	}
-	e, err := events.New(events.TypeEscalated, "", b.source, events.Escalated{RequestID: r.ID, Request: r.Request, Level: r.Level, Approvers: notify, Deadline: r.Deadline})
+	e, err := events.New(events.TypeEscalated, "", b.source, events.Escalated{RequestID: r.ID, Request: r.Request, Level: r.Level, Approvers: notify, Deadline: r.Deadline, Terms: b.terms(r)})
 	if err != nil {
 		return err
 	}

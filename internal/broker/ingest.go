@@ -178,7 +178,7 @@ func (b *Broker) pendingMsg(r *Record) (*nats.Msg, error) {
 		return nil, err
 	}
 	rule, _ := r.rules(r.Rule)
-	e, err := events.New(events.TypePending, "", b.source, events.Pending{RequestID: r.ID, Request: r.Request, Deadline: r.Deadline, Approvers: r.Approvers, Rule: rule})
+	e, err := events.New(events.TypePending, "", b.source, events.Pending{RequestID: r.ID, Request: r.Request, Deadline: r.Deadline, Approvers: r.Approvers, Rule: rule, Terms: b.terms(r)})
 	if err != nil {
 		return nil, err
 	}

@@ -169,6 +169,16 @@ func (b *Broker) RuleOf(r Record) RuleInfo {
 	}
 }
 
+// terms tells approver channels how r may be answered.
+func (b *Broker) terms(r *Record) *events.Terms {
+	info := b.RuleOf(*r)
+	t := &events.Terms{Quorum: info.Quorum, AllowSelfApproval: info.AllowSelfApproval}
+	if info.Rememberable {
+		t.Remember = &events.RememberTerms{Scopes: info.RememberScopes, MaxTTL: events.Duration(info.MaxRemember)}
+	}
+	return t
+}
+
 // CheckEligible reports whether principal may answer request id under the
 // policy in force: nil, or an error wrapping ErrNotEligible (or ErrNotFound).
 func (b *Broker) CheckEligible(ctx context.Context, id, principal string) error {

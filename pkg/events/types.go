@@ -147,6 +147,28 @@ type Pending struct {
 	// Approvers lists the principals or roles that may answer; empty means anyone.
 	Approvers []string `json:"approvers,omitempty"`
 	Rule      string   `json:"rule,omitempty"`
+	// Terms says what answers the broker accepts; absent from brokers
+	// before it was added.
+	Terms *Terms `json:"terms,omitempty"`
+}
+
+// Terms is how a pending request may be answered, under the policy in force
+// when the event was made, so that channels offer only what the broker will
+// accept. The broker still checks every answer.
+type Terms struct {
+	// Quorum is how many approvals decide (1: the first).
+	Quorum int `json:"quorum,omitempty"`
+	// AllowSelfApproval says the request's user may answer it.
+	AllowSelfApproval bool `json:"allow_self_approval,omitempty"`
+	// Remember, if set, lets an answer be remembered in one of Scopes for
+	// at most MaxTTL; absent, answers may not be remembered.
+	Remember *RememberTerms `json:"remember,omitempty"`
+}
+
+// RememberTerms is what a rule lets an answer remember.
+type RememberTerms struct {
+	Scopes []string `json:"scopes"`
+	MaxTTL Duration `json:"max_ttl"`
 }
 
 // Escalated is the data of a dev.assent.approval.escalated event: a request moved
@@ -157,6 +179,7 @@ type Escalated struct {
 	Level     int       `json:"level"`
 	Approvers []string  `json:"approvers,omitempty"`
 	Deadline  time.Time `json:"deadline"`
+	Terms     *Terms    `json:"terms,omitempty"`
 }
 
 // DecidedBy records one principal's part in a decision.
