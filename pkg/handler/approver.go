@@ -141,7 +141,7 @@ func (a *Approver) Run(ctx context.Context) error {
 		}
 	}
 	start := time.Now().Add(-a.cfg.Lookback)
-	cons, err := a.js.CreateOrUpdateConsumer(ctx, StreamName, jetstream.ConsumerConfig{
+	cons, err := durable(ctx, a.js, jetstream.ConsumerConfig{
 		Durable:        a.cfg.Durable,
 		Description:    "Assent approver " + a.cfg.Principal + " via " + a.cfg.Channel,
 		FilterSubjects: filters,
@@ -157,7 +157,9 @@ func (a *Approver) Run(ctx context.Context) error {
 	}
 	sem := make(chan struct{}, a.cfg.Concurrency)
 	var wg sync.WaitGroup
-	wg.Go(func() { a.announce(ctx) })
+	wg.Go(func() {
+		announce(ctx, a.js, a.log, a.cfg.Channel, func() []string { return []string{a.cfg.Principal} })
+	})
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		sem <- struct{}{}
 		wg.Go(func() {
@@ -173,53 +175,6 @@ func (a *Approver) Run(ctx context.Context) error {
 	<-cc.Closed()
 	wg.Wait()
 	return nil
-}
-
-// announce tells brokers that this channel reaches its principal, every
-// events.PresenceRefresh until ctx ends, then withdraws the announcement. A
-// broker that finds no reachable approver for a request can then fail fast
-// instead of letting it wait out its timeout.
-func (a *Approver) announce(ctx context.Context) {
-	key, err := events.PresenceKey(a.cfg.Principal, a.cfg.Channel)
-	if err != nil {
-		return // checked in NewApprover
-	}
-	var kv jetstream.KeyValue
-	warned := false
-	put := func() {
-		if kv == nil {
-			// The bucket appears when a broker first starts; keep trying.
-			b, err := a.js.KeyValue(ctx, events.PresenceBucket)
-			if err != nil {
-				if !warned && ctx.Err() == nil {
-					a.log.Warn("cannot announce presence yet; brokers without an open HTTP API treat this principal as unreachable", zap.Error(err))
-					warned = true
-				}
-				return
-			}
-			kv = b
-		}
-		val, _ := json.Marshal(events.Announcement{Principal: a.cfg.Principal, Channel: a.cfg.Channel, At: time.Now().UTC()})
-		if _, err := kv.Put(ctx, key, val); err != nil && ctx.Err() == nil {
-			a.log.Warn("announce presence", zap.Error(err))
-		}
-	}
-	put()
-	t := time.NewTicker(events.PresenceRefresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			if kv != nil {
-				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-				_ = kv.Delete(dctx, key)
-				cancel()
-			}
-			return
-		case <-t.C:
-			put()
-		}
-	}
 }
 
 // handle offers one pending event to the handler and settles the message.
@@ -257,20 +212,7 @@ func (a *Approver) handle(ctx context.Context, msg jetstream.Msg) {
 		defer sub.Unsubscribe() //nolint:errcheck // best effort
 	}
 	// Keep the message ours while a person thinks.
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		t := time.NewTicker(10 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				_ = msg.InProgress()
-			case <-stop:
-				return
-			}
-		}
-	}()
+	defer keepAlive(msg)()
 
 	resp, err := a.h(hctx, req)
 	var perm *permanentError

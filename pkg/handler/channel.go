@@ -1,0 +1,663 @@
+package handler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// A Channel shows pending requests to people over one transport (Slack, email,
+// a chat, a pager) and shows each request's outcome there once it is decided.
+// Unlike an Approver, a channel reaches many principals and its people answer
+// asynchronously (a click, a link), so it does not block on a request: the
+// runtime calls its Notifier for every new or escalated request and for every
+// outcome, and the channel answers for whichever principal acted with Answer.
+//
+// Several processes may run the same channel: each request is notified once
+// across all of them (the consumers are durable and named after the channel,
+// not the process), and what a notification made (its Ref: a message id, say)
+// is kept in the ChannelBucket, so that any process can find it when a
+// person acts or the request is decided.
+type Channel struct {
+	cfg    ChannelConfig
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	n      Notifier
+	client *Client
+	log    *zap.Logger
+
+	mu       sync.Mutex
+	kv       jetstream.KeyValue
+	running  sync.Mutex
+	reachers func() []string
+}
+
+// Notifier is what a channel does with the requests the runtime hands it.
+type Notifier interface {
+	// Notify shows a pending request to the people of n.Approvers that the
+	// channel reaches: a new request (Level 0), an escalation (Level > 0,
+	// Approvers then the newly notified), or a reminder (Reminder). n.Ref is
+	// what the channel returned for this request before, nil the first time.
+	// The returned ref is kept for later calls about the request (nil keeps
+	// the previous one). An error is retried with backoff until the request
+	// ends.
+	Notify(ctx context.Context, n Notice) (ref json.RawMessage, err error)
+	// Resolve shows the outcome where the request was shown. It is called
+	// at least once per request the channel was notified of (rarely twice:
+	// make it idempotent). An error is retried with backoff.
+	Resolve(ctx context.Context, o Outcome) error
+}
+
+// Notice is a pending request, as a channel shows it.
+type Notice struct {
+	Request
+	// Approvers are who may answer: principal names and role:<role>, as the
+	// policy wrote them (escalations give names); empty means anyone.
+	Approvers []string
+	Rule      string
+	// Level is the escalation level: 0 for a new request.
+	Level int
+	// Terms are what answers the broker accepts; nil from older brokers.
+	Terms *events.Terms
+	// Reminder marks a reminder: the request is still waiting, and its
+	// deadline is near.
+	Reminder bool
+	// Ref is what Notify returned for this request before; nil the first time.
+	Ref json.RawMessage
+}
+
+// Outcome is a decided request, as a channel shows it.
+type Outcome struct {
+	RequestID string
+	Decision  Decision
+	// Notice is the last notice of the request, with its Ref.
+	Notice Notice
+}
+
+// ChannelConfig configures a Channel.
+type ChannelConfig struct {
+	// Channel names the transport ("slack", "email", ...): in decisions, in
+	// presence, and in the consumers' names.
+	Channel string
+	// Principals lists who the channel reaches, announced to brokers (the
+	// presence bucket) so that on_no_approver knows them. Reachable, if set,
+	// is asked instead each time (a configuration that reloads).
+	Principals []string
+	Reachable  func() []string
+	// Agents limits the channel to these agents' requests; empty means all.
+	Agents []string
+	// Remind, if positive, sends a reminder this long before a request's
+	// deadline (when the request lives longer than that).
+	Remind time.Duration
+	// Lookback is how far back a new channel looks for requests still
+	// pending. Default 24h.
+	Lookback time.Duration
+	// Concurrency bounds the notifications in flight. Default 16.
+	Concurrency int
+	// Logger; nil logs nothing.
+	Logger *zap.Logger
+}
+
+// ChannelBucket keeps, per channel and request, what its notification made.
+const ChannelBucket = "assent-channels"
+
+// channelKeep is how long a channel remembers a request: past the longest
+// timeout (24h) with room for escalations.
+const channelKeep = 72 * time.Hour
+
+// NewChannel returns a channel runtime for n on nc.
+func NewChannel(nc *nats.Conn, cfg ChannelConfig, n Notifier) (*Channel, error) {
+	if nc == nil || n == nil {
+		return nil, errors.New("handler: NewChannel needs a connection and a notifier")
+	}
+	var errs []error
+	if err := events.CheckToken("channel", cfg.Channel); err != nil {
+		errs = append(errs, err)
+	}
+	for _, p := range cfg.Principals {
+		if err := events.CheckToken("principal", p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, a := range cfg.Agents {
+		if err := events.CheckToken("agent", a); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if cfg.Remind < 0 {
+		errs = append(errs, fmt.Errorf("remind %s: want a positive duration, or 0 for no reminders", cfg.Remind))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("handler: channel config: %w", err)
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 16
+	}
+	if cfg.Lookback <= 0 {
+		cfg.Lookback = 24 * time.Hour
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	client, err := NewClient(nc, Config{Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	c := &Channel{cfg: cfg, nc: nc, js: js, n: n, client: client,
+		log: cfg.Logger.Named("channel").With(zap.String("channel", cfg.Channel))}
+	c.reachers = func() []string { return cfg.Principals }
+	if cfg.Reachable != nil {
+		c.reachers = cfg.Reachable
+	}
+	return c, nil
+}
+
+// Name is the channel's name, as decisions record it.
+func (c *Channel) Name() string { return c.cfg.Channel }
+
+// bucket opens (or makes) the channel bucket.
+func (c *Channel) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kv != nil {
+		return c.kv, nil
+	}
+	kv, err := c.js.KeyValue(ctx, ChannelBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = c.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: ChannelBucket, Description: "Assent channels: what each channel showed for each request",
+			TTL: channelKeep, Storage: jetstream.FileStorage,
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("handler: channel bucket: %w", err)
+	}
+	c.kv = kv
+	return kv, nil
+}
+
+// shown is what the bucket keeps per channel and request.
+type shown struct {
+	Notice   noticeJSON `json:"notice"`
+	Reminded bool       `json:"reminded,omitempty"`
+	Resolved bool       `json:"resolved,omitempty"`
+}
+
+type noticeJSON struct {
+	ID        string           `json:"id"`
+	Request   events.Requested `json:"request"`
+	Deadline  time.Time        `json:"deadline"`
+	Approvers []string         `json:"approvers,omitempty"`
+	Rule      string           `json:"rule,omitempty"`
+	Level     int              `json:"level,omitempty"`
+	Terms     *events.Terms    `json:"terms,omitempty"`
+	Ref       json.RawMessage  `json:"ref,omitempty"`
+}
+
+func (n *Notice) json() noticeJSON {
+	return noticeJSON{ID: n.ID, Request: n.Requested, Deadline: n.Deadline, Approvers: n.Approvers, Rule: n.Rule, Level: n.Level, Terms: n.Terms, Ref: n.Ref}
+}
+
+func (j *noticeJSON) notice() Notice {
+	return Notice{Request: Request{ID: j.ID, Requested: j.Request, Deadline: j.Deadline}, Approvers: j.Approvers, Rule: j.Rule, Level: j.Level, Terms: j.Terms, Ref: j.Ref}
+}
+
+func (c *Channel) key(id string) string { return c.cfg.Channel + "." + id }
+
+// load returns what the channel showed for request id, and the entry's
+// revision; ok is false if it showed nothing.
+func (c *Channel) load(ctx context.Context, id string) (s shown, rev uint64, ok bool, err error) {
+	kv, err := c.bucket(ctx)
+	if err != nil {
+		return s, 0, false, err
+	}
+	e, err := kv.Get(ctx, c.key(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return s, 0, false, nil
+	}
+	if err != nil {
+		return s, 0, false, err
+	}
+	if err := json.Unmarshal(e.Value(), &s); err != nil {
+		return s, 0, false, fmt.Errorf("channel entry %s: %w", e.Key(), err)
+	}
+	return s, e.Revision(), true, nil
+}
+
+// save writes s for its request: a create when rev is 0, else an update of
+// revision rev.
+func (c *Channel) save(ctx context.Context, s shown, rev uint64) (uint64, error) {
+	kv, err := c.bucket(ctx)
+	if err != nil {
+		return 0, err
+	}
+	b, _ := json.Marshal(s)
+	if rev == 0 {
+		return kv.Create(ctx, c.key(s.Notice.ID), b)
+	}
+	return kv.Update(ctx, c.key(s.Notice.ID), b, rev)
+}
+
+// Lookup returns the last notice the channel showed for request id, with its
+// Ref; ok is false if it showed none (or has forgotten it, 72 hours on).
+// Any process running the channel can look up what another showed.
+func (c *Channel) Lookup(ctx context.Context, id string) (n Notice, resolved, ok bool, err error) {
+	s, _, ok, err := c.load(ctx, id)
+	if err != nil || !ok {
+		return Notice{}, false, ok, err
+	}
+	return s.Notice.notice(), s.Resolved, true, nil
+}
+
+// Decision returns request id's decision, if it has one.
+func (c *Channel) Decision(ctx context.Context, id string) (Decision, bool, error) {
+	return c.client.Decision(ctx, id)
+}
+
+// Answer publishes principal's answer to request id through this channel:
+// the same path as every other approver's (assent.response.<principal>.<id>).
+// The broker decides whether it counts; the outcome reaches Resolve.
+func (c *Channel) Answer(ctx context.Context, principal, id string, r Response) error {
+	return Answer(ctx, c.js, principal, id, events.Responded{
+		Decision: r.Decision, Reason: r.Reason, Args: r.Args, Payload: r.Payload, Remember: r.Remember, Channel: c.cfg.Channel,
+	})
+}
+
+// Run notifies and resolves until ctx ends, then waits for the calls in
+// flight to return.
+func (c *Channel) Run(ctx context.Context) error {
+	if !c.running.TryLock() {
+		return errors.New("handler: Channel.Run is already running")
+	}
+	defer c.running.Unlock()
+	if _, err := c.bucket(ctx); err != nil {
+		return err
+	}
+	start := time.Now().Add(-c.cfg.Lookback)
+	pendingFilters, decidedFilters := []string{events.PendingPrefix + "*"}, []string{events.DecisionPrefix + "*"}
+	if len(c.cfg.Agents) > 0 {
+		pendingFilters = pendingFilters[:0]
+		for _, a := range c.cfg.Agents {
+			pendingFilters = append(pendingFilters, events.PendingPrefix+a)
+		}
+	}
+	notify, err := durable(ctx, c.js, jetstream.ConsumerConfig{
+		Durable:        "channel-" + c.cfg.Channel + "-notify",
+		Description:    "Assent channel " + c.cfg.Channel + ": notifications",
+		FilterSubjects: pendingFilters,
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &start,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        30 * time.Second,
+		// A request waiting for its reminder stays unacknowledged.
+		MaxAckPending: 100_000,
+	})
+	if err != nil {
+		return fmt.Errorf("handler: channel consumer: %w", err)
+	}
+	resolve, err := durable(ctx, c.js, jetstream.ConsumerConfig{
+		Durable:        "channel-" + c.cfg.Channel + "-resolve",
+		Description:    "Assent channel " + c.cfg.Channel + ": outcomes",
+		FilterSubjects: decidedFilters,
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &start,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        30 * time.Second,
+		MaxAckPending:  4 * c.cfg.Concurrency,
+	})
+	if err != nil {
+		return fmt.Errorf("handler: channel consumer: %w", err)
+	}
+	sem := make(chan struct{}, c.cfg.Concurrency)
+	var wg sync.WaitGroup
+	wg.Go(func() { announce(ctx, c.js, c.log, c.cfg.Channel, c.reachers) })
+	take := func(handle func(context.Context, jetstream.Msg)) func(jetstream.Msg) {
+		return func(msg jetstream.Msg) {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				handle(ctx, msg)
+			})
+		}
+	}
+	nc, err := notify.Consume(take(c.handleNotice), jetstream.PullMaxMessages(2*c.cfg.Concurrency))
+	if err != nil {
+		return fmt.Errorf("handler: consume pending: %w", err)
+	}
+	rc, err := resolve.Consume(take(c.handleOutcome), jetstream.PullMaxMessages(2*c.cfg.Concurrency))
+	if err != nil {
+		nc.Stop()
+		return fmt.Errorf("handler: consume decisions: %w", err)
+	}
+	<-ctx.Done()
+	nc.Stop()
+	rc.Stop()
+	<-nc.Closed()
+	<-rc.Closed()
+	wg.Wait()
+	return nil
+}
+
+// durable returns the durable consumer cfg names, made if missing. One that
+// exists keeps where it started (the server refuses to change that) and takes
+// the rest of cfg, such as new filters.
+func durable(ctx context.Context, js jetstream.JetStream, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	for range 2 {
+		cons, err := js.Consumer(ctx, StreamName, cfg.Durable)
+		if err == nil {
+			old := cons.CachedInfo().Config
+			cfg.DeliverPolicy, cfg.OptStartTime, cfg.OptStartSeq = old.DeliverPolicy, old.OptStartTime, old.OptStartSeq
+			return js.UpdateConsumer(ctx, StreamName, cfg)
+		}
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, err
+		}
+		cons, err = js.CreateConsumer(ctx, StreamName, cfg)
+		if !errors.Is(err, jetstream.ErrConsumerExists) {
+			return cons, err
+		}
+		// Another process made it first: take that one.
+	}
+	return nil, fmt.Errorf("consumer %s: made and removed while starting", cfg.Durable)
+}
+
+// retry asks for msg again after a delay that doubles with each delivery,
+// from a second up to a minute.
+func retry(msg jetstream.Msg) {
+	d := time.Second
+	if md, err := msg.Metadata(); err == nil {
+		for i := uint64(1); i < md.NumDelivered && d < time.Minute; i++ {
+			d *= 2
+		}
+	}
+	_ = msg.NakWithDelay(min(d, time.Minute))
+}
+
+// keepAlive tells the server msg is still being handled until the returned
+// function is called.
+func keepAlive(msg jetstream.Msg) func() {
+	stop := make(chan struct{})
+	go func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				_ = msg.InProgress()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return func() { close(stop) }
+}
+
+// noticeOf reads a pending or escalated event; ok is false for other types.
+func noticeOf(e *events.Event) (n Notice, ok bool, err error) {
+	switch e.Type() {
+	case events.TypePending:
+		p, err := events.DecodePending(e)
+		return Notice{Request: Request{ID: p.RequestID, Requested: p.Request, Deadline: p.Deadline}, Approvers: p.Approvers, Rule: p.Rule, Terms: p.Terms}, err == nil, err
+	case events.TypeEscalated:
+		p, err := events.DecodeEscalated(e)
+		return Notice{Request: Request{ID: p.RequestID, Requested: p.Request, Deadline: p.Deadline}, Approvers: p.Approvers, Level: p.Level, Terms: p.Terms}, err == nil, err
+	}
+	return Notice{}, false, nil
+}
+
+// handleNotice notifies the channel of one pending or escalated event, once
+// across processes and restarts, then holds the message back until its
+// reminder is due.
+func (c *Channel) handleNotice(ctx context.Context, msg jetstream.Msg) {
+	e, err := c.client.codec.Decode(events.Header(msg.Headers()), msg.Data())
+	if err != nil {
+		_ = msg.TermWithReason("malformed: " + err.Error())
+		return
+	}
+	n, ok, err := noticeOf(&e)
+	switch {
+	case err != nil:
+		_ = msg.TermWithReason("malformed: " + err.Error())
+		return
+	case !ok:
+		_ = msg.Ack()
+		return
+	}
+	log := c.log.With(zap.String("request_id", n.ID), zap.Int("level", n.Level))
+	if !time.Now().Before(n.Deadline) {
+		_ = msg.Ack()
+		return
+	}
+	defer keepAlive(msg)()
+	if d, decided, err := c.client.Decision(ctx, n.ID); err != nil {
+		retry(msg)
+		return
+	} else if decided {
+		c.resolveNow(ctx, n.ID, d, log)
+		_ = msg.Ack()
+		return
+	}
+	s, rev, found, err := c.load(ctx, n.ID)
+	if err != nil {
+		log.Warn("read channel entry; will retry", zap.Error(err))
+		retry(msg)
+		return
+	}
+	switch {
+	case found && s.Notice.Level > n.Level:
+		// A later escalation was shown already: this notice is stale.
+		_ = msg.Ack()
+		return
+	case found && s.Notice.Level == n.Level:
+		// Shown before (a redelivery after a restart): only the reminder
+		// may be left to do.
+		c.remind(ctx, msg, s, rev, log)
+		return
+	}
+	if found {
+		n.Ref = s.Notice.Ref
+	}
+	ref, err := c.n.Notify(ctx, n)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn("notify failed; will retry", zap.Error(err))
+		}
+		retry(msg)
+		return
+	}
+	if ref != nil {
+		n.Ref = ref
+	}
+	next := shown{Notice: n.json()}
+	if rev, err = c.save(ctx, next, rev); err != nil {
+		// Another process showed it at the same time, or the bucket is
+		// unreachable: the notification went out either way.
+		log.Warn("record notification", zap.Error(err))
+		_ = msg.Ack()
+		return
+	}
+	// A decision may have come while the notification went out, before
+	// the outcome consumer could find it: check once more.
+	if d, decided, err := c.client.Decision(ctx, n.ID); err == nil && decided {
+		c.resolveNow(ctx, n.ID, d, log)
+		_ = msg.Ack()
+		return
+	}
+	c.remind(ctx, msg, next, rev, log)
+}
+
+// remind sends the reminder of a shown notice when it is due, or holds the
+// message back until then; it acknowledges the message once nothing is left.
+func (c *Channel) remind(ctx context.Context, msg jetstream.Msg, s shown, rev uint64, log *zap.Logger) {
+	if c.cfg.Remind <= 0 || s.Reminded || s.Resolved {
+		_ = msg.Ack()
+		return
+	}
+	n := s.Notice.notice()
+	at := n.Deadline.Add(-c.cfg.Remind)
+	if wait := time.Until(at); wait > 0 {
+		_ = msg.NakWithDelay(wait)
+		return
+	}
+	if !time.Now().Before(n.Deadline) {
+		_ = msg.Ack()
+		return
+	}
+	if _, decided, err := c.client.Decision(ctx, n.ID); err != nil {
+		retry(msg)
+		return
+	} else if decided {
+		_ = msg.Ack() // the outcome consumer resolves it
+		return
+	}
+	n.Reminder = true
+	ref, err := c.n.Notify(ctx, n)
+	if err != nil {
+		log.Warn("reminder failed; will retry", zap.Error(err))
+		retry(msg)
+		return
+	}
+	if ref != nil {
+		s.Notice.Ref = ref
+	}
+	s.Reminded = true
+	if _, err := c.save(ctx, s, rev); err != nil {
+		log.Warn("record reminder", zap.Error(err))
+	}
+	_ = msg.Ack()
+}
+
+// handleOutcome shows a decision where the channel showed its request.
+func (c *Channel) handleOutcome(ctx context.Context, msg jetstream.Msg) {
+	e, err := c.client.codec.Decode(events.Header(msg.Headers()), msg.Data())
+	if err != nil || e.Type() != events.TypeDecided {
+		_ = msg.Ack() // not a decision; the broker reports forgeries
+		return
+	}
+	d, err := events.DecodeDecided(&e)
+	if err != nil {
+		_ = msg.Ack()
+		return
+	}
+	id := strings.TrimPrefix(msg.Subject(), events.DecisionPrefix)
+	if d.RequestID != "" && d.RequestID != id {
+		_ = msg.Ack()
+		return
+	}
+	defer keepAlive(msg)()
+	if err := c.resolve(ctx, id, d); err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("resolve failed; will retry", zap.String("request_id", id), zap.Error(err))
+		}
+		retry(msg)
+		return
+	}
+	_ = msg.Ack()
+}
+
+// resolveNow resolves request id at once, logging a failure: the outcome
+// consumer retries it.
+func (c *Channel) resolveNow(ctx context.Context, id string, d Decision, log *zap.Logger) {
+	if err := c.resolve(ctx, id, d); err != nil && ctx.Err() == nil {
+		log.Warn("resolve", zap.Error(err))
+	}
+}
+
+// resolve calls Resolve for a request the channel showed and has not
+// resolved, and records that it did.
+func (c *Channel) resolve(ctx context.Context, id string, d Decision) error {
+	s, rev, found, err := c.load(ctx, id)
+	if err != nil || !found || s.Resolved {
+		return err
+	}
+	if err := c.n.Resolve(ctx, Outcome{RequestID: id, Decision: d, Notice: s.Notice.notice()}); err != nil {
+		return err
+	}
+	s.Resolved = true
+	if _, err := c.save(ctx, s, rev); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return err
+	}
+	return nil
+}
+
+// announce tells brokers, every events.PresenceRefresh until ctx ends, that
+// channel reaches the principals who() returns, then withdraws the
+// announcements. A broker that finds no reachable approver for a request can
+// then fail fast instead of letting it wait out its timeout.
+func announce(ctx context.Context, js jetstream.JetStream, log *zap.Logger, channel string, who func() []string) {
+	var kv jetstream.KeyValue
+	warned := false
+	announced := map[string]bool{}
+	put := func() {
+		if kv == nil {
+			// The bucket appears when a broker first starts; keep trying.
+			b, err := js.KeyValue(ctx, events.PresenceBucket)
+			if err != nil {
+				if !warned && ctx.Err() == nil {
+					log.Warn("cannot announce presence yet; brokers without an open HTTP API treat these principals as unreachable", zap.Error(err))
+					warned = true
+				}
+				return
+			}
+			kv = b
+		}
+		now := who()
+		for p := range announced {
+			if !slices.Contains(now, p) {
+				if key, err := events.PresenceKey(p, channel); err == nil {
+					_ = kv.Delete(ctx, key)
+				}
+				delete(announced, p)
+			}
+		}
+		for _, p := range now {
+			key, err := events.PresenceKey(p, channel)
+			if err != nil {
+				continue
+			}
+			val, _ := json.Marshal(events.Announcement{Principal: p, Channel: channel, At: time.Now().UTC()})
+			if _, err := kv.Put(ctx, key, val); err != nil {
+				if ctx.Err() == nil {
+					log.Warn("announce presence", zap.String("principal", p), zap.Error(err))
+				}
+				continue
+			}
+			announced[p] = true
+		}
+	}
+	put()
+	t := time.NewTicker(events.PresenceRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if kv != nil {
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+				for p := range announced {
+					if key, err := events.PresenceKey(p, channel); err == nil {
+						_ = kv.Delete(dctx, key)
+					}
+				}
+				cancel()
+			}
+			return
+		case <-t.C:
+			put()
+		}
+	}
+}
