@@ -62,10 +62,14 @@ type Notifier interface {
 // Notice is a pending request, as a channel shows it.
 type Notice struct {
 	Request
-	// Approvers are who may answer: principal names and role:<role>, as the
-	// policy wrote them (escalations give names); empty means anyone.
+	// Approvers are who to tell: for a new request, who may answer, as the
+	// policy wrote them (principal names and role:<role>); for an
+	// escalation, the principals it adds (everyone of earlier levels may
+	// still answer). Empty means anyone.
 	Approvers []string
-	Rule      string
+	// Rule is the policy rule that asked for approval (kept from the first
+	// notice in escalations).
+	Rule string
 	// Level is the escalation level: 0 for a new request.
 	Level int
 	// Terms are what answers the broker accepts; nil from older brokers.
@@ -470,7 +474,11 @@ func (c *Channel) handleNotice(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	if found {
+		// An escalation: it names the rule only in the first notice.
 		n.Ref = s.Notice.Ref
+		if n.Rule == "" {
+			n.Rule = s.Notice.Rule
+		}
 	}
 	ref, err := c.n.Notify(ctx, n)
 	if err != nil {
