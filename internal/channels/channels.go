@@ -215,7 +215,8 @@ func (d *Directory) names(p *policy.Policy) []string {
 	return out
 }
 
-// Who says who decided, for people: "alice via slack", "policy", "timeout".
+// Who says who decided, for people: "alice via slack", "policy", "timeout";
+// "" for a cancel, which names nobody.
 func Who(d handler.Decision) string {
 	switch {
 	case len(d.DecidedBy) > 0:
@@ -232,5 +233,5 @@ func Who(d handler.Decision) string {
 	case d.Outcome == events.Expired:
 		return "timeout"
 	}
-	return "the agent"
+	return ""
 }
