@@ -1,0 +1,212 @@
+package bot
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/assent-dev/assent/internal/app"
+	"github.com/assent-dev/assent/internal/channels"
+	"github.com/assent-dev/assent/internal/channels/terminal"
+	"github.com/assent-dev/assent/internal/channels/webhook"
+	"github.com/assent-dev/assent/internal/logging"
+)
+
+// Exit codes of Main.
+const (
+	ExitOK    = 0
+	ExitError = 1 // the command failed; the error has been printed
+	ExitUsage = 2 // the command line is wrong; the usage has been printed
+)
+
+const usage = `approver-bot brings Assent's pending approvals to people (Slack, email,
+webhooks, a terminal) and their answers back to the broker.
+
+Usage:
+  approver-bot run --config FILE            run the configured channels
+  approver-bot check --config FILE          check a configuration and its policy
+  approver-bot cli --principal P [flags]    approve from a terminal
+  approver-bot webhooks log [flags]         the webhook delivery log, as JSON lines
+  approver-bot version                      print the version
+
+"approver-bot COMMAND -h" describes a command. Setup: docs/channels.md.
+`
+
+// Main runs the command line args and returns the exit code.
+func Main(ctx context.Context, version string, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return ExitUsage
+	}
+	cmd, rest := args[0], args[1:]
+	if cmd == "webhooks" {
+		if len(rest) == 0 || rest[0] != "log" {
+			fmt.Fprintln(stderr, "approver-bot webhooks: want a subcommand: log")
+			return ExitUsage
+		}
+		cmd, rest = "webhooks log", rest[1:]
+	}
+	fs := flag.NewFlagSet("approver-bot "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var run func() error
+	switch cmd {
+	case "run", "check":
+		config := fs.String("config", "", "the configuration `file` (YAML, docs/channels.md)")
+		logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+		logJSON := fs.Bool("log-json", false, "log JSON lines instead of console text")
+		run = func() error {
+			if *config == "" {
+				return usageError("missing --config FILE")
+			}
+			cfg, err := LoadConfig(*config)
+			if err != nil {
+				return err
+			}
+			if cmd == "check" {
+				return check(cfg, stdout)
+			}
+			log, err := logging.New(*logLevel, *logJSON)
+			if err != nil {
+				return usageError(err.Error())
+			}
+			defer log.Sync() //nolint:errcheck // nothing to do about it
+			b, err := New(cfg, log)
+			if err != nil {
+				return err
+			}
+			return b.Run(ctx)
+		}
+	case "cli":
+		principal := fs.String("principal", "", "who you answer as: a principal of the policy")
+		natsURL := fs.String("nats-url", DefaultNATS, "the NATS server or cluster the broker uses")
+		creds := fs.String("creds", "", "NATS credentials `file`")
+		policyFile := fs.String("policy", "", "the policy `file`, to show which requests you may answer (optional: the broker judges anyway)")
+		agents := fs.String("agent", "", "only these `agents`' requests, comma-separated")
+		run = func() error {
+			if *principal == "" {
+				return usageError("missing --principal: the principal of the policy you answer as")
+			}
+			nc, err := connect(*natsURL, *creds)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			o := terminal.Options{NATS: nc, Principal: *principal, In: nil, Out: stdout}
+			if *policyFile != "" {
+				p, err := app.LoadPolicy(*policyFile)
+				if err != nil {
+					return err
+				}
+				o.Directory = channels.NewDirectory(p)
+			}
+			if *agents != "" {
+				o.Agents = strings.Split(*agents, ",")
+			}
+			return terminal.Run(ctx, o)
+		}
+	case "webhooks log":
+		natsURL := fs.String("nats-url", DefaultNATS, "the NATS server or cluster the bot uses")
+		creds := fs.String("creds", "", "NATS credentials `file`")
+		endpoint := fs.String("endpoint", "", "only this endpoint's deliveries")
+		since := fs.Duration("since", 24*time.Hour, "deliveries of this last `duration`")
+		run = func() error {
+			nc, err := connect(*natsURL, *creds)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			return webhook.Log(ctx, js, *endpoint, time.Now().Add(-*since), stdout)
+		}
+	case "version":
+		run = func() error {
+			_, err := fmt.Fprintln(stdout, "assent approver-bot", version)
+			return err
+		}
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return ExitOK
+	default:
+		fmt.Fprintf(stderr, "approver-bot: unknown command %q\n\n%s", cmd, usage)
+		return ExitUsage
+	}
+	if err := fs.Parse(rest); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "approver-bot %s: unexpected arguments %q\n", cmd, fs.Args())
+		fs.Usage()
+		return ExitUsage
+	}
+	if err := run(); err != nil {
+		var u usageError
+		if errors.As(err, &u) {
+			fmt.Fprintf(stderr, "approver-bot %s: %s\n", cmd, u)
+			fs.Usage()
+			return ExitUsage
+		}
+		fmt.Fprintf(stderr, "approver-bot %s: %v\n", cmd, err)
+		return ExitError
+	}
+	return ExitOK
+}
+
+type usageError string
+
+func (e usageError) Error() string { return string(e) }
+
+func connect(url, creds string) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name("assent approver-bot"), nats.MaxReconnects(-1)}
+	if creds != "" {
+		opts = append(opts, nats.UserCredentials(creds))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w (is a broker running? --nats-url)", url, err)
+	}
+	return nc, nil
+}
+
+// check reports what a configuration would run: the file, the policy, each
+// channel's settings and secrets, and the NATS connection.
+func check(cfg *Config, w io.Writer) error {
+	p, err := app.LoadPolicy(cfg.Policy)
+	if err != nil {
+		return err
+	}
+	nc, err := connect(cfg.NATS.URL, cfg.NATS.Creds)
+	if err != nil {
+		return fmt.Errorf("%s: nats: %w", cfg.File, err)
+	}
+	defer nc.Close()
+	dir := channels.NewDirectory(p)
+	env := channels.Env{NATS: nc, Directory: dir, PublicURL: cfg.HTTP.PublicURL, WebUI: cfg.WebUI, Logger: nopLogger()}
+	var errs []error
+	for _, s := range cfg.sections() {
+		a, err := s.make(cfg, s.node, env)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		who := a.Reaches()
+		fmt.Fprintf(w, "%s: ok, reaches %d principal(s): %s\n", a.Name(), len(who), strings.Join(who, ", "))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s: ok (policy %s, %d principals)\n", cfg.File, cfg.Policy, len(p.Principals))
+	return err
+}

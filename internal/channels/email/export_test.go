@@ -1,0 +1,21 @@
+package email
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// LinkForTest returns an approval link signed with a's secret, as Notify
+// would mail it, with any fields a test wants.
+func (a *Adapter) LinkForTest(id, principal, address string, d events.Verdict, args json.RawMessage, expires time.Time) string {
+	digest, err := events.ArgsDigest(args)
+	if err != nil {
+		panic(err)
+	}
+	return a.s.public + linkPath + a.links.sign(link{Request: id, Principal: principal, Decision: d, Args: digest, To: addressHash(address), Expires: expires.Unix()})
+}
+
+// PageCSS is the link pages' inline style, whose hash the CSP allows.
+const PageCSS = pageCSS

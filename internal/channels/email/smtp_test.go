@@ -1,0 +1,242 @@
+package email_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/emersion/go-sasl"
+	"github.com/emersion/go-smtp"
+)
+
+const (
+	smtpUser     = "assent-bot"
+	smtpPassword = "correct horse battery staple"
+)
+
+// delivery is one message the test SMTP server accepted.
+type delivery struct {
+	From string
+	To   []string
+	Data []byte
+	// TLS and Auth say whether the session was encrypted and authenticated
+	// when the message was submitted.
+	TLS, Auth bool
+}
+
+// smtpServer is a real SMTP server for tests: STARTTLS with a certificate
+// made for the test, AUTH PLAIN required, messages kept in memory.
+type smtpServer struct {
+	Addr   string
+	Host   string
+	Port   int
+	CAFile string
+
+	mu        sync.Mutex
+	delivered []delivery
+	changed   chan struct{}
+	// failRcpt, if set, refuses RCPT TO for these addresses with a
+	// temporary error, once each.
+	failRcpt map[string]bool
+	failures int
+	authFail int
+}
+
+// startSMTP starts the test SMTP server on a free loopback port and stops it
+// when the test ends.
+func startSMTP(t *testing.T) *smtpServer {
+	t.Helper()
+	cert, caPEM := testCertificate(t)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &smtpServer{Addr: l.Addr().String(), Host: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port, CAFile: caFile, changed: make(chan struct{}, 1)}
+	srv := smtp.NewServer(smtp.BackendFunc(func(c *smtp.Conn) (smtp.Session, error) { return &session{s: s, c: c}, nil }))
+	srv.Domain = "localhost"
+	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	srv.ReadTimeout, srv.WriteTimeout = 10*time.Second, 10*time.Second
+	srv.MaxMessageBytes = 1 << 20
+	srv.AllowInsecureAuth = false // AUTH only after STARTTLS
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			_ = srv.Close()
+		}
+		if err := <-done; err != nil {
+			t.Errorf("smtp server: %v", err)
+		}
+	})
+	return s
+}
+
+// testCertificate makes a self-signed certificate for 127.0.0.1 and
+// localhost, and returns it with its PEM.
+func testCertificate(t *testing.T) (tls.Certificate, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "assent test smtp"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:              []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert, certPEM
+}
+
+// session is one SMTP session of the test server.
+type session struct {
+	s    *smtpServer
+	c    *smtp.Conn
+	auth bool
+	from string
+	to   []string
+}
+
+func (s *session) AuthMechanisms() []string { return []string{sasl.Plain} }
+
+func (s *session) Auth(mech string) (sasl.Server, error) {
+	if mech != sasl.Plain {
+		return nil, smtp.ErrAuthUnknownMechanism
+	}
+	return sasl.NewPlainServer(func(identity, username, password string) error {
+		if username != smtpUser || password != smtpPassword {
+			s.s.mu.Lock()
+			s.s.authFail++
+			s.s.mu.Unlock()
+			return smtp.ErrAuthFailed
+		}
+		s.auth = true
+		return nil
+	}), nil
+}
+
+func (s *session) Mail(from string, _ *smtp.MailOptions) error {
+	if !s.auth {
+		return smtp.ErrAuthRequired
+	}
+	s.from = from
+	return nil
+}
+
+func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
+	if !s.auth {
+		return smtp.ErrAuthRequired
+	}
+	s.s.mu.Lock()
+	defer s.s.mu.Unlock()
+	if s.s.failRcpt[strings.ToLower(to)] {
+		delete(s.s.failRcpt, strings.ToLower(to))
+		s.s.failures++
+		return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "try again later"}
+	}
+	s.to = append(s.to, to)
+	return nil
+}
+
+func (s *session) Data(r io.Reader) error {
+	if !s.auth {
+		return smtp.ErrAuthRequired
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	_, isTLS := s.c.TLSConnectionState()
+	s.s.mu.Lock()
+	s.s.delivered = append(s.s.delivered, delivery{From: s.from, To: s.to, Data: b, TLS: isTLS, Auth: s.auth})
+	s.s.mu.Unlock()
+	select {
+	case s.s.changed <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (s *session) Reset() { s.from, s.to = "", nil }
+
+func (s *session) Logout() error { return nil }
+
+// failOnce makes the server refuse the next RCPT TO for addr, temporarily.
+func (s *smtpServer) failOnce(addr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failRcpt == nil {
+		s.failRcpt = map[string]bool{}
+	}
+	s.failRcpt[strings.ToLower(addr)] = true
+}
+
+// matching returns the deliveries match accepts.
+func (s *smtpServer) matching(match func(delivery) bool) []delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []delivery
+	for _, d := range s.delivered {
+		if match(d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// wait waits until match accepts n deliveries and returns them, failing
+// after 20s.
+func (s *smtpServer) wait(t *testing.T, what string, n int, match func(delivery) bool) []delivery {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		if got := s.matching(match); len(got) >= n {
+			return got
+		}
+		select {
+		case <-s.changed:
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("%s: %d mails after 20s, want %d", what, len(s.matching(match)), n)
+		}
+	}
+}

@@ -1,0 +1,393 @@
+package slack_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// fakeSlack is a local Slack: the Web API methods the channel calls
+// (auth.test, chat.postMessage, chat.update, chat.postEphemeral, views.open,
+// apps.connections.open) and a Socket Mode websocket. It keeps the messages
+// as Slack would, and every call, for tests to inspect.
+type fakeSlack struct {
+	t        *testing.T
+	srv      *httptest.Server
+	botToken string
+	appToken string
+
+	mu        sync.Mutex
+	calls     []apiCall
+	messages  []*message // in the order posted
+	nextTS    int
+	acks      map[string]json.RawMessage // Socket Mode envelope id -> payload
+	ws        *websocket.Conn
+	wsWrite   sync.Mutex // gorilla connections take one writer at a time
+	envelopes int
+	changed   chan struct{}
+	closing   chan struct{}
+	wsDone    sync.WaitGroup
+}
+
+// apiCall is one Web API call.
+type apiCall struct {
+	Method string
+	Form   url.Values                 // form-encoded calls
+	JSON   map[string]json.RawMessage // JSON calls (views.open)
+}
+
+// message is a message in the fake workspace.
+type message struct {
+	Channel, TS, ThreadTS, Text string
+	Blocks                      string // JSON, as last posted or updated
+	Updates                     int
+}
+
+// openedView is a modal the channel opened with views.open.
+type openedView struct {
+	TriggerID       string
+	CallbackID      string `json:"callback_id"`
+	PrivateMetadata string `json:"private_metadata"`
+	Raw             string // the view's JSON
+}
+
+func newFakeSlack(t *testing.T, botToken, appToken string) *fakeSlack {
+	t.Helper()
+	f := &fakeSlack{t: t, botToken: botToken, appToken: appToken, nextTS: 1,
+		acks: map[string]json.RawMessage{}, changed: make(chan struct{}, 1), closing: make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /auth.test", f.web(false, func(c apiCall) any {
+		return map[string]any{"ok": true, "team": "Acme", "user_id": "UBOT", "bot_id": "BBOT"}
+	}))
+	mux.HandleFunc("POST /chat.postMessage", f.web(false, f.postMessage))
+	mux.HandleFunc("POST /chat.update", f.web(false, f.update))
+	mux.HandleFunc("POST /chat.postEphemeral", f.web(false, func(c apiCall) any {
+		return map[string]any{"ok": true, "message_ts": "1.1"}
+	}))
+	mux.HandleFunc("POST /views.open", f.web(false, func(c apiCall) any {
+		return map[string]any{"ok": true, "view": map[string]any{"id": "V1"}}
+	}))
+	mux.HandleFunc("POST /apps.connections.open", f.web(true, func(c apiCall) any {
+		return map[string]any{"ok": true, "url": "ws://" + f.srv.Listener.Addr().String() + "/ws"}
+	}))
+	mux.HandleFunc("GET /ws", f.socket)
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(f.close)
+	return f
+}
+
+// URL is the Web API's base URL.
+func (f *fakeSlack) URL() string { return f.srv.URL + "/" }
+
+func (f *fakeSlack) close() {
+	close(f.closing)
+	f.mu.Lock()
+	if f.ws != nil {
+		f.ws.Close()
+	}
+	f.mu.Unlock()
+	f.wsDone.Wait()
+	f.srv.Close()
+}
+
+func (f *fakeSlack) signal() {
+	select {
+	case f.changed <- struct{}{}:
+	default:
+	}
+}
+
+// web serves one Web API method: it checks the token (the app-level one if
+// app), records the call and answers with do's result.
+func (f *fakeSlack) web(app bool, do func(apiCall) any) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c := apiCall{Method: strings.TrimPrefix(r.URL.Path, "/")}
+		token := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+			body, _ := io.ReadAll(r.Body)
+			if len(body) > 0 {
+				if err := json.Unmarshal(body, &c.JSON); err != nil {
+					f.t.Errorf("%s: body %s: %v", c.Method, body, err)
+				}
+			}
+		} else {
+			if err := r.ParseForm(); err != nil {
+				f.t.Errorf("%s: form: %v", c.Method, err)
+			}
+			c.Form = r.PostForm
+			if token == "" {
+				token = c.Form.Get("token")
+			}
+		}
+		want := f.botToken
+		if app {
+			want = f.appToken
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if token != want {
+			_ = json.NewEncoder(w).Encode(map[string]any{"ok": false, "error": "invalid_auth"})
+			return
+		}
+		f.mu.Lock()
+		f.calls = append(f.calls, c)
+		resp := do(c)
+		f.mu.Unlock()
+		f.signal()
+		_ = json.NewEncoder(w).Encode(resp)
+	}
+}
+
+// postMessage and update run under f.mu.
+func (f *fakeSlack) postMessage(c apiCall) any {
+	ch := c.Form.Get("channel")
+	if ch == "" || ch == "CMISSING" {
+		return map[string]any{"ok": false, "error": "channel_not_found"}
+	}
+	ts := fmt.Sprintf("1700000000.%06d", f.nextTS)
+	f.nextTS++
+	f.messages = append(f.messages, &message{Channel: ch, TS: ts, ThreadTS: c.Form.Get("thread_ts"), Text: c.Form.Get("text"), Blocks: readable(c.Form.Get("blocks"))})
+	return map[string]any{"ok": true, "channel": ch, "ts": ts, "message": map[string]any{"ts": ts, "text": c.Form.Get("text")}}
+}
+
+func (f *fakeSlack) update(c apiCall) any {
+	for _, m := range f.messages {
+		if m.Channel == c.Form.Get("channel") && m.TS == c.Form.Get("ts") {
+			m.Text, m.Blocks = c.Form.Get("text"), readable(c.Form.Get("blocks"))
+			m.Updates++
+			return map[string]any{"ok": true, "channel": m.Channel, "ts": m.TS, "text": m.Text}
+		}
+	}
+	return map[string]any{"ok": false, "error": "message_not_found"}
+}
+
+// readable re-encodes JSON without escaping <, > and &, for tests to read
+// the mrkdwn as Slack would.
+func readable(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	var v any
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		return raw
+	}
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	return strings.TrimSpace(b.String())
+}
+
+// Calls returns the calls of method so far.
+func (f *fakeSlack) Calls(method string) []apiCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []apiCall
+	for _, c := range f.calls {
+		if c.Method == method {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Message returns a copy of the request's top-level message, found by the
+// request id it shows; ok is false if none was posted.
+func (f *fakeSlack) Message(id string) (m message, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, m := range f.messages {
+		if m.ThreadTS == "" && strings.Contains(m.Blocks, id) {
+			return *m, true
+		}
+	}
+	return message{}, false
+}
+
+// Messages returns copies of every message posted, in order.
+func (f *fakeSlack) Messages() []message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]message, len(f.messages))
+	for i, m := range f.messages {
+		out[i] = *m
+	}
+	return out
+}
+
+// Replies returns the thread replies under ts.
+func (f *fakeSlack) Replies(ts string) []message {
+	var out []message
+	for _, m := range f.Messages() {
+		if m.ThreadTS == ts {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Ephemerals returns the texts shown to user alone.
+func (f *fakeSlack) Ephemerals(user string) []string {
+	var out []string
+	for _, c := range f.Calls("chat.postEphemeral") {
+		if c.Form.Get("user") == user {
+			out = append(out, c.Form.Get("text"))
+		}
+	}
+	return out
+}
+
+// Views returns the modals opened so far.
+func (f *fakeSlack) Views() []openedView {
+	var out []openedView
+	for _, c := range f.Calls("views.open") {
+		var v openedView
+		if err := json.Unmarshal(c.JSON["view"], &v); err != nil {
+			f.t.Fatalf("views.open: %v", err)
+		}
+		_ = json.Unmarshal(c.JSON["trigger_id"], &v.TriggerID)
+		v.Raw = string(c.JSON["view"])
+		out = append(out, v)
+	}
+	return out
+}
+
+// Wait polls cond until it holds, failing the test after 20 seconds.
+func (f *fakeSlack) Wait(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for !cond() {
+		select {
+		case <-f.changed:
+		case <-time.After(50 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("%s: not after 20s", what)
+		}
+	}
+}
+
+// socket is the Socket Mode websocket: it says hello, pings every second,
+// and records acknowledgements.
+func (f *fakeSlack) socket(w http.ResponseWriter, r *http.Request) {
+	up := websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
+	conn, err := up.Upgrade(w, r, nil)
+	if err != nil {
+		f.t.Errorf("websocket upgrade: %v", err)
+		return
+	}
+	f.mu.Lock()
+	select {
+	case <-f.closing:
+		f.mu.Unlock()
+		conn.Close()
+		return
+	default:
+	}
+	if f.ws != nil {
+		f.ws.Close()
+	}
+	f.ws = conn
+	f.wsDone.Add(1)
+	f.mu.Unlock()
+	defer f.wsDone.Done()
+	defer func() {
+		f.mu.Lock()
+		if f.ws == conn {
+			f.ws = nil
+		}
+		f.mu.Unlock()
+	}()
+	f.write(conn, map[string]any{"type": "hello", "num_connections": 1, "connection_info": map[string]any{"app_id": "A1"}})
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				f.wsWrite.Lock()
+				_ = conn.WriteControl(websocket.PingMessage, []byte("ping"), time.Now().Add(time.Second))
+				f.wsWrite.Unlock()
+			}
+		}
+	}()
+	f.signal()
+	for {
+		_, data, err := conn.ReadMessage()
+		if err != nil {
+			return
+		}
+		var ack struct {
+			EnvelopeID string          `json:"envelope_id"`
+			Payload    json.RawMessage `json:"payload"`
+		}
+		if err := json.Unmarshal(data, &ack); err != nil || ack.EnvelopeID == "" {
+			f.t.Errorf("Socket Mode: not an acknowledgement: %s", data)
+			continue
+		}
+		f.mu.Lock()
+		if ack.Payload == nil {
+			ack.Payload = json.RawMessage{}
+		}
+		f.acks[ack.EnvelopeID] = ack.Payload
+		f.mu.Unlock()
+		f.signal()
+	}
+}
+
+func (f *fakeSlack) write(conn *websocket.Conn, v any) {
+	f.wsWrite.Lock()
+	defer f.wsWrite.Unlock()
+	if err := conn.WriteJSON(v); err != nil {
+		f.t.Errorf("Socket Mode write: %v", err)
+	}
+}
+
+// Connected reports whether a Socket Mode client is connected.
+func (f *fakeSlack) Connected() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ws != nil
+}
+
+// Send sends an interactive envelope with payload over Socket Mode and
+// returns its envelope id.
+func (f *fakeSlack) Send(t *testing.T, payload any) string {
+	t.Helper()
+	f.mu.Lock()
+	f.envelopes++
+	id := fmt.Sprintf("env-%d", f.envelopes)
+	conn := f.ws
+	f.mu.Unlock()
+	if conn == nil {
+		t.Fatal("no Socket Mode connection")
+	}
+	f.write(conn, map[string]any{"type": "interactive", "envelope_id": id, "payload": payload, "accepts_response_payload": true})
+	return id
+}
+
+// Ack waits for envelope id's acknowledgement and returns its payload
+// (empty for none).
+func (f *fakeSlack) Ack(t *testing.T, id string) json.RawMessage {
+	t.Helper()
+	var p json.RawMessage
+	f.Wait(t, "acknowledgement of "+id, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		var ok bool
+		p, ok = f.acks[id]
+		return ok
+	})
+	return p
+}

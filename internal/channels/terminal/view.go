@@ -1,0 +1,553 @@
+package terminal
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/charmbracelet/x/ansi"
+	"github.com/muesli/termenv"
+	"github.com/nats-io/nats.go"
+
+	"github.com/assent-dev/assent/internal/textsafe"
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// styles are the terminal's text styles. Without a terminal every style is
+// plain; with NO_COLOR set, bold, faint and reverse video remain but no
+// color. Nothing on the screen depends on a style alone: the selection has
+// a marker, refusals and errors say so in words.
+type styles struct {
+	plain, bold, dim, sel, cursor, title, err, ok, warn lipgloss.Style
+}
+
+func newStyles(out io.Writer) styles {
+	r := lipgloss.NewRenderer(out)
+	profile := termenv.NewOutput(out).ColorProfile() // a terminal's, NO_COLOR aside
+	r.SetColorProfile(profile)
+	s := styles{
+		plain:  r.NewStyle(),
+		bold:   r.NewStyle().Bold(true),
+		dim:    r.NewStyle().Faint(true),
+		sel:    r.NewStyle().Reverse(true),
+		cursor: r.NewStyle(),
+		title:  r.NewStyle().Bold(true),
+		err:    r.NewStyle().Bold(true),
+		ok:     r.NewStyle(),
+		warn:   r.NewStyle(),
+	}
+	if os.Getenv("NO_COLOR") == "" && profile != termenv.Ascii {
+		// The 16 basic colors, which every theme maps to something legible.
+		s.title = s.title.Foreground(lipgloss.Color("6"))
+		s.err = s.err.Foreground(lipgloss.Color("1"))
+		s.ok = s.ok.Foreground(lipgloss.Color("2"))
+		s.warn = s.warn.Foreground(lipgloss.Color("3"))
+	}
+	return s
+}
+
+// View implements tea.Model.
+func (m *model) View() string {
+	var body []string
+	footer := m.footer()
+	room := m.height - len(footer)
+	switch m.mode {
+	case modeDetail:
+		body = m.scrolled(m.detailLines(), room, m.title("Request details"))
+	case modeConfirm:
+		body = m.scrolled(m.confirmLines(), room, m.title("Approve with edited arguments?"))
+	case modeReason, modePayload, modeRemember:
+		body = m.promptLines(room)
+	case modeEditing:
+		body = []string{m.title("Editing the arguments in " + textsafe.Line(m.cfg.editor) + "...")}
+	case modeHelp:
+		body = m.helpLines()
+	default:
+		body = m.listLines(room)
+	}
+	if len(body) > room {
+		body = body[:room]
+	}
+	for len(body) < room {
+		body = append(body, "")
+	}
+	out := append(body, footer...)
+	for i, l := range out {
+		out[i] = ansi.Truncate(l, m.width, "…")
+	}
+	return strings.Join(out, "\n")
+}
+
+func (m *model) title(s string) string {
+	return m.st.title.Render(s)
+}
+
+// footer is the message, the status line and the keys.
+func (m *model) footer() []string {
+	var out []string
+	if m.msg != "" {
+		st := m.st.ok
+		prefix := ""
+		if m.msgErr {
+			st, prefix = m.st.err, "! "
+		}
+		for _, l := range wrap(prefix+m.msg, m.width, 2) {
+			out = append(out, st.Render(l))
+		}
+	}
+	out = append(out, m.statusLine(), m.st.dim.Render(m.keysLine()))
+	return out
+}
+
+// statusLine says whether NATS is connected, how many requests wait, and
+// who answers.
+func (m *model) statusLine() string {
+	conn := m.st.ok.Render("connected")
+	switch m.cfg.status() {
+	case nats.CONNECTED:
+	case nats.CLOSED:
+		conn = m.st.err.Render("NATS connection closed: quit (q) and start again")
+	case nats.DRAINING_SUBS, nats.DRAINING_PUBS:
+		conn = m.st.warn.Render("closing")
+	default:
+		conn = m.st.warn.Render("reconnecting to NATS...")
+	}
+	parts := []string{conn}
+	if !m.loaded {
+		parts = append(parts, "loading...")
+	} else {
+		others := 0
+		for _, it := range m.items {
+			if it.why != "" {
+				others++
+			}
+		}
+		s := fmt.Sprintf("%d pending", len(m.items))
+		if others > 0 {
+			s += fmt.Sprintf(", %d not yours", others)
+			if m.hide {
+				s += " (hidden; h shows)"
+			} else {
+				s += " (h hides)"
+			}
+		}
+		parts = append(parts, s)
+	}
+	if m.feedErr != "" && m.now.Sub(m.feedErrAt) < feedErrShown {
+		parts = append(parts, m.st.warn.Render(textsafe.Line(m.feedErr)+"; retrying"))
+	}
+	parts = append(parts, "principal "+m.st.bold.Render(m.cfg.principal))
+	return strings.Join(parts, " | ")
+}
+
+// keysLine lists the keys of the current mode.
+func (m *model) keysLine() string {
+	switch m.mode {
+	case modeDetail:
+		return "a approve  d deny  e edit  s answer  r remember  up/down scroll  esc back"
+	case modeReason:
+		return "enter deny  esc cancel  ctrl+c quit"
+	case modePayload:
+		return "enter approve with this answer  esc cancel  ctrl+c quit"
+	case modeRemember:
+		return "up/down scope  a approve and remember  d deny and remember  esc cancel"
+	case modeConfirm:
+		return "y approve these arguments  n discard  e edit again  up/down scroll"
+	case modeEditing:
+		return "save and quit the editor to come back"
+	case modeHelp:
+		return "any key: back"
+	}
+	return "a approve  d deny  e edit  s answer  r remember  enter details  ? help  q quit"
+}
+
+// Column widths of the list, at 80 columns; the tool's grows with the
+// terminal.
+const (
+	colTool    = 20
+	colToolMax = 48
+	colAgent   = 14
+	colUser    = 10
+	colLeft    = 7
+	colLevel   = 3
+)
+
+// listLines is the list of pending requests, two lines each, scrolled to
+// keep the selection in view, then the notices.
+func (m *model) listLines(room int) []string {
+	notes := m.noticeLines()
+	if keep := max(room-3, 0); len(notes) > keep {
+		notes = notes[len(notes)-keep:]
+	}
+	room = max(room-len(notes), 1)
+	head := m.title("Pending approvals") + m.st.dim.Render(" for "+m.cfg.principal)
+	out := []string{head}
+	vis := m.visible()
+	switch {
+	case !m.loaded:
+		out = append(out, "", m.st.dim.Render("  Reading the stream for pending requests..."))
+	case len(vis) == 0 && len(m.items) > 0:
+		out = append(out, "", m.st.dim.Render(fmt.Sprintf("  Nothing for you; %d hidden that you may not answer: press h to show.", len(m.items))))
+	case len(vis) == 0:
+		out = append(out, "", m.st.dim.Render("  Nothing waits for an answer. New requests appear here as they arrive."))
+	default:
+		out = append(out, m.st.dim.Render("  "+m.row("TOOL", "AGENT", "USER", "LEFT", "LV", "RULE")))
+		per := 2
+		slots := max((room-len(out))/per, 1)
+		at := 0
+		for i, it := range vis {
+			if it.ID == m.sel {
+				at = i
+			}
+		}
+		first := 0
+		if at >= slots {
+			first = at - slots + 1
+		}
+		for _, it := range vis[first:min(first+slots, len(vis))] {
+			out = append(out, m.itemLines(it, it.ID == m.sel)...)
+		}
+		if rest := len(vis) - min(first+slots, len(vis)); rest > 0 {
+			out = append(out, m.st.dim.Render(fmt.Sprintf("  ... %d more below", rest)))
+		}
+	}
+	for len(out) < room {
+		out = append(out, "")
+	}
+	return append(out[:room], notes...)
+}
+
+// row lays out the list's columns.
+func (m *model) row(tool, agent, user, left, level, rule string) string {
+	toolWidth := min(max(colTool+(m.width-80)/2, colTool), colToolMax)
+	return pad(tool, toolWidth) + " " + pad(agent, colAgent) + " " + pad(user, colUser) + " " + pad(left, colLeft) + " " + pad(level, colLevel) + " " + rule
+}
+
+// itemLines shows one request: its columns, then its hint (or arguments)
+// and its state.
+func (m *model) itemLines(it *item, selected bool) []string {
+	marker := "  "
+	if selected {
+		marker = "> "
+	}
+	rule := it.Rule
+	if rule == "" {
+		rule = "-"
+	}
+	first := marker + m.row(textsafe.Line(it.Tool), textsafe.Line(orDash(it.Agent)), textsafe.Line(orDash(it.User)),
+		left(it.Deadline.Sub(m.now)), fmt.Sprint(it.Level), textsafe.Line(rule))
+	second := "    "
+	switch {
+	case it.why != "":
+		second += "not yours: " + it.short + " | "
+	case it.sending:
+		second += "sending... | "
+	case it.waiting:
+		second += "sent; waiting for the broker | "
+	case !it.sentAt.IsZero():
+		second += "sent | "
+	}
+	if it.Hint != "" {
+		second += textsafe.Line(it.Hint)
+	} else {
+		second += string(textsafe.JSON(compactArgs(it)))
+	}
+	first, second = ansi.Truncate(first, m.width, "…"), ansi.Truncate(second, m.width, "…")
+	switch {
+	case it.why != "":
+		return []string{m.st.dim.Render(first), m.st.dim.Render(second)}
+	case selected:
+		return []string{m.st.sel.Render(pad(first, m.width)), second}
+	}
+	return []string{first, m.st.dim.Render(second)}
+}
+
+func compactArgs(it *item) []byte {
+	c, err := events.CanonicalArgs(it.Args)
+	if err != nil {
+		return it.Args
+	}
+	return c
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// noticeLines are the latest things that happened, newest last.
+func (m *model) noticeLines() []string {
+	var out []string
+	for _, n := range m.notices {
+		out = append(out, m.st.warn.Render(n.at.Format("15:04:05")+" "+n.text))
+	}
+	return out
+}
+
+// scrolled shows lines from the scroll offset under a title, with a marker
+// where there is more.
+func (m *model) scrolled(lines []string, room int, title string) []string {
+	view := max(room-1, 1)
+	m.top = min(m.top, max(len(lines)-view, 0))
+	out := []string{title}
+	end := min(m.top+view, len(lines))
+	out = append(out, lines[m.top:end]...)
+	if end < len(lines) && len(out) > 1 {
+		out[len(out)-1] = m.st.dim.Render(fmt.Sprintf("... %d more lines (down, pgdown)", len(lines)-end))
+	}
+	return out
+}
+
+// maxDetailLines bounds the arguments shown in the detail view; the editor
+// (e) shows them whole.
+const maxDetailLines = 2000
+
+// detailLines are the request of the detail view, whole.
+func (m *model) detailLines() []string {
+	it := m.byID[m.focus]
+	if it == nil {
+		return []string{"The request is no longer pending."}
+	}
+	field := func(name, value string) string {
+		return m.st.bold.Render(pad(name, 10)) + " " + value
+	}
+	out := []string{
+		field("Tool", textsafe.Line(it.Tool)),
+		field("Request", it.ID),
+		field("Agent", textsafe.Line(orDash(it.Agent))+"   session "+textsafe.Line(orDash(it.Session))+"   user "+textsafe.Line(orDash(it.User))),
+	}
+	if it.Hint != "" {
+		for i, l := range strings.Split(textsafe.Text(it.Hint), "\n") {
+			name := ""
+			if i == 0 {
+				name = "Hint"
+			}
+			out = append(out, field(name, l))
+		}
+	}
+	out = append(out,
+		field("Deadline", it.Deadline.Local().Format("2006-01-02 15:04:05")+" ("+left(it.Deadline.Sub(m.now))+" left)"),
+		field("Rule", textsafe.Line(orDash(it.Rule))+fmt.Sprintf("   level %d", it.Level)),
+		field("Approvers", textsafe.Line(orDash(strings.Join(it.Approvers, ", ")))),
+	)
+	if t := it.Terms; t != nil {
+		terms := fmt.Sprintf("quorum %d", max(t.Quorum, 1))
+		if t.AllowSelfApproval {
+			terms += ", self-approval allowed"
+		}
+		if t.Remember != nil {
+			terms += fmt.Sprintf(", may be remembered (%s, up to %s)", strings.Join(t.Remember.Scopes, ", "), t.Remember.MaxTTL.Std())
+		} else {
+			terms += ", may not be remembered"
+		}
+		out = append(out, field("Terms", terms))
+	}
+	if it.CallID != "" {
+		out = append(out, field("Call id", textsafe.Line(it.CallID)))
+	}
+	if len(it.Labels) > 0 {
+		keys := make([]string, 0, len(it.Labels))
+		for k := range it.Labels {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for i, k := range keys {
+			keys[i] = textsafe.Line(k + "=" + it.Labels[k])
+		}
+		out = append(out, field("Labels", strings.Join(keys, " ")))
+	}
+	if it.why != "" {
+		out = append(out, "", m.st.err.Render("You may not answer this request: "+textsafe.Line(it.why)))
+	}
+	out = append(out, "", m.st.bold.Render("Arguments"))
+	args := lines(pretty(it.Args))
+	if len(args) > maxDetailLines {
+		args = append(args[:maxDetailLines], fmt.Sprintf("... %d more lines: press e to see them all in your editor", len(args)-maxDetailLines))
+	}
+	out = append(out, args...)
+	if it.hasSchema() {
+		out = append(out, "", m.st.bold.Render("Response schema")+m.st.dim.Render(" (press s to answer)"))
+		out = append(out, lines(prettyJSON(it.ResponseSchema))...)
+	}
+	return out
+}
+
+// confirmLines show the edit as a diff.
+func (m *model) confirmLines() []string {
+	it := m.byID[m.focus]
+	if it == nil {
+		return []string{"The request is no longer pending."}
+	}
+	out := []string{
+		"Approve " + m.st.bold.Render(textsafe.Line(it.Tool)) + " of " + textsafe.Line(orDash(it.Agent)) + " with these arguments? (- yours removed, + yours added)",
+		"",
+	}
+	for _, l := range m.diff {
+		switch {
+		case strings.HasPrefix(l, "- "):
+			out = append(out, m.st.err.Render(l))
+		case strings.HasPrefix(l, "+ "):
+			out = append(out, m.st.ok.Render(l))
+		default:
+			out = append(out, m.st.dim.Render(l))
+		}
+	}
+	return out
+}
+
+// summary describes a request in a few lines, above a prompt.
+func (m *model) summary(it *item) []string {
+	head := m.st.bold.Render(textsafe.Line(it.Tool))
+	if it.Agent != "" {
+		head += " from " + textsafe.Line(it.Agent)
+	}
+	if it.User != "" {
+		head += " for " + textsafe.Line(it.User)
+	}
+	out := []string{head + m.st.dim.Render("   "+left(it.Deadline.Sub(m.now))+" left   request "+it.ID)}
+	if it.Hint != "" {
+		out = append(out, "Hint: "+textsafe.Line(it.Hint))
+	}
+	return append(out, "Args: "+string(textsafe.JSON(compactArgs(it))), "")
+}
+
+// promptLines are the open prompt: a denial's reason, a structured answer,
+// or a remembered answer's scope.
+func (m *model) promptLines(room int) []string {
+	it := m.byID[m.focus]
+	if it == nil {
+		return []string{"The request is no longer pending."}
+	}
+	var out []string
+	switch m.mode {
+	case modeReason:
+		what := "Deny"
+		if m.draft.remember != nil {
+			what = "Deny, and remember the denial for this " + m.draft.remember.Scope + ","
+		}
+		out = append(out, m.title(what+" this request?"), "")
+		out = append(out, m.summary(it)...)
+		out = append(out, "Reason:", m.input.View())
+	case modePayload:
+		out = append(out, m.title("Answer the request's question"), "")
+		out = append(out, m.summary(it)...)
+		if fields := schemaFields(it.ResponseSchema); len(fields) > 0 {
+			out = append(out, "Fields:")
+			for _, f := range fields {
+				out = append(out, "  "+f)
+			}
+		} else {
+			out = append(out, "Schema: "+string(textsafe.JSON(it.ResponseSchema)))
+		}
+		out = append(out, "", "Your answer, as JSON (enter approves with it):", m.input.View())
+	case modeRemember:
+		out = append(out, m.title("Answer, and remember the answer"), "")
+		out = append(out, m.summary(it)...)
+		out = append(out, "Reuse the answer for later requests of "+m.st.bold.Render(textsafe.Line(it.Tool))+":")
+		for i, s := range m.scopes {
+			line := "  " + pad(s, 8) + " " + scopeText(it, s)
+			if i == m.scope {
+				line = m.st.sel.Render(">" + line[1:])
+			}
+			out = append(out, line)
+		}
+		if t := it.Terms.Remember; t != nil && t.MaxTTL > 0 {
+			out = append(out, "", m.st.dim.Render("Kept for "+t.MaxTTL.Std().String()+", the longest the rule allows; revoke it with DELETE /v1/remembered/{id}."))
+		}
+	}
+	if m.inErr != "" {
+		out = append(out, "")
+		for _, l := range wrap("! "+m.inErr, m.width, 3) {
+			out = append(out, m.st.err.Render(l))
+		}
+	}
+	if room = max(room, 1); len(out) > room {
+		out = out[len(out)-room:]
+	}
+	return out
+}
+
+// scopeText says which later requests a scope covers.
+func scopeText(it *item, scope string) string {
+	switch scope {
+	case events.ScopeCall:
+		return "the same call: exactly these arguments"
+	case events.ScopeSession:
+		return "in session " + textsafe.Line(it.Session)
+	case events.ScopeAgent:
+		return "from agent " + textsafe.Line(it.Agent)
+	case events.ScopeUser:
+		return "for user " + textsafe.Line(it.User)
+	}
+	return ""
+}
+
+func (m *model) helpLines() []string {
+	return []string{
+		m.title("Keys"),
+		"",
+		"  up/down, j/k  select a request          enter   show it in full",
+		"  a             approve                   d       deny, with a reason",
+		"  e             edit the arguments in $EDITOR, see the diff, then approve",
+		"  s             answer the request's question (its response schema)",
+		"  r             answer and remember the answer (where the rule allows)",
+		"  h             hide or show requests you may not answer",
+		"  q, ctrl+c     quit                      ?       this help",
+		"",
+		"In prompts: enter confirms, esc cancels. Every answer goes to the broker,",
+		"which decides; a request leaves the list when it is decided anywhere.",
+		"",
+		m.st.dim.Render("Principal: " + m.cfg.principal + "   Editor: " + textsafe.Line(m.cfg.editor)),
+	}
+}
+
+// left formats the time left: "45s", "4m05s", "2h03m", "3d04h".
+func left(d time.Duration) string {
+	d = d.Truncate(time.Second)
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// pad truncates or pads s to w cells.
+func pad(s string, w int) string {
+	s = ansi.Truncate(s, w, "…")
+	if n := ansi.StringWidth(s); n < w {
+		s += strings.Repeat(" ", w-n)
+	}
+	return s
+}
+
+// wrap breaks s into at most maxLines lines of width cells, at spaces.
+func wrap(s string, width, maxLines int) []string {
+	var out []string
+	for len(out) < maxLines {
+		if ansi.StringWidth(s) <= width {
+			return append(out, s)
+		}
+		cut := ansi.Truncate(s, width, "")
+		if i := strings.LastIndexByte(cut, ' '); i > width/2 {
+			cut = cut[:i]
+		}
+		out = append(out, cut)
+		s = strings.TrimLeft(s[len(cut):], " ")
+	}
+	if s != "" && len(out) > 0 {
+		out[len(out)-1] = ansi.Truncate(out[len(out)-1], width-1, "") + "…"
+	}
+	return out
+}

@@ -1,0 +1,472 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// contractFilters are the subjects an endpoint's consumer reads: every
+// subject of the wire contract, and none of the broker's own (timers,
+// timeouts, shadow-policy audit).
+var contractFilters = []string{
+	events.RequestPrefix + "*",
+	events.PendingPrefix + "*",
+	events.ResponsePrefix + "*.*",
+	events.CancelPrefix + "*",
+	events.DecisionPrefix + "*",
+	events.RejectionPrefix + "*",
+}
+
+// Retry timing: the first retry a second after a failure, then doubling, up
+// to about maxRetryDelay, each delay spread by ±jitter so that endpoints
+// failing together do not retry in step.
+const (
+	firstRetryDelay = time.Second
+	maxRetryDelay   = 5 * time.Minute
+	jitter          = 0.2
+)
+
+// ackWait is how long a delivery the server handed out stays with the process
+// it was handed to; keepAlive extends it while an attempt runs, so it only
+// bounds how soon another process takes over from one that died.
+const ackWait = 30 * time.Second
+
+// retryDelay is the wait after failed attempt number attempt (1 for the
+// first): 1s, 2s, 4s, ... capped at maxRetryDelay, with jitter; r is a
+// uniform random number in [0, 1).
+func retryDelay(attempt uint64, r float64) time.Duration {
+	d := firstRetryDelay
+	for i := uint64(1); i < attempt && d < maxRetryDelay; i++ {
+		d *= 2
+	}
+	d = min(d, maxRetryDelay)
+	d = time.Duration(float64(d) * (1 - jitter + 2*jitter*r))
+	return min(d, maxRetryDelay)
+}
+
+// consumerConfig is endpoint name's durable consumer. MaxAckPending 1 holds
+// every later event back while one is not delivered: events reach the
+// receiver in stream order, which is each request's order.
+func consumerConfig(name string) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:        "webhook-" + name,
+		Description:    "Assent approver bot: webhook endpoint " + name,
+		FilterSubjects: contractFilters,
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        ackWait,
+		MaxDeliver:     -1,
+		MaxAckPending:  1,
+	}
+}
+
+// durable returns the durable consumer cfg names, made if missing. One that
+// exists keeps where it started (the server refuses to change that) and takes
+// the rest of cfg.
+func durable(ctx context.Context, js jetstream.JetStream, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	for range 2 {
+		cons, err := js.Consumer(ctx, events.StreamName, cfg.Durable)
+		if err == nil {
+			old := cons.CachedInfo().Config
+			cfg.DeliverPolicy, cfg.OptStartTime, cfg.OptStartSeq = old.DeliverPolicy, old.OptStartTime, old.OptStartSeq
+			return js.UpdateConsumer(ctx, events.StreamName, cfg)
+		}
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("stream %s not found: start a broker on this NATS server first (it creates the stream)", events.StreamName)
+		}
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, err
+		}
+		cons, err = js.CreateConsumer(ctx, events.StreamName, cfg)
+		if !errors.Is(err, jetstream.ErrConsumerExists) {
+			return cons, err
+		}
+		// Another process made it first: take that one.
+	}
+	return nil, fmt.Errorf("consumer %s: made and removed while starting", cfg.Durable)
+}
+
+// endpoint is a configured Endpoint with its secret read.
+type endpoint struct {
+	name    string
+	url     string
+	secret  []byte
+	types   map[string]bool
+	agents  map[string]bool
+	timeout time.Duration
+}
+
+// deliverer sends one endpoint's events, one at a time, in stream order.
+type deliverer struct {
+	ep     *endpoint
+	js     jetstream.JetStream
+	client *http.Client
+	codec  events.Codec
+	log    *zap.Logger
+	agents *agentCache
+	cons   jetstream.Consumer
+}
+
+// run delivers until ctx ends. An attempt in flight then finishes (within the
+// endpoint's timeout) and is acknowledged or retried before run returns.
+func (d *deliverer) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		if d.cons == nil {
+			cons, err := durable(ctx, d.js, consumerConfig(d.ep.name))
+			if err != nil {
+				if ctx.Err() == nil {
+					d.log.Warn("cannot open the endpoint's consumer; retrying", zap.Error(err))
+				}
+				sleep(ctx, 5*time.Second)
+				continue
+			}
+			d.cons = cons
+		}
+		it, err := d.cons.Messages(jetstream.PullMaxMessages(1))
+		if err != nil {
+			d.log.Warn("cannot read the endpoint's consumer; retrying", zap.Error(err))
+			d.cons = nil
+			sleep(ctx, 5*time.Second)
+			continue
+		}
+		err = d.consume(ctx, it)
+		it.Stop()
+		if ctx.Err() == nil {
+			// The consumer went away (deleted, or its stream recreated):
+			// make it again.
+			d.log.Warn("the endpoint's consumer stopped; opening it again", zap.Error(err))
+			d.cons = nil
+			sleep(ctx, time.Second)
+		}
+	}
+}
+
+// consume handles messages until ctx ends or the iterator fails.
+func (d *deliverer) consume(ctx context.Context, it jetstream.MessagesContext) error {
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return err
+		}
+		d.handle(ctx, msg)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// handle delivers one stored event, or skips it when the endpoint does not
+// want it.
+func (d *deliverer) handle(ctx context.Context, msg jetstream.Msg) {
+	e, err := d.codec.Decode(events.Header(msg.Headers()), msg.Data())
+	if err != nil {
+		d.log.Warn("skipping a message that is not a CloudEvent", zap.String("subject", msg.Subject()), zap.Error(err))
+		_ = msg.TermWithReason("not a CloudEvent: " + truncate(err.Error(), 200))
+		return
+	}
+	if !d.ep.types[e.Type()] {
+		_ = msg.Ack()
+		return
+	}
+	reqID, agent := describe(msg.Subject(), &e)
+	if len(d.ep.agents) > 0 {
+		if agent != "" {
+			d.agents.put(reqID, agent)
+		} else if agent, err = d.agents.get(ctx, d.js, reqID); err != nil {
+			d.log.Warn("cannot find the agent of a request; retrying", zap.String("request_id", reqID), zap.Error(err))
+			_ = msg.NakWithDelay(5 * time.Second)
+			return
+		}
+		if !d.ep.agents[agent] {
+			if agent == "" {
+				d.log.Debug("skipping an event of a request whose agent is unknown", zap.String("subject", msg.Subject()))
+			}
+			_ = msg.Ack()
+			return
+		}
+	}
+	body, err := deliveryBody(&e, msg.Headers().Get("Content-Type"), msg.Data(), msg.Subject(), reqID)
+	if err != nil {
+		d.log.Warn("skipping an event that cannot be encoded", zap.String("subject", msg.Subject()), zap.Error(err))
+		_ = msg.TermWithReason("cannot encode: " + truncate(err.Error(), 200))
+		return
+	}
+	attempt := uint64(1)
+	if md, err := msg.Metadata(); err == nil {
+		attempt = md.NumDelivered
+	}
+	rec := Attempt{Endpoint: d.ep.name, EventID: e.ID(), Type: e.Type(), RequestID: reqID, Attempt: int(attempt)}
+	stop := keepAlive(msg)
+	// The attempt runs to its end even when ctx ends: shutting down waits
+	// at most the endpoint's timeout, and the result is recorded.
+	d.post(context.WithoutCancel(ctx), &rec, body)
+	stop()
+	log := d.log.With(zap.String("event_id", rec.EventID), zap.String("type", rec.Type), zap.String("request_id", reqID), zap.Int("attempt", rec.Attempt))
+	if rec.Delivered {
+		_ = msg.Ack()
+		log.Debug("delivered", zap.Int("status", rec.Status), zap.Duration("duration", rec.Duration.Std()))
+	} else {
+		delay := retryDelay(attempt, rand.Float64())
+		rec.RetryIn = events.Duration(delay)
+		_ = msg.NakWithDelay(delay)
+		log.Warn("delivery failed; will retry", zap.Int("status", rec.Status), zap.String("error", rec.Error), zap.Duration("retry_in", delay))
+	}
+	d.record(ctx, &rec)
+}
+
+// post makes one attempt and fills in its result.
+func (d *deliverer) post(ctx context.Context, rec *Attempt, body []byte) {
+	ctx, cancel := context.WithTimeout(ctx, d.ep.timeout)
+	defer cancel()
+	rec.At = time.Now().UTC()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.ep.url, bytes.NewReader(body))
+	if err != nil {
+		rec.Error = err.Error()
+		return
+	}
+	req.Header.Set("Content-Type", events.ContentTypeStructured)
+	req.Header.Set("User-Agent", "assent-webhook/1")
+	req.Header.Set(HeaderID, rec.EventID)
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(rec.At.Unix(), 10))
+	req.Header.Set(HeaderSignature, Sign(d.ep.secret, rec.EventID, rec.At, body))
+	resp, err := d.client.Do(req)
+	rec.Duration = events.Duration(time.Since(rec.At))
+	if err != nil {
+		// Not err itself: a *url.Error names the URL, which may hold a
+		// credential in its query.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("no answer within %s", d.ep.timeout)
+		}
+		rec.Error = err.Error()
+		return
+	}
+	defer resp.Body.Close()
+	rec.Status = resp.StatusCode
+	start, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	// Read a little more so the connection can be reused.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		rec.Delivered = true
+		return
+	}
+	rec.Error = "HTTP " + resp.Status
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		rec.Error += " (redirects are not followed: configure the final URL)"
+	}
+	rec.Response = strings.ToValidUTF8(string(start), string(utf8.RuneError))
+}
+
+// record appends rec to the delivery log. A log that cannot be written does
+// not hold deliveries up.
+func (d *deliverer) record(ctx context.Context, rec *Attempt) {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := d.js.Publish(ctx, LogSubjectPrefix+d.ep.name, b); err != nil {
+		d.log.Warn("cannot write the delivery log", zap.String("stream", LogStream), zap.Error(err))
+	}
+}
+
+// CloudEvents extension attributes added to every delivered event: on NATS
+// the subject says which request (and which agent or principal) an event is
+// about, and a responded or cancel event says so nowhere else.
+const (
+	// ExtSubject is the NATS subject the event was stored on
+	// ("assent.response.alice.<request-id>").
+	ExtSubject = "assentsubject"
+	// ExtRequestID is the id of the request the event is about.
+	ExtRequestID = "assentrequestid"
+)
+
+// deliveryBody is the HTTP body of an event: the event as stored, in
+// structured mode, with the ExtSubject and ExtRequestID attributes. A stored
+// structured event keeps its bytes, the attributes put in front; one in
+// binary mode, or one that carries these attributes already (set by whoever
+// published it, and not to be trusted), is encoded anew.
+func deliveryBody(e *events.Event, contentType string, stored []byte, subject, reqID string) ([]byte, error) {
+	ext := e.Extensions()
+	_, hasSubject := ext[ExtSubject]
+	_, hasRequest := ext[ExtRequestID]
+	rest := bytes.TrimLeft(stored, " \t\r\n")
+	if structured(contentType) && !hasSubject && !hasRequest && len(rest) > 0 && rest[0] == '{' {
+		rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+		subj, _ := json.Marshal(subject)
+		b := make([]byte, 0, len(stored)+len(subj)+len(reqID)+48)
+		b = append(b, `{"`+ExtSubject+`":`...)
+		b = append(b, subj...)
+		if reqID != "" {
+			id, _ := json.Marshal(reqID)
+			b = append(b, `,"`+ExtRequestID+`":`...)
+			b = append(b, id...)
+		}
+		if len(rest) > 0 && rest[0] != '}' {
+			b = append(b, ',')
+		}
+		return append(b, rest...), nil
+	}
+	c := e.Clone()
+	c.SetExtension(ExtSubject, subject)
+	if reqID != "" {
+		c.SetExtension(ExtRequestID, reqID)
+	} else if hasRequest {
+		c.SetExtension(ExtRequestID, nil)
+	}
+	_, body, err := events.Encode(&c)
+	return body, err
+}
+
+// structured reports whether a Content-Type marks a structured-mode event.
+func structured(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.EqualFold(strings.TrimSpace(mt), events.ContentTypeStructured)
+}
+
+// describe returns the request an event is about, and its agent when the
+// subject names it.
+func describe(subject string, e *events.Event) (reqID, agent string) {
+	sub, err := events.ParseSubject(subject)
+	if err != nil {
+		return "", ""
+	}
+	switch sub.Kind {
+	case events.KindRequest:
+		return e.ID(), sub.Agent
+	case events.KindPending:
+		var data struct {
+			RequestID string `json:"request_id"`
+		}
+		_ = json.Unmarshal(e.Data(), &data)
+		return data.RequestID, sub.Agent
+	}
+	return sub.RequestID, ""
+}
+
+// keepAlive tells the server msg is still being handled until the returned
+// function is called.
+func keepAlive(msg jetstream.Msg) func() {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(ackWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				_ = msg.InProgress()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return func() {
+		close(stop)
+		<-done
+	}
+}
+
+// agentCache remembers the agents of recent requests, for endpoints that
+// filter by agent: answers, cancels and decisions name only the request.
+type agentCache struct {
+	mu   sync.Mutex
+	m    map[string]string
+	ring []string
+	next int
+	kv   jetstream.KeyValue
+}
+
+// agentCacheSize bounds the requests an agentCache remembers.
+const agentCacheSize = 10_000
+
+func newAgentCache() *agentCache {
+	return &agentCache{m: make(map[string]string, agentCacheSize), ring: make([]string, agentCacheSize)}
+}
+
+func (c *agentCache) put(id, agent string) {
+	if id == "" || agent == "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[id]; ok {
+		return
+	}
+	if old := c.ring[c.next]; old != "" {
+		delete(c.m, old)
+	}
+	c.ring[c.next] = id
+	c.next = (c.next + 1) % len(c.ring)
+	c.m[id] = agent
+}
+
+// get returns the agent of request id: remembered, or from the broker's state
+// entry of the request. It returns "" when no request has that id (an answer
+// to an unknown id, or a request past the broker's retention).
+func (c *agentCache) get(ctx context.Context, js jetstream.JetStream, id string) (string, error) {
+	if !events.ValidToken(id) {
+		return "", nil
+	}
+	c.mu.Lock()
+	agent, ok := c.m[id]
+	kv := c.kv
+	c.mu.Unlock()
+	if ok {
+		return agent, nil
+	}
+	if kv == nil {
+		var err error
+		if kv, err = js.KeyValue(ctx, events.StateBucket); err != nil {
+			return "", fmt.Errorf("bucket %s: %w", events.StateBucket, err)
+		}
+		c.mu.Lock()
+		c.kv = kv
+		c.mu.Unlock()
+	}
+	entry, err := kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var rec struct {
+		Request struct {
+			Agent string `json:"agent"`
+		} `json:"request"`
+	}
+	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+		return "", nil
+	}
+	c.put(id, rec.Request.Agent)
+	return rec.Request.Agent, nil
+}
