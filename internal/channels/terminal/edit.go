@@ -158,9 +158,12 @@ func prettyJSON(raw json.RawMessage) []byte {
 	return out.Bytes()
 }
 
-// lines splits JSON text into lines safe to print.
+// lines splits JSON text into lines safe to print: textsafe.JSON escapes
+// what a terminal acts on inside strings; outside them only JSON's white
+// space is left, of which a carriage return or a tab would move the cursor.
 func lines(b []byte) []string {
-	return strings.Split(string(textsafe.JSON(b)), "\n")
+	s := strings.NewReplacer("\r", "", "\t", "  ").Replace(string(textsafe.JSON(b)))
+	return strings.Split(s, "\n")
 }
 
 // maxDiffCells bounds the work of a diff; beyond it the diff shows every

@@ -113,7 +113,6 @@ type (
 // item is a pending request on the screen.
 type item struct {
 	handler.Notice
-	seq uint64
 	// why says why the principal may not answer ("" if they may); short is
 	// the same for the list.
 	why, short string
@@ -286,7 +285,7 @@ func (m *model) add(n *noticeMsg) {
 	if _, ok := m.gone[id]; ok || m.byID[id] != nil || !m.now.Before(n.notice.Deadline) {
 		return
 	}
-	it := &item{Notice: n.notice, seq: n.seq}
+	it := &item{Notice: n.notice}
 	m.judge(it)
 	m.items = append(m.items, it)
 	m.byID[id] = it
@@ -309,6 +308,7 @@ func (m *model) judge(it *item) {
 			default:
 				it.short = it.why
 			}
+			it.why, it.short = textsafe.Line(it.why), textsafe.Line(it.short)
 		}
 		return
 	}
@@ -367,6 +367,9 @@ func (m *model) resolve(id string, d handler.Decision) {
 	}
 	text := outcome(it.Tool, d)
 	m.notify(text)
+	if it.sending || !it.sentAt.IsZero() {
+		m.msg = "" // "sent; waiting": the notice says how it ended
+	}
 	m.withdraw(id, "Withdrawn: "+text+".")
 }
 
@@ -400,9 +403,9 @@ func outcome(tool string, d handler.Decision) string {
 		if d.Edited {
 			s += " with edited arguments"
 		}
-		s += " by " + channels.Who(d)
+		s += " by " + textsafe.Line(channels.Who(d))
 	default:
-		s = string(d.Outcome) + " by " + channels.Who(d)
+		s = textsafe.Line(string(d.Outcome)) + " by " + textsafe.Line(channels.Who(d))
 	}
 	s = textsafe.Line(tool) + " " + s
 	if d.Reason != "" && d.Outcome != events.Expired {
@@ -476,8 +479,11 @@ func (m *model) selected() *item {
 
 // key handles a key press.
 func (m *model) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
-	if k.String() == "ctrl+c" {
+	switch k.String() {
+	case "ctrl+c":
 		return m, tea.Quit
+	case "ctrl+z":
+		return m, tea.Suspend // back with fg, as any terminal program
 	}
 	switch m.mode {
 	case modeHelp:

@@ -1,19 +1,3 @@
-// Package terminal is the terminal approver of approver-bot (`approver-bot
-// cli`): a full-screen interactive list of the requests waiting for one
-// principal, read straight from the broker's stream on NATS, with keys to
-// approve, deny with a reason, approve with arguments edited in $EDITOR,
-// answer a request's response schema, and remember an answer.
-//
-// The terminal is an approver channel like Slack or email, named "cli" in
-// decisions. It answers on assent.response.<principal>.<id> through
-// handler.Answer, as every approver does, and learns the outcome from the
-// decision the broker publishes; it never decides anything itself. With a
-// policy Directory it refuses locally, sending nothing, what the broker
-// would refuse anyway (a request the principal may not answer), and shows
-// such requests dimmed with the reason, or hides them.
-//
-// Run is all there is: the caller (cmd/approver-bot) connects to NATS, reads
-// the policy, and hands both over with the principal to answer as.
 package terminal
 
 import (
@@ -173,6 +157,15 @@ func Run(ctx context.Context, o Options) error {
 		tea.WithoutSignalHandler(), // the caller owns signals: they end ctx
 	)
 
+	cc, err := cons.Consume(f.handle, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { f.fail(err) }))
+	if err != nil {
+		return fmt.Errorf("terminal: read the stream: %w", err)
+	}
+	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
+		f.caughtUp() // nothing to replay
+	}
+
+	// What the feed reads waits in its queue until the program runs.
 	var wg sync.WaitGroup
 	ended := make(chan struct{})
 	wg.Go(func() {
@@ -188,15 +181,6 @@ func Run(ctx context.Context, o Options) error {
 	wg.Go(func() { f.forward(runCtx, p.Send) })
 	wg.Go(func() { tick(runCtx, p.Send) })
 	wg.Go(func() { announce(runCtx, js, log, o.Principal) })
-	cc, err := cons.Consume(f.handle, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { f.fail(err) }))
-	if err != nil {
-		stop()
-		wg.Wait()
-		return fmt.Errorf("terminal: read the stream: %w", err)
-	}
-	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
-		f.caughtUp() // nothing to replay
-	}
 
 	_, err = p.Run()
 	close(ended)
@@ -206,7 +190,7 @@ func Run(ctx context.Context, o Options) error {
 	wg.Wait()
 	sends.Wait()
 	if err != nil {
-		return fmt.Errorf("terminal: %w", err)
+		return fmt.Errorf("terminal: the screen failed (%w): run approver-bot cli in an interactive terminal", err)
 	}
 	return nil
 }

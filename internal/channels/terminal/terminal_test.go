@@ -634,7 +634,7 @@ func TestRemember(t *testing.T) {
 
 	// A rule that does not allow it says so.
 	_, _ = e.ask(t, events.Requested{Tool: "restart"})
-	u.waitText("restart")
+	u.waitText("> restart", "1 pending")
 	u.press("r")
 	u.waitText("may not be remembered")
 }
@@ -737,11 +737,14 @@ func TestReconnect(t *testing.T) {
 	e.ns = e.ns.Restart(t)
 	_, after := e.ask(t, events.Requested{Tool: "after_restart"})
 	u.waitText("> before_restart", "after_restart", "2 pending", "connected")
-	for _, ch := range []<-chan result{before, after} {
-		u.press("a")
-		if d := decision(t, ch); !d.Approved() || d.DecidedBy[0].Channel != "cli" {
-			t.Fatalf("decision %+v", d)
-		}
+	u.press("a")
+	if d := decision(t, before); !d.Approved() || d.DecidedBy[0].Channel != "cli" {
+		t.Fatalf("decision %+v", d)
+	}
+	u.waitText("> after_restart", "1 pending")
+	u.press("a")
+	if d := decision(t, after); !d.Approved() || d.DecidedBy[0].Channel != "cli" {
+		t.Fatalf("decision %+v", d)
 	}
 	u.waitText("0 pending")
 }

@@ -384,8 +384,13 @@ func (m *model) confirmLines() []string {
 	if it == nil {
 		return []string{"The request is no longer pending."}
 	}
+	from := ""
+	if it.Agent != "" {
+		from = " from " + textsafe.Line(it.Agent)
+	}
 	out := []string{
-		"Approve " + m.st.bold.Render(textsafe.Line(it.Tool)) + " of " + textsafe.Line(orDash(it.Agent)) + " with these arguments? (- yours removed, + yours added)",
+		"Approve " + m.st.bold.Render(textsafe.Line(it.Tool)) + from + " with your edit of its arguments?",
+		m.st.dim.Render("(- as the agent asked, + as you edited)"),
 		"",
 	}
 	for _, l := range m.diff {
@@ -427,11 +432,11 @@ func (m *model) promptLines(room int) []string {
 	var out []string
 	switch m.mode {
 	case modeReason:
-		what := "Deny"
+		what := "Deny this request?"
 		if m.draft.remember != nil {
-			what = "Deny, and remember the denial for this " + m.draft.remember.Scope + ","
+			what = "Deny this request, and remember the denial (scope " + m.draft.remember.Scope + ")?"
 		}
-		out = append(out, m.title(what+" this request?"), "")
+		out = append(out, m.title(what), "")
 		out = append(out, m.summary(it)...)
 		out = append(out, "Reason:", m.input.View())
 	case modePayload:
@@ -443,7 +448,7 @@ func (m *model) promptLines(room int) []string {
 				out = append(out, "  "+f)
 			}
 		} else {
-			out = append(out, "Schema: "+string(textsafe.JSON(it.ResponseSchema)))
+			out = append(out, "Schema: "+strings.Join(lines(it.ResponseSchema), " "))
 		}
 		out = append(out, "", "Your answer, as JSON (enter approves with it):", m.input.View())
 	case modeRemember:
@@ -458,7 +463,7 @@ func (m *model) promptLines(room int) []string {
 			out = append(out, line)
 		}
 		if t := it.Terms.Remember; t != nil && t.MaxTTL > 0 {
-			out = append(out, "", m.st.dim.Render("Kept for "+t.MaxTTL.Std().String()+", the longest the rule allows; revoke it with DELETE /v1/remembered/{id}."))
+			out = append(out, "", m.st.dim.Render("Kept for "+t.MaxTTL.Std().String()+", the longest the rule allows."))
 		}
 	}
 	if m.inErr != "" {
