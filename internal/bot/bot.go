@@ -153,6 +153,13 @@ func (b *Bot) Run(ctx context.Context) error {
 	defer scancel()
 	_ = srv.Shutdown(sctx)
 	wg.Wait()
+	// Channels with work of their own (Socket Mode, webhook deliveries)
+	// finish it: the last attempts and their log records.
+	for _, a := range b.adapters {
+		if w, ok := a.(interface{ Wait() }); ok {
+			w.Wait()
+		}
+	}
 	return runErr
 }
 

@@ -45,17 +45,17 @@ type Accepted struct {
 
 // Error codes of inbound answers, in {"error": {"code", "message"}}.
 const (
-	CodeBadSignature   = "bad_signature"   // 401
-	CodeStaleTimestamp = "stale_timestamp" // 401
-	CodeInvalid        = "invalid_request" // 400
-	CodeTooLarge       = "too_large"       // 413
-	CodeNotFound       = "not_found"       // 404: no such endpoint or request
-	CodeReplayed       = "replayed"        // 409: webhook-id seen before
-	CodeAlreadyDecided = "already_decided" // 409
-	CodeExpired        = "expired"         // 410
-	CodeNotEligible    = "not_eligible"    // 403
-	CodeMethod         = "method_not_allowed"
-	CodeUnavailable    = "unavailable" // 503: NATS unreachable; send again
+	CodeBadSignature   = "bad_signature"      // 401
+	CodeStaleTimestamp = "stale_timestamp"    // 401
+	CodeInvalid        = "invalid_request"    // 400
+	CodeTooLarge       = "too_large"          // 413
+	CodeNotFound       = "not_found"          // 404: no such endpoint or request
+	CodeReplayed       = "replayed"           // 409: webhook-id seen before
+	CodeAlreadyDecided = "already_decided"    // 409
+	CodeExpired        = "expired"            // 410
+	CodeNotEligible    = "not_eligible"       // 403
+	CodeMethod         = "method_not_allowed" // 405
+	CodeUnavailable    = "unavailable"        // 503: NATS unreachable; send again
 )
 
 // maxBody bounds an inbound body: an answer is at most an event's size.

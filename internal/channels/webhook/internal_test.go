@@ -1,9 +1,15 @@
 package webhook
 
 import (
+	"bytes"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/assent-dev/assent/pkg/events"
 )
 
 func TestRetryDelay(t *testing.T) {
@@ -81,5 +87,85 @@ func TestRedactURL(t *testing.T) {
 		if got := redactURL(in); got != want {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// progressMsg counts InProgress calls.
+type progressMsg struct {
+	jetstream.Msg
+	n atomic.Int32
+}
+
+func (m *progressMsg) InProgress() error {
+	m.n.Add(1)
+	return nil
+}
+
+func TestKeepAlive(t *testing.T) {
+	m := &progressMsg{}
+	stop := keepAlive(m, 10*time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for m.n.Load() < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d progress reports in 5s, want 3 at 10ms intervals", m.n.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	n := m.n.Load()
+	time.Sleep(50 * time.Millisecond)
+	if m.n.Load() != n {
+		t.Fatal("progress reported after stop")
+	}
+}
+
+func TestDeliveryBody(t *testing.T) {
+	e, err := events.New(events.TypeResponded, "", "approver/alice", events.Responded{Decision: events.Approve, Reason: "ok <b>"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, structuredBody, _ := events.Encode(&e)
+	bh, binaryBody, _ := events.EncodeBinary(&e)
+	spoofed := e.Clone()
+	spoofed.SetExtension(ExtRequestID, "someone-else")
+	spoofed.SetExtension(ExtSubject, "assent.response.mallory.someone-else")
+	sh, spoofedBody, _ := events.Encode(&spoofed)
+	const subject = "assent.response.alice.req-1"
+	for _, c := range []struct {
+		name     string
+		h        events.Header
+		body     []byte
+		keepTail bool // the stored bytes are kept, after the added attributes
+	}{
+		{"structured", h, structuredBody, true},
+		{"structured with white space", h, append([]byte(" \n{ "), structuredBody[1:]...), false},
+		{"binary", bh, binaryBody, false},
+		{"attributes set by the publisher", sh, spoofedBody, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			stored, err := events.Decode(c.h, c.body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ct := ""
+			if v := c.h["Content-Type"]; len(v) > 0 {
+				ct = v[0]
+			}
+			out, err := deliveryBody(&stored, ct, c.body, subject, "req-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := events.Decode(events.Header{"Content-Type": {events.ContentTypeStructured}}, out)
+			if err != nil {
+				t.Fatalf("delivered body is not an event: %v\n%s", err, out)
+			}
+			ext := got.Extensions()
+			if ext[ExtSubject] != subject || ext[ExtRequestID] != "req-1" || got.ID() != e.ID() || string(got.Data()) != string(e.Data()) {
+				t.Fatalf("delivered %s", out)
+			}
+			if c.keepTail && !bytes.HasSuffix(out, structuredBody[1:]) {
+				t.Fatalf("stored bytes not kept:\n%s\n%s", out, structuredBody)
+			}
+		})
 	}
 }

@@ -68,9 +68,10 @@ type Attempt struct {
 	At      time.Time       `json:"at"`
 }
 
-// Log writes the delivery attempts recorded since since, to endpoint or (with
-// endpoint "") to every endpoint, to w as JSON lines, oldest first, and
-// returns once it has written every attempt recorded when it started.
+// Log writes the delivery attempts recorded since since (zero: all the log
+// keeps), to endpoint or (with endpoint "") to every endpoint, to w as JSON
+// lines, oldest first, and returns once it has written every attempt recorded
+// when it started.
 func Log(ctx context.Context, js jetstream.JetStream, endpoint string, since time.Time, w io.Writer) error {
 	filter := LogSubjectPrefix + ">"
 	if endpoint != "" {
@@ -86,15 +87,15 @@ func Log(ctx context.Context, js jetstream.JetStream, endpoint string, since tim
 	if err != nil {
 		return fmt.Errorf("webhooks log: stream %s: %w", LogStream, err)
 	}
-	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &since,
-	})
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if !since.IsZero() {
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	}
+	cons, err := s.OrderedConsumer(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("webhooks log: read %s: %w", LogStream, err)
 	}
-	if cons.CachedInfo().NumPending == 0 {
+	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
 		return nil
 	}
 	var line bytes.Buffer

@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -124,6 +125,11 @@ type deliverer struct {
 	cons   jetstream.Consumer
 }
 
+// fetchWait is how long one pull for the next event waits on the server. A
+// pull is never abandoned (an event the server sent to an abandoned pull
+// would wait out ackWait), so it also bounds how long stopping takes.
+const fetchWait = 2 * time.Second
+
 // run delivers until ctx ends. An attempt in flight then finishes (within the
 // endpoint's timeout) and is acknowledged or retried before run returns.
 func (d *deliverer) run(ctx context.Context) {
@@ -139,34 +145,38 @@ func (d *deliverer) run(ctx context.Context) {
 			}
 			d.cons = cons
 		}
-		it, err := d.cons.Messages(jetstream.PullMaxMessages(1))
-		if err != nil {
-			d.log.Warn("cannot read the endpoint's consumer; retrying", zap.Error(err))
-			d.cons = nil
-			sleep(ctx, 5*time.Second)
-			continue
-		}
-		err = d.consume(ctx, it)
-		it.Stop()
-		if ctx.Err() == nil {
-			// The consumer went away (deleted, or its stream recreated):
-			// make it again.
-			d.log.Warn("the endpoint's consumer stopped; opening it again", zap.Error(err))
+		if err := d.consume(ctx); err != nil && ctx.Err() == nil {
+			// NATS unreachable, or the consumer went away (deleted, or
+			// its stream made anew): open it again.
+			d.log.Warn("cannot read the endpoint's consumer; opening it again", zap.Error(err))
 			d.cons = nil
 			sleep(ctx, time.Second)
 		}
 	}
+	select {
+	case <-d.js.PublishAsyncComplete():
+	case <-time.After(5 * time.Second):
+		d.log.Warn("delivery log records still unconfirmed after 5s; some may be missing", zap.String("stream", LogStream))
+	}
 }
 
-// consume handles messages until ctx ends or the iterator fails.
-func (d *deliverer) consume(ctx context.Context, it jetstream.MessagesContext) error {
-	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
+// consume pulls events one at a time and delivers them until ctx ends or a
+// pull fails. An event that arrives while stopping is attempted like any
+// other: handing it back would count as an attempt without making one.
+func (d *deliverer) consume(ctx context.Context) error {
+	for ctx.Err() == nil {
+		batch, err := d.cons.Fetch(1, jetstream.FetchMaxWait(fetchWait))
 		if err != nil {
 			return err
 		}
-		d.handle(ctx, msg)
+		for msg := range batch.Messages() {
+			d.handle(ctx, msg)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
 	}
+	return nil
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -219,22 +229,25 @@ func (d *deliverer) handle(ctx context.Context, msg jetstream.Msg) {
 		attempt = md.NumDelivered
 	}
 	rec := Attempt{Endpoint: d.ep.name, EventID: e.ID(), Type: e.Type(), RequestID: reqID, Attempt: int(attempt)}
-	stop := keepAlive(msg)
+	stop := keepAlive(msg, ackWait/3)
 	// The attempt runs to its end even when ctx ends: shutting down waits
 	// at most the endpoint's timeout, and the result is recorded.
 	d.post(context.WithoutCancel(ctx), &rec, body)
 	stop()
-	log := d.log.With(zap.String("event_id", rec.EventID), zap.String("type", rec.Type), zap.String("request_id", reqID), zap.Int("attempt", rec.Attempt))
 	if rec.Delivered {
 		_ = msg.Ack()
-		log.Debug("delivered", zap.Int("status", rec.Status), zap.Duration("duration", rec.Duration.Std()))
+		if ce := d.log.Check(zap.DebugLevel, "delivered"); ce != nil {
+			ce.Write(zap.String("event_id", rec.EventID), zap.String("type", rec.Type), zap.String("request_id", reqID),
+				zap.Int("attempt", rec.Attempt), zap.Int("status", rec.Status), zap.Duration("duration", rec.Duration.Std()))
+		}
 	} else {
 		delay := retryDelay(attempt, rand.Float64())
 		rec.RetryIn = events.Duration(delay)
 		_ = msg.NakWithDelay(delay)
-		log.Warn("delivery failed; will retry", zap.Int("status", rec.Status), zap.String("error", rec.Error), zap.Duration("retry_in", delay))
+		d.log.Warn("delivery failed; will retry", zap.String("event_id", rec.EventID), zap.String("type", rec.Type), zap.String("request_id", reqID),
+			zap.Int("attempt", rec.Attempt), zap.Int("status", rec.Status), zap.String("error", rec.Error), zap.Duration("retry_in", delay))
 	}
-	d.record(ctx, &rec)
+	d.record(&rec)
 }
 
 // post makes one attempt and fills in its result.
@@ -283,16 +296,16 @@ func (d *deliverer) post(ctx context.Context, rec *Attempt, body []byte) {
 	rec.Response = strings.ToValidUTF8(string(start), string(utf8.RuneError))
 }
 
-// record appends rec to the delivery log. A log that cannot be written does
-// not hold deliveries up.
-func (d *deliverer) record(ctx context.Context, rec *Attempt) {
+// record appends rec to the delivery log, without waiting: a log that cannot
+// be written does not hold deliveries up (the JetStream context's
+// asynchronous error handler reports failures), and run waits for the
+// records in flight before it returns.
+func (d *deliverer) record(rec *Attempt) {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if _, err := d.js.Publish(ctx, LogSubjectPrefix+d.ep.name, b); err != nil {
+	if _, err := d.js.PublishAsync(LogSubjectPrefix+d.ep.name, b); err != nil {
 		d.log.Warn("cannot write the delivery log", zap.String("stream", LogStream), zap.Error(err))
 	}
 }
@@ -371,27 +384,29 @@ func describe(subject string, e *events.Event) (reqID, agent string) {
 	return sub.RequestID, ""
 }
 
-// keepAlive tells the server msg is still being handled until the returned
-// function is called.
-func keepAlive(msg jetstream.Msg) func() {
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(ackWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				_ = msg.InProgress()
-			case <-stop:
-				return
-			}
+// keepAlive tells the server msg is still being handled, every interval,
+// until the returned function is called; after it returns, no more progress
+// is reported.
+func keepAlive(msg jetstream.Msg, interval time.Duration) func() {
+	var mu sync.Mutex
+	mu.Lock()
+	defer mu.Unlock()
+	stopped := false
+	var t *time.Timer
+	t = time.AfterFunc(interval, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
+		_ = msg.InProgress()
+		t.Reset(interval)
+	})
 	return func() {
-		close(stop)
-		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
 	}
 }
 

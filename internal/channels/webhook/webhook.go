@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -168,7 +169,9 @@ func (a *Adapter) Start(ctx context.Context, rt channels.Runtime, mux *http.Serv
 	if len(a.inbound) > 0 && (rt == nil || mux == nil) {
 		return errors.New("webhooks: inbound endpoints need a runtime and an HTTP mux")
 	}
-	js, err := jetstream.New(a.env.NATS)
+	js, err := jetstream.New(a.env.NATS, jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
+		a.log.Warn("cannot write the delivery log", zap.String("stream", LogStream), zap.String("subject", m.Subject), zap.Error(err))
+	}))
 	if err != nil {
 		return fmt.Errorf("webhooks: %w", err)
 	}
@@ -208,7 +211,8 @@ func (a *Adapter) Start(ctx context.Context, rt channels.Runtime, mux *http.Serv
 }
 
 // Wait blocks until the deliveries Start began have stopped: after ctx ends,
-// within the longest endpoint timeout.
+// within a pull's wait (2s) and the longest endpoint timeout, and with the
+// delivery log's last records written (bounded by 5s).
 func (a *Adapter) Wait() { a.wg.Wait() }
 
 // seenBucketConfig is the bucket that remembers inbound webhook-ids across

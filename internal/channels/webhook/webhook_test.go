@@ -690,8 +690,16 @@ func TestReceiverOutage(t *testing.T) {
 					t.Errorf("the first event delivered at attempt %d, after %d failures", a.Attempt, failed)
 				}
 			}
-			// Other endpoints' logs and bad names.
+			// Every endpoint's log, from the start: the same attempts.
 			var buf bytes.Buffer
+			if err := webhook.Log(testCtx(t), js, "", time.Time{}, &buf); err != nil {
+				t.Fatal(err)
+			}
+			if n := bytes.Count(buf.Bytes(), []byte("\n")); n < len(attempts) {
+				t.Errorf("the whole log has %d lines, want at least %d", n, len(attempts))
+			}
+			// Other endpoints' logs and bad names.
+			buf.Reset()
 			if err := webhook.Log(testCtx(t), js, "nobody", time.Time{}, &buf); err != nil || buf.Len() != 0 {
 				t.Errorf("log of an unknown endpoint: %v %q", err, buf.String())
 			}
@@ -886,5 +894,24 @@ func TestInboundRefusedThenResent(t *testing.T) {
 	}
 	if d := outcome(t, decided); d.Outcome != events.Denied || d.DecidedBy[0].Principal != "ci-bot" || d.Reason != "not on a Friday" {
 		t.Fatalf("decision %+v", d)
+	}
+}
+
+// TestStartWithoutBroker: without the stream ASSENT, Start says what to do.
+func TestStartWithoutBroker(t *testing.T) {
+	ns := testenv.Server(t)
+	secret, _ := newSecret(t)
+	t.Setenv("WH", secret)
+	a, err := webhook.New(webhook.Config{Endpoints: []webhook.Endpoint{{Name: "x", URL: "https://example.com", SecretEnv: "WH"}}},
+		channels.Env{NATS: testenv.Conn(t, ns)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = a.Start(testCtx(t), nil, nil)
+	if err == nil || !strings.Contains(err.Error(), "start a broker") {
+		t.Fatalf("Start = %v", err)
+	}
+	if err := a.Start(testCtx(t), nil, nil); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Fatalf("second Start = %v", err)
 	}
 }
