@@ -3,6 +3,7 @@ package brokertest
 
 import (
 	"context"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -11,7 +12,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/channels"
 	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
 )
 
@@ -95,4 +98,107 @@ func RunApprover(t testing.TB, nc *nats.Conn, cfg handler.ApproverConfig, h hand
 			t.Errorf("approver %s: Run did not return %s after its context ended", cfg.Principal, patience)
 		}
 	})
+}
+
+// Ask makes a request with c without waiting for its decision, which arrives
+// on the returned channel; an empty req.ID is made. The request is withdrawn
+// when the test ends; an error before then fails the test.
+func Ask(t testing.TB, c *handler.Client, req handler.Request) (string, <-chan handler.Decision) {
+	t.Helper()
+	if req.ID == "" {
+		req.ID = events.NewID()
+	}
+	ch := make(chan handler.Decision, 1)
+	ctx := t.Context()
+	go func() {
+		d, err := c.Request(ctx, req)
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("request %s: %v", req.ID, err)
+		}
+		ch <- d
+	}()
+	return req.ID, ch
+}
+
+// Decision waits for the decision Ask delivers, failing the test after
+// patience.
+func Decision(t testing.TB, ch <-chan handler.Decision) handler.Decision {
+	t.Helper()
+	select {
+	case d := <-ch:
+		return d
+	case <-time.After(patience):
+		t.Fatalf("no decision after %s", patience)
+	}
+	return handler.Decision{}
+}
+
+// RunChannel runs a channel runtime for n on nc until the returned func is
+// called or the test ends, and waits for it to return.
+func RunChannel(t testing.TB, nc *nats.Conn, cfg handler.ChannelConfig, n handler.Notifier) (*handler.Channel, func()) {
+	t.Helper()
+	return runChannel(t, nc, cfg, n, nil)
+}
+
+// RunAdapter runs a channel adapter as approver-bot does: a channel runtime
+// for it (cfg's Channel, Reachable and Logger default to the adapter's), the
+// adapter started with that runtime and mux, both until the returned func is
+// called or the test ends. Stopping waits for the runtime and for the
+// adapter's own work (its Wait, if it has one).
+func RunAdapter(t testing.TB, nc *nats.Conn, cfg handler.ChannelConfig, a channels.Adapter, mux *http.ServeMux) (*handler.Channel, func()) {
+	t.Helper()
+	if cfg.Channel == "" {
+		cfg.Channel = a.Name()
+	}
+	if cfg.Reachable == nil {
+		cfg.Reachable = a.Reaches
+	}
+	return runChannel(t, nc, cfg, a, func(ctx context.Context, c *handler.Channel) error { return a.Start(ctx, c, mux) })
+}
+
+func runChannel(t testing.TB, nc *nats.Conn, cfg handler.ChannelConfig, n handler.Notifier, start func(context.Context, *handler.Channel) error) (*handler.Channel, func()) {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = testenv.Logger(t)
+	}
+	c, err := handler.NewChannel(nc, cfg, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if start != nil {
+		if err := start(ctx, c); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("channel %s: Run: %v", cfg.Channel, err)
+				}
+			case <-time.After(patience):
+				t.Errorf("channel %s: Run did not return %s after its context ended", cfg.Channel, patience)
+			}
+			w, ok := n.(interface{ Wait() })
+			if !ok {
+				return
+			}
+			waited := make(chan struct{})
+			go func() { w.Wait(); close(waited) }()
+			select {
+			case <-waited:
+			case <-time.After(patience):
+				t.Errorf("channel %s: its own work still running %s after its context ended", cfg.Channel, patience)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return c, stop
 }

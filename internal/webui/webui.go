@@ -37,6 +37,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/human"
 	"github.com/assent-dev/assent/internal/textsafe"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/policy"
@@ -563,7 +564,7 @@ func (u *UI) oneCard(w http.ResponseWriter, r *http.Request, v viewer) error {
 
 // ago says how long before now t was, briefly.
 func (u *UI) ago(t time.Time) string {
-	return brief(u.cfg.Now().Sub(t)) + " ago"
+	return human.Duration(u.cfg.Now().Sub(t)) + " ago"
 }
 
 // until says how long after now t is, briefly.
@@ -572,19 +573,7 @@ func (u *UI) until(t time.Time) string {
 	if d <= 0 {
 		return "now"
 	}
-	return "in " + brief(d)
-}
-
-func brief(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm %ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh %dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
+	return "in " + human.Duration(d)
 }
 
 func outcomeWord(o string) string {

@@ -91,11 +91,7 @@ func NewApprover(nc *nats.Conn, cfg ApproverConfig, h Handler) (*Approver, error
 	if err := events.CheckToken("channel", cfg.Channel); err != nil {
 		errs = append(errs, err)
 	}
-	for _, a := range cfg.Agents {
-		if err := events.CheckToken("agent", a); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs = append(errs, checkAgents(cfg.Agents)...)
 	if cfg.Durable == "" {
 		cfg.Durable = "approver-" + cfg.Principal + "-" + cfg.Channel
 	}
@@ -105,20 +101,8 @@ func NewApprover(nc *nats.Conn, cfg ApproverConfig, h Handler) (*Approver, error
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("handler: approver config: %w", err)
 	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 16
-	}
-	if cfg.Lookback <= 0 {
-		cfg.Lookback = 24 * time.Hour
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	client, err := NewClient(nc, Config{Logger: cfg.Logger})
+	defaults(&cfg.Concurrency, &cfg.Lookback, &cfg.Logger)
+	js, client, err := connectRuntime(nc, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -133,47 +117,26 @@ func (a *Approver) Run(ctx context.Context) error {
 		return errors.New("handler: Approver.Run is already running")
 	}
 	defer a.running.Unlock()
-	filters := []string{events.PendingPrefix + "*"}
-	if len(a.cfg.Agents) > 0 {
-		filters = filters[:0]
-		for _, ag := range a.cfg.Agents {
-			filters = append(filters, events.PendingPrefix+ag)
-		}
-	}
 	start := time.Now().Add(-a.cfg.Lookback)
-	cons, err := durable(ctx, a.js, jetstream.ConsumerConfig{
-		Durable:        a.cfg.Durable,
-		Description:    "Assent approver " + a.cfg.Principal + " via " + a.cfg.Channel,
-		FilterSubjects: filters,
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &start,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        30 * time.Second,
-		MaxAckPending:  4 * a.cfg.Concurrency,
-		MaxDeliver:     10,
-	})
+	cfg := consumerConfig(a.cfg.Durable, "Assent approver "+a.cfg.Principal+" via "+a.cfg.Channel,
+		pendingFilters(a.cfg.Agents), start, 4*a.cfg.Concurrency)
+	cfg.MaxDeliver = 10
+	cons, err := durable(ctx, a.js, cfg)
 	if err != nil {
 		return fmt.Errorf("handler: approver consumer: %w", err)
 	}
-	sem := make(chan struct{}, a.cfg.Concurrency)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		announce(ctx, a.js, a.log, a.cfg.Channel, func() []string { return []string{a.cfg.Principal} })
+	p := newPool(ctx, a.cfg.Concurrency)
+	p.wg.Go(func() {
+		Announce(ctx, a.js, a.log, a.cfg.Channel, func() []string { return []string{a.cfg.Principal} })
 	})
-	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			a.handle(ctx, msg)
-		})
-	}, jetstream.PullMaxMessages(2*a.cfg.Concurrency))
+	cc, err := cons.Consume(p.take(a.handle), jetstream.PullMaxMessages(2*a.cfg.Concurrency))
 	if err != nil {
 		return fmt.Errorf("handler: consume pending: %w", err)
 	}
 	<-ctx.Done()
 	cc.Stop()
 	<-cc.Closed()
-	wg.Wait()
+	p.wg.Wait()
 	return nil
 }
 
@@ -184,7 +147,8 @@ func (a *Approver) handle(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.TermWithReason("malformed: " + err.Error())
 		return
 	}
-	req, ok, err := pendingRequest(&e)
+	n, ok, err := NoticeOf(&e)
+	req := n.Request
 	switch {
 	case err != nil:
 		_ = msg.TermWithReason("malformed: " + err.Error())
@@ -238,20 +202,6 @@ func (a *Approver) handle(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	_ = msg.Ack()
-}
-
-// pendingRequest reads the request a pending or escalated event offers; ok is
-// false for other event types.
-func pendingRequest(e *events.Event) (req Request, ok bool, err error) {
-	switch e.Type() {
-	case events.TypePending:
-		p, err := events.DecodePending(e)
-		return Request{ID: p.RequestID, Requested: p.Request, Deadline: p.Deadline}, err == nil, err
-	case events.TypeEscalated:
-		p, err := events.DecodeEscalated(e)
-		return Request{ID: p.RequestID, Requested: p.Request, Deadline: p.Deadline}, err == nil, err
-	}
-	return Request{}, false, nil
 }
 
 // answer publishes a responded event.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -134,31 +133,15 @@ func NewChannel(nc *nats.Conn, cfg ChannelConfig, n Notifier) (*Channel, error) 
 			errs = append(errs, err)
 		}
 	}
-	for _, a := range cfg.Agents {
-		if err := events.CheckToken("agent", a); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs = append(errs, checkAgents(cfg.Agents)...)
 	if cfg.Remind < 0 {
 		errs = append(errs, fmt.Errorf("remind %s: want a positive duration, or 0 for no reminders", cfg.Remind))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("handler: channel config: %w", err)
 	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 16
-	}
-	if cfg.Lookback <= 0 {
-		cfg.Lookback = 24 * time.Hour
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	client, err := NewClient(nc, Config{Logger: cfg.Logger})
+	defaults(&cfg.Concurrency, &cfg.Lookback, &cfg.Logger)
+	js, client, err := connectRuntime(nc, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -293,57 +276,25 @@ func (c *Channel) Run(ctx context.Context) error {
 		return err
 	}
 	start := time.Now().Add(-c.cfg.Lookback)
-	pendingFilters, decidedFilters := []string{events.PendingPrefix + "*"}, []string{events.DecisionPrefix + "*"}
-	if len(c.cfg.Agents) > 0 {
-		pendingFilters = pendingFilters[:0]
-		for _, a := range c.cfg.Agents {
-			pendingFilters = append(pendingFilters, events.PendingPrefix+a)
-		}
-	}
-	notify, err := durable(ctx, c.js, jetstream.ConsumerConfig{
-		Durable:        "channel-" + c.cfg.Channel + "-notify",
-		Description:    "Assent channel " + c.cfg.Channel + ": notifications",
-		FilterSubjects: pendingFilters,
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &start,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        30 * time.Second,
-		// A request waiting for its reminder stays unacknowledged.
-		MaxAckPending: 100_000,
-	})
+	name := "channel-" + c.cfg.Channel
+	notify, err := durable(ctx, c.js, consumerConfig(name+"-notify", "Assent channel "+c.cfg.Channel+": notifications",
+		pendingFilters(c.cfg.Agents), start,
+		100_000)) // a request waiting for its reminder stays unacknowledged
 	if err != nil {
 		return fmt.Errorf("handler: channel consumer: %w", err)
 	}
-	resolve, err := durable(ctx, c.js, jetstream.ConsumerConfig{
-		Durable:        "channel-" + c.cfg.Channel + "-resolve",
-		Description:    "Assent channel " + c.cfg.Channel + ": outcomes",
-		FilterSubjects: decidedFilters,
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &start,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        30 * time.Second,
-		MaxAckPending:  4 * c.cfg.Concurrency,
-	})
+	resolve, err := durable(ctx, c.js, consumerConfig(name+"-resolve", "Assent channel "+c.cfg.Channel+": outcomes",
+		[]string{events.DecisionPrefix + "*"}, start, 4*c.cfg.Concurrency))
 	if err != nil {
 		return fmt.Errorf("handler: channel consumer: %w", err)
 	}
-	sem := make(chan struct{}, c.cfg.Concurrency)
-	var wg sync.WaitGroup
-	wg.Go(func() { announce(ctx, c.js, c.log, c.cfg.Channel, c.reachers) })
-	take := func(handle func(context.Context, jetstream.Msg)) func(jetstream.Msg) {
-		return func(msg jetstream.Msg) {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				handle(ctx, msg)
-			})
-		}
-	}
-	nc, err := notify.Consume(take(c.handleNotice), jetstream.PullMaxMessages(2*c.cfg.Concurrency))
+	p := newPool(ctx, c.cfg.Concurrency)
+	p.wg.Go(func() { Announce(ctx, c.js, c.log, c.cfg.Channel, c.reachers) })
+	nc, err := notify.Consume(p.take(c.handleNotice), jetstream.PullMaxMessages(2*c.cfg.Concurrency))
 	if err != nil {
 		return fmt.Errorf("handler: consume pending: %w", err)
 	}
-	rc, err := resolve.Consume(take(c.handleOutcome), jetstream.PullMaxMessages(2*c.cfg.Concurrency))
+	rc, err := resolve.Consume(p.take(c.handleOutcome), jetstream.PullMaxMessages(2*c.cfg.Concurrency))
 	if err != nil {
 		nc.Stop()
 		return fmt.Errorf("handler: consume decisions: %w", err)
@@ -353,66 +304,13 @@ func (c *Channel) Run(ctx context.Context) error {
 	rc.Stop()
 	<-nc.Closed()
 	<-rc.Closed()
-	wg.Wait()
+	p.wg.Wait()
 	return nil
 }
 
-// durable returns the durable consumer cfg names, made if missing. One that
-// exists keeps where it started (the server refuses to change that) and takes
-// the rest of cfg, such as new filters.
-func durable(ctx context.Context, js jetstream.JetStream, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	for range 2 {
-		cons, err := js.Consumer(ctx, StreamName, cfg.Durable)
-		if err == nil {
-			old := cons.CachedInfo().Config
-			cfg.DeliverPolicy, cfg.OptStartTime, cfg.OptStartSeq = old.DeliverPolicy, old.OptStartTime, old.OptStartSeq
-			return js.UpdateConsumer(ctx, StreamName, cfg)
-		}
-		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return nil, err
-		}
-		cons, err = js.CreateConsumer(ctx, StreamName, cfg)
-		if !errors.Is(err, jetstream.ErrConsumerExists) {
-			return cons, err
-		}
-		// Another process made it first: take that one.
-	}
-	return nil, fmt.Errorf("consumer %s: made and removed while starting", cfg.Durable)
-}
-
-// retry asks for msg again after a delay that doubles with each delivery,
-// from a second up to a minute.
-func retry(msg jetstream.Msg) {
-	d := time.Second
-	if md, err := msg.Metadata(); err == nil {
-		for i := uint64(1); i < md.NumDelivered && d < time.Minute; i++ {
-			d *= 2
-		}
-	}
-	_ = msg.NakWithDelay(min(d, time.Minute))
-}
-
-// keepAlive tells the server msg is still being handled until the returned
-// function is called.
-func keepAlive(msg jetstream.Msg) func() {
-	stop := make(chan struct{})
-	go func() {
-		t := time.NewTicker(10 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				_ = msg.InProgress()
-			case <-stop:
-				return
-			}
-		}
-	}()
-	return func() { close(stop) }
-}
-
-// noticeOf reads a pending or escalated event; ok is false for other types.
-func noticeOf(e *events.Event) (n Notice, ok bool, err error) {
+// NoticeOf reads a pending or escalated event as a Notice; ok is false for
+// other types.
+func NoticeOf(e *events.Event) (n Notice, ok bool, err error) {
 	switch e.Type() {
 	case events.TypePending:
 		p, err := events.DecodePending(e)
@@ -433,7 +331,7 @@ func (c *Channel) handleNotice(ctx context.Context, msg jetstream.Msg) {
 		_ = msg.TermWithReason("malformed: " + err.Error())
 		return
 	}
-	n, ok, err := noticeOf(&e)
+	n, ok, err := NoticeOf(&e)
 	switch {
 	case err != nil:
 		_ = msg.TermWithReason("malformed: " + err.Error())
@@ -601,71 +499,4 @@ func (c *Channel) resolve(ctx context.Context, id string, d Decision) error {
 		return err
 	}
 	return nil
-}
-
-// announce tells brokers, every events.PresenceRefresh until ctx ends, that
-// channel reaches the principals who() returns, then withdraws the
-// announcements. A broker that finds no reachable approver for a request can
-// then fail fast instead of letting it wait out its timeout.
-func announce(ctx context.Context, js jetstream.JetStream, log *zap.Logger, channel string, who func() []string) {
-	var kv jetstream.KeyValue
-	warned := false
-	announced := map[string]bool{}
-	put := func() {
-		if kv == nil {
-			// The bucket appears when a broker first starts; keep trying.
-			b, err := js.KeyValue(ctx, events.PresenceBucket)
-			if err != nil {
-				if !warned && ctx.Err() == nil {
-					log.Warn("cannot announce presence yet; brokers without an open HTTP API treat these principals as unreachable", zap.Error(err))
-					warned = true
-				}
-				return
-			}
-			kv = b
-		}
-		now := who()
-		for p := range announced {
-			if !slices.Contains(now, p) {
-				if key, err := events.PresenceKey(p, channel); err == nil {
-					_ = kv.Delete(ctx, key)
-				}
-				delete(announced, p)
-			}
-		}
-		for _, p := range now {
-			key, err := events.PresenceKey(p, channel)
-			if err != nil {
-				continue
-			}
-			val, _ := json.Marshal(events.Announcement{Principal: p, Channel: channel, At: time.Now().UTC()})
-			if _, err := kv.Put(ctx, key, val); err != nil {
-				if ctx.Err() == nil {
-					log.Warn("announce presence", zap.String("principal", p), zap.Error(err))
-				}
-				continue
-			}
-			announced[p] = true
-		}
-	}
-	put()
-	t := time.NewTicker(events.PresenceRefresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			if kv != nil {
-				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-				for p := range announced {
-					if key, err := events.PresenceKey(p, channel); err == nil {
-						_ = kv.Delete(dctx, key)
-					}
-				}
-				cancel()
-			}
-			return
-		case <-t.C:
-			put()
-		}
-	}
 }

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
@@ -75,53 +75,10 @@ func (r *recorder) wait(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func runChannel(t *testing.T, nc *nats.Conn, cfg handler.ChannelConfig, n handler.Notifier) (*handler.Channel, func()) {
-	t.Helper()
-	c, err := handler.NewChannel(nc, cfg, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Channel.Run: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return c, stop
-}
-
 // ask makes a request without waiting for it; the decision arrives on the
 // returned channel.
 func ask(t *testing.T, c *handler.Client, req events.Requested) (string, <-chan handler.Decision) {
-	t.Helper()
-	id := events.NewID()
-	ch := make(chan handler.Decision, 1)
-	go func() {
-		d, err := c.Request(context.Background(), handler.Request{ID: id, Requested: req})
-		if err != nil {
-			t.Errorf("request %s: %v", id, err)
-		}
-		ch <- d
-	}()
-	return id, ch
-}
-
-func outcome(t *testing.T, ch <-chan handler.Decision) handler.Decision {
-	t.Helper()
-	select {
-	case d := <-ch:
-		return d
-	case <-time.After(20 * time.Second):
-		t.Fatal("no decision")
-	}
-	return handler.Decision{}
+	return brokertest.Ask(t, c, handler.Request{Requested: req})
 }
 
 // TestChannelOnceAcrossProcesses: two processes run the same channel; every
@@ -133,8 +90,8 @@ func TestChannelOnceAcrossProcesses(t *testing.T) {
 	runBroker(t, testenv.Conn(t, ns), broker.Config{})
 	a, b := newRecorder("a"), newRecorder("b")
 	cfg := handler.ChannelConfig{Channel: "slack", Principals: []string{"alice"}}
-	ca, _ := runChannel(t, testenv.Conn(t, ns), cfg, a)
-	runChannel(t, testenv.Conn(t, ns), cfg, b)
+	ca, _ := brokertest.RunChannel(t, testenv.Conn(t, ns), cfg, a)
+	brokertest.RunChannel(t, testenv.Conn(t, ns), cfg, b)
 	client, _ := handler.NewClient(testenv.Conn(t, ns), handler.Config{Agent: "coder"})
 
 	const n = 20
@@ -165,7 +122,7 @@ func TestChannelOnceAcrossProcesses(t *testing.T) {
 		}
 	}
 	for i, ch := range decisions {
-		d := outcome(t, ch)
+		d := brokertest.Decision(t, ch)
 		if d.Approved() != (i%2 == 0) || len(d.DecidedBy) != 1 || d.DecidedBy[0].Principal != "alice" || d.DecidedBy[0].Channel != "slack" {
 			t.Fatalf("decision %d: %+v", i, d)
 		}
@@ -200,19 +157,19 @@ func TestChannelRestart(t *testing.T) {
 	runBroker(t, testenv.Conn(t, ns), broker.Config{})
 	cfg := handler.ChannelConfig{Channel: "email", Principals: []string{"alice"}}
 	first := newRecorder("first")
-	_, stop := runChannel(t, testenv.Conn(t, ns), cfg, first)
+	_, stop := brokertest.RunChannel(t, testenv.Conn(t, ns), cfg, first)
 	client, _ := handler.NewClient(testenv.Conn(t, ns), handler.Config{Agent: "coder"})
 	id, decided := ask(t, client, events.Requested{Tool: "deploy", Timeout: events.Duration(time.Minute)})
 	first.wait(t, "notified", func() bool { return len(first.notices[id]) == 1 })
 	stop()
 
 	second := newRecorder("second")
-	c, _ := runChannel(t, testenv.Conn(t, ns), cfg, second)
+	c, _ := brokertest.RunChannel(t, testenv.Conn(t, ns), cfg, second)
 	time.Sleep(time.Second) // time to redeliver, were it to
 	if err := c.Answer(context.Background(), "alice", id, handler.Response{Decision: events.Approve}); err != nil {
 		t.Fatal(err)
 	}
-	if d := outcome(t, decided); !d.Approved() {
+	if d := brokertest.Decision(t, decided); !d.Approved() {
 		t.Fatalf("decision %+v", d)
 	}
 	second.wait(t, "resolved after the restart", func() bool { return len(second.outcomes[id]) == 1 })
@@ -257,7 +214,7 @@ rules:
 	ns := testenv.Server(t)
 	runBroker(t, testenv.Conn(t, ns), broker.Config{Policy: p})
 	r := newRecorder("r")
-	c, _ := runChannel(t, testenv.Conn(t, ns), handler.ChannelConfig{Channel: "slack", Principals: []string{"alice", "erin"}, Remind: 3 * time.Second}, r)
+	c, _ := brokertest.RunChannel(t, testenv.Conn(t, ns), handler.ChannelConfig{Channel: "slack", Principals: []string{"alice", "erin"}, Remind: 3 * time.Second}, r)
 	client, _ := handler.NewClient(testenv.Conn(t, ns), handler.Config{Agent: "bank"})
 
 	deploy, _ := ask(t, client, events.Requested{Tool: "deploy"})
@@ -293,7 +250,7 @@ rules:
 func TestChannelPresence(t *testing.T) {
 	ns := testenv.Server(t)
 	runBroker(t, testenv.Conn(t, ns), broker.Config{})
-	_, stop := runChannel(t, testenv.Conn(t, ns), handler.ChannelConfig{Channel: "slack", Principals: []string{"alice", "bob"}}, newRecorder("p"))
+	_, stop := brokertest.RunChannel(t, testenv.Conn(t, ns), handler.ChannelConfig{Channel: "slack", Principals: []string{"alice", "bob"}}, newRecorder("p"))
 	js, _ := jetstream.New(testenv.Conn(t, ns))
 	kv, err := js.KeyValue(testCtx(t), events.PresenceBucket)
 	if err != nil {

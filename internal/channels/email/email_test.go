@@ -88,23 +88,7 @@ func setup(t *testing.T, src string, remind time.Duration) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.channel, err = handler.NewChannel(nc, handler.ChannelConfig{Channel: h.adapter.Name(), Reachable: h.adapter.Reaches, Remind: remind, Logger: log}, h.adapter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := h.adapter.Start(ctx, h.channel, mux); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- h.channel.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("channel Run: %v", err)
-		}
-	})
+	h.channel, _ = brokertest.RunAdapter(t, nc, handler.ChannelConfig{Remind: remind, Logger: log}, h.adapter, mux)
 	h.client, err = handler.NewClient(testenv.Conn(t, h.ns), handler.Config{Agent: "coder"})
 	if err != nil {
 		t.Fatal(err)
@@ -116,27 +100,7 @@ func setup(t *testing.T, src string, remind time.Duration) *harness {
 // returned channel.
 func (h *harness) ask(t *testing.T, req events.Requested) (string, <-chan handler.Decision) {
 	t.Helper()
-	id := events.NewID()
-	ch := make(chan handler.Decision, 1)
-	go func() {
-		d, err := h.client.Request(context.Background(), handler.Request{ID: id, Requested: req})
-		if err != nil {
-			t.Errorf("request %s: %v", id, err)
-		}
-		ch <- d
-	}()
-	return id, ch
-}
-
-func outcome(t *testing.T, ch <-chan handler.Decision) handler.Decision {
-	t.Helper()
-	select {
-	case d := <-ch:
-		return d
-	case <-time.After(20 * time.Second):
-		t.Fatal("no decision")
-	}
-	return handler.Decision{}
+	return brokertest.Ask(t, h.client, handler.Request{Requested: req})
 }
 
 // pending fails the test if request id has a decision.
@@ -353,7 +317,7 @@ func TestApproveByLink(t *testing.T) {
 
 	status, body := post(t, approve, "ship it")
 	wantPage(t, "POST approve", status, body, http.StatusOK, "You approved deploy", "approved by alice via email")
-	d := outcome(t, decided)
+	d := brokertest.Decision(t, decided)
 	if !d.Approved() || len(d.DecidedBy) != 1 || d.DecidedBy[0].Principal != "alice" || d.DecidedBy[0].Channel != "email" {
 		t.Fatalf("decision %+v; want approved by alice via email", d)
 	}
@@ -382,7 +346,7 @@ func TestDenyWithReason(t *testing.T) {
 	h.pending(t, id)
 	status, body = post(t, deny, "  Not during the freeze.\r\nTry Monday.  ")
 	wantPage(t, "POST deny", status, body, http.StatusOK, "You denied deploy", "denied by bob via email")
-	d := outcome(t, decided)
+	d := brokertest.Decision(t, decided)
 	if d.Outcome != events.Denied || d.DecidedBy[0].Principal != "bob" || d.DecidedBy[0].Channel != "email" || !strings.Contains(d.Reason, "Not during the freeze.\nTry Monday.") {
 		t.Fatalf("decision %+v; want denied by bob via email with his reason", d)
 	}
@@ -453,7 +417,7 @@ func TestRefusedLinks(t *testing.T) {
 
 	status, body = post(t, approve, "")
 	wantPage(t, "the real link", status, body, http.StatusOK, "You approved deploy")
-	if d := outcome(t, decided); !d.Approved() || d.DecidedBy[0].Principal != "alice" {
+	if d := brokertest.Decision(t, decided); !d.Approved() || d.DecidedBy[0].Principal != "alice" {
 		t.Fatalf("decision %+v", d)
 	}
 }
@@ -474,7 +438,7 @@ func TestLinkWorksOnce(t *testing.T) {
 
 	status, body = post(t, h.mailTo(t, "bob@example.com", id).Approve(t), "")
 	wantPage(t, "bob's POST", status, body, http.StatusOK, "You approved wire", "approved by alice via email, bob via email")
-	d := outcome(t, decided)
+	d := brokertest.Decision(t, decided)
 	if !d.Approved() || len(d.DecidedBy) != 2 {
 		t.Fatalf("decision %+v; want approved by alice and bob", d)
 	}
@@ -502,7 +466,7 @@ func TestDecidedElsewhere(t *testing.T) {
 	if err := slack.Answer(context.Background(), "bob", id, handler.Response{Decision: events.Approve}); err != nil {
 		t.Fatal(err)
 	}
-	if d := outcome(t, decided); !d.Approved() {
+	if d := brokertest.Decision(t, decided); !d.Approved() {
 		t.Fatalf("decision %+v", d)
 	}
 	status, body, _ := get(t, m.Deny(t))
@@ -597,7 +561,7 @@ rules:
 	reminder := h.mailsTo(t, "alice@example.com", id, 2)[1]
 	status, body := post(t, reminder.Approve(t), "")
 	wantPage(t, "POST from the reminder", status, body, http.StatusOK, "You approved wire")
-	if d := outcome(t, decided); !d.Approved() || d.DecidedBy[0].Principal != "alice" {
+	if d := brokertest.Decision(t, decided); !d.Approved() || d.DecidedBy[0].Principal != "alice" {
 		t.Fatalf("decision %+v", d)
 	}
 	if n := len(h.smtp.matching(func(d delivery) bool { return bytes.Contains(d.Data, []byte("<assent."+id+".")) })); n != 4 {

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/assent-dev/assent/internal/human"
 	"github.com/assent-dev/assent/internal/textsafe"
 	"github.com/assent-dev/assent/pkg/handler"
 )
@@ -93,7 +94,7 @@ func summarize(n handler.Notice, now time.Time) summary {
 		s.Labels = line(strings.Join(parts, ", "))
 	}
 	if d := n.Deadline.Sub(now); d > 0 {
-		s.Remaining = "in " + brief(d)
+		s.Remaining = "in " + human.Duration(d)
 	} else {
 		s.Remaining = "passed"
 	}
@@ -207,19 +208,6 @@ func shortString(s string) string {
 		i += size
 	}
 	return s[:i] + fmt.Sprintf("… (%d more characters)", n-maxValue)
-}
-
-// brief says a duration briefly: "45s", "4m 10s", "3h 5m", "2d".
-func brief(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm %ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh %dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
 // ago says how long before now t was, as people say it: "just now",

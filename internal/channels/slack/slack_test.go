@@ -116,33 +116,10 @@ func start(t *testing.T, s setup) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.rt, err = handler.NewChannel(nc, handler.ChannelConfig{Channel: h.adapter.Name(), Reachable: h.adapter.Reaches, Remind: s.remind, Logger: testenv.Logger(t)}, h.adapter)
-	if err != nil {
-		t.Fatal(err)
-	}
 	mux := http.NewServeMux()
 	h.web = httptest.NewServer(mux)
 	t.Cleanup(h.web.Close)
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := h.adapter.Start(ctx, h.rt, mux); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- h.rt.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Channel.Run: %v", err)
-		}
-		waited := make(chan struct{})
-		go func() { h.adapter.Wait(); close(waited) }()
-		select {
-		case <-waited:
-		case <-time.After(15 * time.Second):
-			t.Error("the adapter's goroutines did not return 15s after its context ended")
-		}
-	})
+	h.rt, _ = brokertest.RunAdapter(t, nc, handler.ChannelConfig{Remind: s.remind}, h.adapter, mux)
 	h.agent, err = handler.NewClient(testenv.Conn(t, ns), handler.Config{Agent: "coder"})
 	if err != nil {
 		t.Fatal(err)
@@ -203,28 +180,7 @@ func (h *harness) ask(t *testing.T, req events.Requested) (string, <-chan handle
 	if req.Timeout == 0 {
 		req.Timeout = events.Duration(time.Minute)
 	}
-	id := events.NewID()
-	ch := make(chan handler.Decision, 1)
-	ctx := t.Context()
-	go func() {
-		d, err := h.agent.Request(ctx, handler.Request{ID: id, Requested: req})
-		if err != nil && ctx.Err() == nil {
-			t.Errorf("request %s: %v", id, err)
-		}
-		ch <- d
-	}()
-	return id, ch
-}
-
-func decided(t *testing.T, ch <-chan handler.Decision) handler.Decision {
-	t.Helper()
-	select {
-	case d := <-ch:
-		return d
-	case <-time.After(20 * time.Second):
-		t.Fatal("no decision")
-	}
-	return handler.Decision{}
+	return brokertest.Ask(t, h.agent, handler.Request{Requested: req})
 }
 
 // message waits for the request's message, and for the runtime to have
@@ -485,7 +441,7 @@ func TestApproveOverHTTP(t *testing.T) {
 	if resp := h.interact(t, click("UALICE", "assent.approve", id, m)); resp != "" {
 		t.Fatalf("click answered %q", resp)
 	}
-	d := decided(t, ch)
+	d := brokertest.Decision(t, ch)
 	if !d.Approved() || len(d.DecidedBy) != 1 || d.DecidedBy[0].Principal != "alice" || d.DecidedBy[0].Channel != "slack" {
 		t.Fatalf("decision %+v", d)
 	}
@@ -525,7 +481,7 @@ func TestDenyWithReason(t *testing.T) {
 	if errs := modalErrors(t, h.interact(t, submit("UALICE", views[0], map[string]any{"reason": text("Not on a Friday & not <!here>")}))); errs != nil {
 		t.Fatalf("submission refused: %v", errs)
 	}
-	d := decided(t, ch)
+	d := brokertest.Decision(t, ch)
 	if d.Outcome != events.Denied || d.Reason != "Not on a Friday & not <!here>" || d.DecidedBy[0].Principal != "alice" {
 		t.Fatalf("decision %+v", d)
 	}
@@ -567,7 +523,7 @@ func TestEditArgs(t *testing.T) {
 	if errs := modalErrors(t, resp); errs != nil {
 		t.Fatalf("valid arguments refused: %v", errs)
 	}
-	d := decided(t, ch)
+	d := brokertest.Decision(t, ch)
 	if !d.Approved() || !d.Edited || string(d.Args) != `{"path":"/srv/app/staging","replicas":1}` || d.Reason != "staging first" {
 		t.Fatalf("decision %+v args %s", d, d.Args)
 	}
@@ -611,7 +567,7 @@ func TestRemember(t *testing.T) {
 	if errs := modalErrors(t, h.interact(t, submit("UALICE", views[0], map[string]any{"scope": radio("session")}))); errs != nil {
 		t.Fatalf("remember refused: %v", errs)
 	}
-	if d := decided(t, ch); !d.Approved() || d.DecidedBy[0].Principal != "alice" {
+	if d := brokertest.Decision(t, ch); !d.Approved() || d.DecidedBy[0].Principal != "alice" {
 		t.Fatalf("decision %+v", d)
 	}
 
@@ -636,7 +592,7 @@ func TestRemember(t *testing.T) {
 		t.Fatalf("remembered for %s, want the rule's max_remember 1h", ttl)
 	}
 	_, next := h.ask(t, events.Requested{Tool: "read_file", Args: json.RawMessage(`{"path":"/etc/passwd"}`), User: "dan", Session: "s-1"})
-	if d := decided(t, next); !d.Approved() || !d.Auto {
+	if d := brokertest.Decision(t, next); !d.Approved() || !d.Auto {
 		t.Fatalf("next request in the session: %+v", d)
 	}
 }
@@ -702,7 +658,7 @@ func TestRefusesUnauthenticated(t *testing.T) {
 
 	// The same click, signed now, is taken.
 	h.interact(t, click("UALICE", "assent.approve", id, m))
-	if d := decided(t, ch); !d.Approved() {
+	if d := brokertest.Decision(t, ch); !d.Approved() {
 		t.Fatalf("decision %+v", d)
 	}
 }
@@ -771,7 +727,7 @@ func TestDecidedElsewhere(t *testing.T) {
 	if err := handler.Answer(t.Context(), h.js, "carol", id, events.Responded{Decision: events.Approve, Reason: "checked the diff", Channel: "web"}); err != nil {
 		t.Fatal(err)
 	}
-	if d := decided(t, ch); !d.Approved() || d.DecidedBy[0].Channel != "web" {
+	if d := brokertest.Decision(t, ch); !d.Approved() || d.DecidedBy[0].Channel != "web" {
 		t.Fatalf("decision %+v", d)
 	}
 	got := h.resolved(t, id, "*Approved by* carol via web")
@@ -809,7 +765,7 @@ func TestEscalationAndReminder(t *testing.T) {
 		t.Fatalf("%d messages posted, want the request, the escalation and the reminder", n)
 	}
 	h.interact(t, click("UERIN", "assent.approve", id, m))
-	if d := decided(t, ch); !d.Approved() || d.DecidedBy[0].Principal != "erin" {
+	if d := brokertest.Decision(t, ch); !d.Approved() || d.DecidedBy[0].Principal != "erin" {
 		t.Fatalf("decision %+v", d)
 	}
 	h.resolved(t, id, "*Approved by* erin via slack")
@@ -830,7 +786,7 @@ func TestSocketMode(t *testing.T) {
 	if ack := h.slack.Ack(t, h.slack.Send(t, click("UALICE", "assent.approve", id, m))); len(ack) != 0 {
 		t.Fatalf("click acknowledged with %s", ack)
 	}
-	if d := decided(t, ch); !d.Approved() || d.DecidedBy[0].Principal != "alice" || d.DecidedBy[0].Channel != "slack" {
+	if d := brokertest.Decision(t, ch); !d.Approved() || d.DecidedBy[0].Principal != "alice" || d.DecidedBy[0].Channel != "slack" {
 		t.Fatalf("decision %+v", d)
 	}
 	h.resolved(t, id, "*Approved by* alice via slack")
@@ -853,7 +809,7 @@ func TestSocketMode(t *testing.T) {
 	if ack := h.slack.Ack(t, h.slack.Send(t, submit("UALICE", views[0], map[string]any{"args": text(`{"path":"/srv/staging"}`)}))); len(ack) != 0 {
 		t.Fatalf("valid arguments acknowledged with %s", ack)
 	}
-	if d := decided(t, ch); !d.Approved() || string(d.Args) != `{"path":"/srv/staging"}` {
+	if d := brokertest.Decision(t, ch); !d.Approved() || string(d.Args) != `{"path":"/srv/staging"}` {
 		t.Fatalf("decision %+v", d)
 	}
 }

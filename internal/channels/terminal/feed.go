@@ -126,26 +126,13 @@ func (f *feed) decode(msg jetstream.Msg, seq uint64) tea.Msg {
 		return nil
 	}
 	switch e.Type() {
-	case events.TypePending:
-		p, err := events.DecodePending(&e)
+	case events.TypePending, events.TypeEscalated:
+		n, _, err := handler.NoticeOf(&e)
 		if err != nil {
-			log.Warn("ignoring a malformed pending event", zap.Error(err))
+			log.Warn("ignoring a malformed "+e.Type()+" event", zap.Error(err))
 			return nil
 		}
-		return &noticeMsg{seq: seq, notice: handler.Notice{
-			Request:   handler.Request{ID: p.RequestID, Requested: p.Request, Deadline: p.Deadline},
-			Approvers: p.Approvers, Rule: p.Rule, Terms: p.Terms,
-		}}
-	case events.TypeEscalated:
-		p, err := events.DecodeEscalated(&e)
-		if err != nil {
-			log.Warn("ignoring a malformed escalated event", zap.Error(err))
-			return nil
-		}
-		return &noticeMsg{seq: seq, escalation: true, notice: handler.Notice{
-			Request:   handler.Request{ID: p.RequestID, Requested: p.Request, Deadline: p.Deadline},
-			Approvers: p.Approvers, Level: p.Level, Terms: p.Terms,
-		}}
+		return &noticeMsg{seq: seq, escalation: e.Type() == events.TypeEscalated, notice: n}
 	case events.TypeDecided:
 		d, err := events.DecodeDecided(&e)
 		if err != nil {

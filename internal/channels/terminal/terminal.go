@@ -18,6 +18,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/channels"
 	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/handler"
 )
 
 // Channel is the terminal's channel name, as decisions and presence record it.
@@ -180,7 +181,7 @@ func Run(ctx context.Context, o Options) error {
 	})
 	wg.Go(func() { f.forward(runCtx, p.Send) })
 	wg.Go(func() { tick(runCtx, p.Send) })
-	wg.Go(func() { announce(runCtx, js, log, o.Principal) })
+	wg.Go(func() { handler.Announce(runCtx, js, log, Channel, func() []string { return []string{o.Principal} }) })
 
 	_, err = p.Run()
 	close(ended)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -330,67 +329,26 @@ func startBot(t testing.TB, ns *testenv.NATS, cfg webhook.Config, dir *channels.
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch, err := handler.NewChannel(nc, handler.ChannelConfig{Channel: a.Name(), Reachable: a.Reaches}, a)
-	if err != nil {
-		t.Fatal(err)
-	}
 	mux := http.NewServeMux()
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := a.Start(ctx, ch, mux); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- ch.Run(ctx) }()
+	ch, stop := brokertest.RunAdapter(t, nc, handler.ChannelConfig{}, a, mux)
 	b := &bot{a: a, ch: ch, srv: httptest.NewServer(mux)}
 	var once sync.Once
 	b.stop = func() {
 		once.Do(func() {
-			cancel()
+			stop()
 			b.srv.Close()
-			stopped := make(chan struct{})
-			go func() {
-				a.Wait()
-				close(stopped)
-			}()
-			select {
-			case <-stopped:
-			case <-time.After(patience):
-				t.Errorf("webhook deliveries still running %s after the bot stopped", patience)
-			}
-			if err := <-done; err != nil {
-				t.Errorf("channel runtime: %v", err)
-			}
 		})
 	}
 	t.Cleanup(b.stop)
 	return b
 }
 
-// ask makes a request without waiting for it; its decision arrives on the
+// ask makes request id without waiting for it; its decision arrives on the
 // returned channel.
 func ask(t testing.TB, c *handler.Client, id string, req events.Requested) <-chan handler.Decision {
 	t.Helper()
-	ch := make(chan handler.Decision, 1)
-	go func() {
-		d, err := c.Request(context.Background(), handler.Request{ID: id, Requested: req})
-		if err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("request %s: %v", id, err)
-		}
-		ch <- d
-	}()
+	_, ch := brokertest.Ask(t, c, handler.Request{ID: id, Requested: req})
 	return ch
-}
-
-func outcome(t testing.TB, ch <-chan handler.Decision) handler.Decision {
-	t.Helper()
-	select {
-	case d := <-ch:
-		return d
-	case <-time.After(patience):
-		t.Fatal("no decision")
-	}
-	return handler.Decision{}
 }
 
 // answer publishes principal's answer over NATS, as an approver would.
@@ -434,7 +392,7 @@ func TestEveryLifecycleEvent(t *testing.T) {
 		return slices.ContainsFunc(rcv.deliveries(), func(d delivered) bool { return d.Type == events.TypeEscalated && d.RequestID == deploy })
 	})
 	answer(t, nc, "alice", deploy, events.Approve)
-	if d := outcome(t, deployed); !d.Approved() {
+	if d := brokertest.Decision(t, deployed); !d.Approved() {
 		t.Fatalf("deploy: %+v", d)
 	}
 	// Another request under the deploy's id is rejected. (Published
@@ -461,7 +419,7 @@ func TestEveryLifecycleEvent(t *testing.T) {
 	if err := client.Cancel(testCtx(t), write, "changed my mind"); err != nil {
 		t.Fatal(err)
 	}
-	if d := outcome(t, written); d.Outcome != events.Cancelled {
+	if d := brokertest.Decision(t, written); d.Outcome != events.Cancelled {
 		t.Fatalf("write: %+v", d)
 	}
 
@@ -533,7 +491,7 @@ func TestFilters(t *testing.T) {
 			v = events.Deny
 		}
 		answer(t, nc, "alice", id, v)
-		outcome(t, decisions[i])
+		brokertest.Decision(t, decisions[i])
 	}
 	all := func() []stored { return storedEvents(t, nc) }
 	waitDelivered(t, coderOnly, func() []stored {
@@ -591,7 +549,7 @@ func TestReceiverOutage(t *testing.T) {
 					return slices.ContainsFunc(storedEvents(t, nc), func(s stored) bool { return s.Type == events.TypePending && s.RequestID == id })
 				})
 				answer(t, nc, "alice", id, events.Approve)
-				outcome(t, decided)
+				brokertest.Decision(t, decided)
 			}
 			// The bot restarts in the middle of the outage.
 			time.Sleep(time.Until(down.Add(*outage / 2)))
@@ -847,7 +805,7 @@ func TestInbound(t *testing.T) {
 	if status != http.StatusAccepted || out["status"] != "accepted" || out["principal"] != "ci-bot" || out["request_id"] != id || out["webhook_id"] != "decision-1" {
 		t.Fatalf("signed decision: %d %v", status, out)
 	}
-	d := outcome(t, decided)
+	d := brokertest.Decision(t, decided)
 	if !d.Approved() || len(d.DecidedBy) != 1 || d.DecidedBy[0].Principal != "ci-bot" || d.DecidedBy[0].Channel != "webhook" ||
 		!d.Edited || string(d.Args) != `{"path":"/tmp/b"}` || d.Reason != "pipeline green" {
 		t.Fatalf("decision %+v", d)
@@ -892,7 +850,7 @@ func TestInboundRefusedThenResent(t *testing.T) {
 	if status, out := post(t, b, "ci", h, body); status != http.StatusAccepted {
 		t.Fatalf("sent again: %d %v", status, out)
 	}
-	if d := outcome(t, decided); d.Outcome != events.Denied || d.DecidedBy[0].Principal != "ci-bot" || d.Reason != "not on a Friday" {
+	if d := brokertest.Decision(t, decided); d.Outcome != events.Denied || d.DecidedBy[0].Principal != "ci-bot" || d.Reason != "not on a Friday" {
 		t.Fatalf("decision %+v", d)
 	}
 }
