@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/assent-dev/assent/internal/recent"
 	"github.com/assent-dev/assent/pkg/events"
 )
 
@@ -126,13 +127,13 @@ func (b *Broker) event(ctx context.Context, seq uint64, at time.Time, subject st
 	switch {
 	case e.RequestID == "":
 	case e.Type == events.TypeRequested:
-		b.feed.meta.put(e.RequestID, e.Agent, e.Session)
+		b.feed.meta.Put(e.RequestID, [2]string{e.Agent, e.Session})
 	case e.Agent == "":
 		// Answers, cancels and decisions name only the request: take its
 		// agent and session from the request event the feed saw, the index,
 		// or the bucket, in that order.
-		if agent, session, ok := b.feed.meta.get(e.RequestID); ok {
-			e.Agent, e.Session = agent, session
+		if m, ok := b.feed.meta.Get(e.RequestID); ok {
+			e.Agent, e.Session = m[0], m[1]
 		} else if rec, _, ok := b.index.get(e.RequestID); ok {
 			e.Agent, e.Session = rec.Request.Agent, rec.Request.Session
 		} else if rec, err := b.load(ctx, e.RequestID); err == nil {
@@ -140,40 +141,6 @@ func (b *Broker) event(ctx context.Context, seq uint64, at time.Time, subject st
 		}
 	}
 	return e
-}
-
-// metaCache remembers the agent and session of the most recent requests the
-// feed saw, so that later events about them need no lookup.
-type metaCache struct {
-	mu   sync.Mutex
-	m    map[string][2]string
-	ring []string
-	next int
-}
-
-func newMetaCache(size int) *metaCache {
-	return &metaCache{m: make(map[string][2]string, size), ring: make([]string, size)}
-}
-
-func (c *metaCache) put(id, agent, session string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.m[id]; ok {
-		return
-	}
-	if old := c.ring[c.next]; old != "" {
-		delete(c.m, old)
-	}
-	c.ring[c.next] = id
-	c.next = (c.next + 1) % len(c.ring)
-	c.m[id] = [2]string{agent, session}
-}
-
-func (c *metaCache) get(id string) (agent, session string, ok bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	v, ok := c.m[id]
-	return v[0], v[1], ok
 }
 
 // str returns the string field name of the event's data.
@@ -201,7 +168,7 @@ type feed struct {
 	watchers atomic.Pointer[watchers]
 	join_    sync.Mutex // serializes changes of watchers
 	subs     atomic.Int64
-	meta     *metaCache
+	meta     *recent.Map[[2]string] // the agent and session of recent requests
 }
 
 // watchers are the subscribers to signal: those following every event, and
@@ -225,7 +192,7 @@ const (
 )
 
 func newFeed() *feed {
-	f := &feed{ring: make([]*Event, feedRing), meta: newMetaCache(100_000)}
+	f := &feed{ring: make([]*Event, feedRing), meta: recent.New[[2]string](100_000)}
 	f.watchers.Store(&watchers{byAgent: map[string][]*feedSub{}})
 	return f
 }

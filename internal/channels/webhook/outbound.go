@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/assent-dev/assent/internal/recent"
 	"github.com/assent-dev/assent/pkg/events"
 )
 
@@ -413,35 +414,22 @@ func keepAlive(msg jetstream.Msg, interval time.Duration) func() {
 // agentCache remembers the agents of recent requests, for endpoints that
 // filter by agent: answers, cancels and decisions name only the request.
 type agentCache struct {
-	mu   sync.Mutex
-	m    map[string]string
-	ring []string
-	next int
-	kv   jetstream.KeyValue
+	recent *recent.Map[string]
+	mu     sync.Mutex // guards kv
+	kv     jetstream.KeyValue
 }
 
 // agentCacheSize bounds the requests an agentCache remembers.
 const agentCacheSize = 10_000
 
 func newAgentCache() *agentCache {
-	return &agentCache{m: make(map[string]string, agentCacheSize), ring: make([]string, agentCacheSize)}
+	return &agentCache{recent: recent.New[string](agentCacheSize)}
 }
 
 func (c *agentCache) put(id, agent string) {
-	if id == "" || agent == "" {
-		return
+	if id != "" && agent != "" {
+		c.recent.Put(id, agent)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.m[id]; ok {
-		return
-	}
-	if old := c.ring[c.next]; old != "" {
-		delete(c.m, old)
-	}
-	c.ring[c.next] = id
-	c.next = (c.next + 1) % len(c.ring)
-	c.m[id] = agent
 }
 
 // get returns the agent of request id: remembered, or from the broker's state
@@ -451,13 +439,12 @@ func (c *agentCache) get(ctx context.Context, js jetstream.JetStream, id string)
 	if !events.ValidToken(id) {
 		return "", nil
 	}
-	c.mu.Lock()
-	agent, ok := c.m[id]
-	kv := c.kv
-	c.mu.Unlock()
-	if ok {
+	if agent, ok := c.recent.Get(id); ok {
 		return agent, nil
 	}
+	c.mu.Lock()
+	kv := c.kv
+	c.mu.Unlock()
 	if kv == nil {
 		var err error
 		if kv, err = js.KeyValue(ctx, events.StateBucket); err != nil {
