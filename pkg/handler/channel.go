@@ -180,9 +180,12 @@ func (c *Channel) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 
 // shown is what the bucket keeps per channel and request.
 type shown struct {
-	Notice   noticeJSON `json:"notice"`
-	Reminded bool       `json:"reminded,omitempty"`
-	Resolved bool       `json:"resolved,omitempty"`
+	Notice noticeJSON `json:"notice"`
+	// Sending marks a notice recorded before it goes out (so that a person
+	// acting on it at once finds it) and not known to have gone out yet.
+	Sending  bool `json:"sending,omitempty"`
+	Reminded bool `json:"reminded,omitempty"`
+	Resolved bool `json:"resolved,omitempty"`
 }
 
 type noticeJSON struct {
@@ -365,18 +368,26 @@ func (c *Channel) handleNotice(ctx context.Context, msg jetstream.Msg) {
 		// A later escalation was shown already: this notice is stale.
 		_ = msg.Ack()
 		return
-	case found && s.Notice.Level == n.Level:
+	case found && s.Notice.Level == n.Level && !s.Sending:
 		// Shown before (a redelivery after a restart): only the reminder
 		// may be left to do.
 		c.remind(ctx, msg, s, rev, log)
 		return
 	}
 	if found {
-		// An escalation: it names the rule only in the first notice.
+		// An escalation (it names the rule only in the first notice), or a
+		// notice whose sending was cut short.
 		n.Ref = s.Notice.Ref
 		if n.Rule == "" {
 			n.Rule = s.Notice.Rule
 		}
+	}
+	// Record the notice before it goes out: a person may act on it at once,
+	// on any process running the channel.
+	if rev, err = c.save(ctx, shown{Notice: n.json(), Sending: true}, rev); err != nil {
+		log.Warn("record notice; will retry", zap.Error(err))
+		retry(msg)
+		return
 	}
 	ref, err := c.n.Notify(ctx, n)
 	if err != nil {
@@ -391,14 +402,13 @@ func (c *Channel) handleNotice(ctx context.Context, msg jetstream.Msg) {
 	}
 	next := shown{Notice: n.json()}
 	if rev, err = c.save(ctx, next, rev); err != nil {
-		// Another process showed it at the same time, or the bucket is
-		// unreachable: the notification went out either way.
+		// The bucket is unreachable: the notification went out either way.
 		log.Warn("record notification", zap.Error(err))
 		_ = msg.Ack()
 		return
 	}
-	// A decision may have come while the notification went out, before
-	// the outcome consumer could find it: check once more.
+	// A decision may have come while the notification went out, when the
+	// outcome consumer left it to this one (resolve): check once more.
 	if d, decided, err := c.client.Decision(ctx, n.ID); err == nil && decided {
 		c.resolveNow(ctx, n.ID, d, log)
 		_ = msg.Ack()
@@ -488,7 +498,9 @@ func (c *Channel) resolveNow(ctx context.Context, id string, d Decision, log *za
 // resolved, and records that it did.
 func (c *Channel) resolve(ctx context.Context, id string, d Decision) error {
 	s, rev, found, err := c.load(ctx, id)
-	if err != nil || !found || s.Resolved {
+	if err != nil || !found || s.Resolved || s.Sending {
+		// Not shown, shown resolved already, or still going out: the
+		// notification's own check after sending resolves that one.
 		return err
 	}
 	if err := c.n.Resolve(ctx, Outcome{RequestID: id, Decision: d, Notice: s.Notice.notice()}); err != nil {

@@ -320,3 +320,52 @@ func TestApproverRestart(t *testing.T) {
 		t.Fatal("no decision")
 	}
 }
+
+// lookingNotifier looks its own notice up while it is being shown, as a
+// person clicking at once would, from another process.
+type lookingNotifier struct {
+	*recorder
+	other *handler.Channel
+	found chan bool
+}
+
+func (l *lookingNotifier) Notify(ctx context.Context, n handler.Notice) (json.RawMessage, error) {
+	_, _, ok, err := l.other.Lookup(ctx, n.ID)
+	l.found <- ok && err == nil
+	return l.recorder.Notify(ctx, n)
+}
+
+// TestChannelNoticeFoundWhileSent: a notice can be looked up (a click, an
+// email link) while it is still going out, and its outcome is still shown
+// where it went once the request is decided.
+func TestChannelNoticeFoundWhileSent(t *testing.T) {
+	ns := testenv.Server(t)
+	runBroker(t, testenv.Conn(t, ns), broker.Config{})
+	cfg := handler.ChannelConfig{Channel: "slack", Principals: []string{"alice"}}
+	other, err := handler.NewChannel(testenv.Conn(t, ns), cfg, newRecorder("other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &lookingNotifier{recorder: newRecorder("l"), other: other, found: make(chan bool, 1)}
+	c, _ := brokertest.RunChannel(t, testenv.Conn(t, ns), cfg, n)
+	client, _ := handler.NewClient(testenv.Conn(t, ns), handler.Config{Agent: "coder"})
+	id, decided := ask(t, client, events.Requested{Tool: "deploy", Timeout: events.Duration(time.Minute)})
+	select {
+	case ok := <-n.found:
+		if !ok {
+			t.Fatal("the notice was not found while it went out")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("not notified")
+	}
+	if err := c.Answer(context.Background(), "alice", id, handler.Response{Decision: events.Approve}); err != nil {
+		t.Fatal(err)
+	}
+	brokertest.Decision(t, decided)
+	n.wait(t, "resolved", func() bool { return len(n.outcomes[id]) == 1 })
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ref := string(n.outcomes[id][0].Notice.Ref); ref != `"l/`+id+`/1"` {
+		t.Fatalf("resolved with ref %s", ref)
+	}
+}

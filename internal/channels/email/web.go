@@ -196,7 +196,7 @@ func (a *Adapter) examine(ctx context.Context, token string) (checked, *page) {
 		return checked{}, refuse(http.StatusForbidden, "Link not valid",
 			"This link is not one Assent made, or it was changed or cut short (some mail clients break long links across lines). Open it again from the mail, or copy the whole address.")
 	}
-	n, ok, err := a.lookup(ctx, st.rt, l.Request)
+	n, _, ok, err := st.rt.Lookup(ctx, l.Request)
 	switch {
 	case err != nil:
 		a.log.Warn("look up request", zap.String("request_id", l.Request), zap.Error(err))
@@ -233,23 +233,6 @@ func (a *Adapter) examine(ctx context.Context, token string) (checked, *page) {
 			l.Principal+" may not answer this request under the current policy: "+textsafe.Line(err.Error())+".")
 	}
 	return checked{token: token, link: l, notice: n}, nil
-}
-
-// lookup returns the notice the channel showed for request id. A request
-// just mailed may not be recorded yet (the runtime records it once Notify
-// returns), so a miss is tried again for a moment.
-func (a *Adapter) lookup(ctx context.Context, rt channels.Runtime, id string) (handler.Notice, bool, error) {
-	for try := 0; ; try++ {
-		n, _, ok, err := rt.Lookup(ctx, id)
-		if err != nil || ok || try == 3 {
-			return n, ok, err
-		}
-		select {
-		case <-ctx.Done():
-			return n, false, ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
 }
 
 // decidedPage shows a decided request's outcome.

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/slack-go/slack"
 	"go.uber.org/zap"
@@ -54,7 +53,7 @@ func (a *Adapter) check(ctx context.Context, userID, id string) (target, string)
 		log.Warn("interaction names no request", zap.Error(err))
 		return target{}, "This button or form names no request Assent knows."
 	}
-	n, ok, err := a.lookup(ctx, id)
+	n, _, ok, err := a.rt.Lookup(ctx, id)
 	if err != nil {
 		log.Warn("look up request", zap.Error(err))
 		return target{}, "Assent could not look this request up just now; try again in a moment."
@@ -75,23 +74,6 @@ func (a *Adapter) check(ctx context.Context, userID, id string) (target, string)
 		return target{}, fmt.Sprintf("You (%s) cannot answer this request: %s.", esc(principal, maxField), esc(err.Error(), 1000))
 	}
 	return target{principal: principal, notice: n}, ""
-}
-
-// lookup returns the notice this channel showed for request id. A click can
-// come in the moment between a message being posted and the runtime
-// recording it: a notice not found is looked for again for a little while.
-func (a *Adapter) lookup(ctx context.Context, id string) (handler.Notice, bool, error) {
-	for wait := 100 * time.Millisecond; ; wait *= 2 {
-		n, _, ok, err := a.rt.Lookup(ctx, id)
-		if ok || err != nil || wait > time.Second {
-			return n, ok, err
-		}
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return n, false, ctx.Err()
-		}
-	}
 }
 
 // alreadyText tells someone who answers a decided request how it ended.
