@@ -121,7 +121,7 @@ func (a *Approver) Run(ctx context.Context) error {
 	cfg := consumerConfig(a.cfg.Durable, "Assent approver "+a.cfg.Principal+" via "+a.cfg.Channel,
 		pendingFilters(a.cfg.Agents), start, 4*a.cfg.Concurrency)
 	cfg.MaxDeliver = 10
-	cons, err := durable(ctx, a.js, cfg)
+	cons, err := Durable(ctx, a.js, cfg)
 	if err != nil {
 		return fmt.Errorf("handler: approver consumer: %w", err)
 	}

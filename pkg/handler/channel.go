@@ -280,13 +280,13 @@ func (c *Channel) Run(ctx context.Context) error {
 	}
 	start := time.Now().Add(-c.cfg.Lookback)
 	name := "channel-" + c.cfg.Channel
-	notify, err := durable(ctx, c.js, consumerConfig(name+"-notify", "Assent channel "+c.cfg.Channel+": notifications",
+	notify, err := Durable(ctx, c.js, consumerConfig(name+"-notify", "Assent channel "+c.cfg.Channel+": notifications",
 		pendingFilters(c.cfg.Agents), start,
 		100_000)) // a request waiting for its reminder stays unacknowledged
 	if err != nil {
 		return fmt.Errorf("handler: channel consumer: %w", err)
 	}
-	resolve, err := durable(ctx, c.js, consumerConfig(name+"-resolve", "Assent channel "+c.cfg.Channel+": outcomes",
+	resolve, err := Durable(ctx, c.js, consumerConfig(name+"-resolve", "Assent channel "+c.cfg.Channel+": outcomes",
 		[]string{events.DecisionPrefix + "*"}, start, 4*c.cfg.Concurrency))
 	if err != nil {
 		return fmt.Errorf("handler: channel consumer: %w", err)
@@ -400,8 +400,13 @@ func (c *Channel) handleNotice(ctx context.Context, msg jetstream.Msg) {
 	if ref != nil {
 		n.Ref = ref
 	}
+	// The notification went out: record that even while stopping, or the
+	// notice would stay marked as going out and never be resolved.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	next := shown{Notice: n.json()}
-	if rev, err = c.save(ctx, next, rev); err != nil {
+	rev, err = c.save(sctx, next, rev)
+	cancel()
+	if err != nil {
 		// The bucket is unreachable: the notification went out either way.
 		log.Warn("record notification", zap.Error(err))
 		_ = msg.Ack()

@@ -107,9 +107,16 @@ func TestChannelOnceAcrossProcesses(t *testing.T) {
 		return count() == n
 	})
 	// Answer each from process a, whichever process showed it: the ref is
-	// in the bucket.
+	// in the bucket once the notification has returned it.
 	for i, id := range ids {
-		notice, _, ok, err := ca.Lookup(context.Background(), id)
+		var notice handler.Notice
+		var ok bool
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if notice, _, ok, err = ca.Lookup(context.Background(), id); err != nil || notice.Ref != nil {
+				break
+			}
+		}
 		if err != nil || !ok || notice.Ref == nil {
 			t.Fatalf("lookup %s: %+v %v %v", id, notice, ok, err)
 		}

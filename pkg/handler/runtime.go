@@ -110,16 +110,20 @@ func (p *pool) take(handle func(context.Context, jetstream.Msg)) func(jetstream.
 	}
 }
 
-// durable returns the durable consumer cfg names, made if missing. One that
-// exists keeps where it started (the server refuses to change that) and takes
-// the rest of cfg, such as new filters.
-func durable(ctx context.Context, js jetstream.JetStream, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+// Durable returns the durable consumer cfg names on the Assent stream, made
+// if missing, for programs that follow the stream as the runtimes do. One
+// that exists keeps where it started (the server refuses to change that) and
+// takes the rest of cfg, such as new filters.
+func Durable(ctx context.Context, js jetstream.JetStream, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	for range 2 {
 		cons, err := js.Consumer(ctx, StreamName, cfg.Durable)
 		if err == nil {
 			old := cons.CachedInfo().Config
 			cfg.DeliverPolicy, cfg.OptStartTime, cfg.OptStartSeq = old.DeliverPolicy, old.OptStartTime, old.OptStartSeq
 			return js.UpdateConsumer(ctx, StreamName, cfg)
+		}
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("stream %s not found: start a broker on this NATS server first (it creates the stream)", StreamName)
 		}
 		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return nil, err

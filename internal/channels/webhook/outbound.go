@@ -22,6 +22,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/recent"
 	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/handler"
 )
 
 // contractFilters are the subjects an endpoint's consumer reads: every
@@ -79,32 +80,6 @@ func consumerConfig(name string) jetstream.ConsumerConfig {
 	}
 }
 
-// durable returns the durable consumer cfg names, made if missing. One that
-// exists keeps where it started (the server refuses to change that) and takes
-// the rest of cfg.
-func durable(ctx context.Context, js jetstream.JetStream, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	for range 2 {
-		cons, err := js.Consumer(ctx, events.StreamName, cfg.Durable)
-		if err == nil {
-			old := cons.CachedInfo().Config
-			cfg.DeliverPolicy, cfg.OptStartTime, cfg.OptStartSeq = old.DeliverPolicy, old.OptStartTime, old.OptStartSeq
-			return js.UpdateConsumer(ctx, events.StreamName, cfg)
-		}
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, fmt.Errorf("stream %s not found: start a broker on this NATS server first (it creates the stream)", events.StreamName)
-		}
-		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return nil, err
-		}
-		cons, err = js.CreateConsumer(ctx, events.StreamName, cfg)
-		if !errors.Is(err, jetstream.ErrConsumerExists) {
-			return cons, err
-		}
-		// Another process made it first: take that one.
-	}
-	return nil, fmt.Errorf("consumer %s: made and removed while starting", cfg.Durable)
-}
-
 // endpoint is a configured Endpoint with its secret read.
 type endpoint struct {
 	name    string
@@ -136,7 +111,7 @@ const fetchWait = 2 * time.Second
 func (d *deliverer) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		if d.cons == nil {
-			cons, err := durable(ctx, d.js, consumerConfig(d.ep.name))
+			cons, err := handler.Durable(ctx, d.js, consumerConfig(d.ep.name))
 			if err != nil {
 				if ctx.Err() == nil {
 					d.log.Warn("cannot open the endpoint's consumer; retrying", zap.Error(err))

@@ -183,7 +183,7 @@ func (a *Adapter) Start(ctx context.Context, rt channels.Runtime, mux *http.Serv
 		}
 		codec := events.Codec{MaxSize: int(a.env.NATS.MaxPayload())}
 		for _, ep := range a.endpoints {
-			cons, err := durable(ctx, js, consumerConfig(ep.name))
+			cons, err := handler.Durable(ctx, js, consumerConfig(ep.name))
 			if err != nil {
 				return fmt.Errorf("webhooks: endpoint %s: consumer: %w", ep.name, err)
 			}
