@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,6 +24,7 @@ import (
 	"github.com/zitadel/oidc/v3/example/server/storage"
 
 	"github.com/assent-dev/assent/internal/app"
+	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
 )
@@ -55,20 +55,10 @@ rules:
     max_remember: 8h
 `
 
-// chromium returns the browser the tests drive. Without one they are skipped,
-// except in CI (CI=true), whose .ci/run installs it.
+// chromium returns the browser the tests drive.
 func chromium(t testing.TB) string {
 	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("no Chromium on PATH; .ci/run installs it (apt-get install -y chromium)")
-	}
-	t.Skip("no Chromium on PATH (apt-get install -y chromium); the browser tests need one")
-	return ""
+	return testenv.Program(t, "chromium", "chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 }
 
 // browserEnv is the whole broker process with OIDC sign-in against a real

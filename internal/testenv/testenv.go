@@ -4,6 +4,8 @@ package testenv
 
 import (
 	"net"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -70,4 +72,21 @@ func Conn(t testing.TB, s *NATS) *nats.Conn {
 // Logger returns a zap logger that writes through t.
 func Logger(t testing.TB) *zap.Logger {
 	return zaptest.NewLogger(t, zaptest.Level(zap.InfoLevel))
+}
+
+// Program returns the path of the first of names on PATH. Without one the
+// test is skipped, except in CI (CI=true), whose .ci/run installs it with the
+// Debian package pkg.
+func Program(t testing.TB, pkg string, names ...string) string {
+	t.Helper()
+	for _, name := range names {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("no %s on PATH; .ci/run installs it (apt-get install -y %s)", names[0], pkg)
+	}
+	t.Skipf("no %s on PATH (apt-get install -y %s); this test needs it", names[0], pkg)
+	return ""
 }

@@ -34,5 +34,5 @@
 //   - socket: the bot opens a Socket Mode websocket to Slack with an
 //     app-level token and receives them over it; no public URL is needed.
 //
-// SETUP.md in this directory says how to make the Slack app.
+// docs/channels.md says how to make the Slack app.
 package slack

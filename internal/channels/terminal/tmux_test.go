@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 )
 
@@ -56,10 +57,7 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 // terminal, tmux, sized 80x24: the request shows in the pane, a approves it,
 // q quits.
 func TestTmux(t *testing.T) {
-	tmux, err := exec.LookPath("tmux")
-	if err != nil {
-		t.Skip("tmux is not installed")
-	}
+	tmux := testenv.Program(t, "tmux", "tmux")
 	e := newEnv(t)
 	exe, err := os.Executable()
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/assent-dev/assent/pkg/handler"
 )
 
-// TestConfigYAML: the configuration reads as documented in SETUP.md, with
+// TestConfigYAML: the configuration reads as documented in docs/channels.md, with
 // unknown settings refused the way the bot reads its sections.
 func TestConfigYAML(t *testing.T) {
 	src := `

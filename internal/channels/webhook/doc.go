@@ -1,7 +1,7 @@
 // Package webhook is the webhook channel of the approver bot: it sends every
 // lifecycle event of every request to other systems over HTTP, and takes
 // their decisions in, both signed as Standard Webhooks
-// (https://www.standardwebhooks.com) say. SETUP.md tells operators and
+// (https://www.standardwebhooks.com) say. docs/channels.md tells operators and
 // receiver authors how to use it.
 //
 // # Out

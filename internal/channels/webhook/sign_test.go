@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/assent-dev/assent/internal/channels/webhook"
+	"github.com/assent-dev/assent/internal/testenv"
 )
 
 // newSecret returns a fresh secret as configured ("whsec_...") and its key.
@@ -146,33 +147,40 @@ func TestParseSecret(t *testing.T) {
 	}
 }
 
-// setupBlock returns the first fenced code block of SETUP.md in lang.
+// channelsDoc is the documentation the examples live in.
+const channelsDoc = "../../../docs/channels.md"
+
+// setupBlock returns the first fenced code block in lang of the webhook
+// section of docs/channels.md.
 func setupBlock(t *testing.T, lang string) string {
 	t.Helper()
-	doc, err := os.ReadFile("SETUP.md")
+	doc, err := os.ReadFile(channelsDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if i := bytes.Index(doc, []byte("\n## Webhooks\n")); i >= 0 {
+		doc = doc[i:]
+	}
 	m := regexp.MustCompile("(?s)```" + lang + "\n(.*?)```").FindSubmatch(doc)
 	if m == nil {
-		t.Fatalf("SETUP.md has no %s block", lang)
+		t.Fatalf("docs/channels.md: the webhook section has no %s block", lang)
 	}
 	return string(m[1])
 }
 
-// TestSetupGoExample: the Go receiver of SETUP.md is verifyWebhook below, to
+// TestSetupGoExample: the Go receiver of docs/channels.md is verifyWebhook below, to
 // the byte, and it accepts what Sign makes and refuses what it must.
 func TestSetupGoExample(t *testing.T) {
 	src, err := os.ReadFile("sign_test.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?s)// BEGIN SETUP\.md\n(.*?)// END SETUP\.md`).FindSubmatch(src)
+	m := regexp.MustCompile(`(?s)// BEGIN docs/channels\.md\n(.*?)// END docs/channels\.md`).FindSubmatch(src)
 	if m == nil {
-		t.Fatal("sign_test.go: no BEGIN/END SETUP.md markers")
+		t.Fatal("sign_test.go: no BEGIN/END docs/channels.md markers")
 	}
 	if got, want := strings.TrimSpace(setupBlock(t, "go")), strings.TrimSpace(string(m[1])); got != want {
-		t.Fatalf("SETUP.md's Go example differs from verifyWebhook in sign_test.go:\n%s\nwant:\n%s", got, want)
+		t.Fatalf("docs/channels.md's Go example differs from verifyWebhook in sign_test.go:\n%s\nwant:\n%s", got, want)
 	}
 	secret, key := newSecret(t)
 	now := time.Now()
@@ -189,7 +197,7 @@ func TestSetupGoExample(t *testing.T) {
 	}
 }
 
-// BEGIN SETUP.md
+// BEGIN docs/channels.md
 // verifyWebhook checks an Assent webhook delivery (Standard Webhooks).
 // secret is the endpoint's secret ("whsec_..."), body the raw request body.
 func verifyWebhook(secret string, h http.Header, body []byte, now time.Time) error {
@@ -217,16 +225,13 @@ func verifyWebhook(secret string, h http.Header, body []byte, now time.Time) err
 	return errors.New("no valid signature")
 }
 
-// END SETUP.md
+// END docs/channels.md
 
-// TestSetupPythonExample runs SETUP.md's Python receiver with python3: its
+// TestSetupPythonExample runs docs/channels.md's Python receiver with python3: its
 // sign must equal Sign, its verify must accept what Sign makes and refuse a
 // changed body, a wrong secret and a stale timestamp.
 func TestSetupPythonExample(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not on PATH")
-	}
+	py := testenv.Program(t, "python3", "python3")
 	secret, key := newSecret(t)
 	_, otherKey := newSecret(t)
 	now := time.Now()

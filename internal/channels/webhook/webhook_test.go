@@ -75,7 +75,7 @@ type delivered struct {
 }
 
 // receiver is a webhook receiver on a real HTTP server that checks every
-// delivery as SETUP.md tells receivers to. It can refuse (answer a status)
+// delivery as docs/channels.md tells receivers to. It can refuse (answer a status)
 // or be closed and reopened on the same address.
 type receiver struct {
 	t       testing.TB
