@@ -755,6 +755,7 @@ func TestReconnect(t *testing.T) {
 func TestNoColor(t *testing.T) {
 	t.Setenv("TERM", "xterm-256color")
 	t.Setenv("COLORTERM", "")
+	t.Setenv("CI", "") // termenv gives no colors on a CI machine
 	colored := regexp.MustCompile(`\x1b\[([0-9;]*)m`)
 	hasColor := func(out string) bool {
 		for _, m := range colored.FindAllStringSubmatch(out, -1) {
