@@ -283,6 +283,9 @@ func TestAuditLog(t *testing.T) {
 	e := policyEnv(t)
 	start := time.Now().UTC().Add(-time.Second)
 	rec := submit(t, e, events.Requested{Agent: "auditor", Tool: "write_file", Args: json.RawMessage(`{"path":"/a"}`)})
+	// Answer once the request is announced, as an approver would: an answer
+	// by id alone may be stored before the pending event.
+	waitPending(t, e.js, "auditor", rec.ID)
 	approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+rec.ID+"/decision", decisionBody{"dave", events.Responded{Decision: events.Approve, Channel: "web"}}), http.StatusOK)
 	other := submit(t, e, events.Requested{Agent: "auditor2", Tool: "write_file"})
 	answerNATS(t, e.js, "alice", other.ID, events.Responded{Decision: events.Deny, Channel: "slack", Reason: "no"})

@@ -296,6 +296,26 @@ func waitDecision(t *testing.T, js jetstream.JetStream, id string) events.Decide
 	return d
 }
 
+// waitPending waits until the stream holds the pending event of request id
+// of agent, as an approver sees it before answering.
+func waitPending(t *testing.T, js jetstream.JetStream, agent, id string) {
+	t.Helper()
+	eventually(t, patience, func() (bool, string) {
+		ctx, cancel := opCtx()
+		defer cancel()
+		m, err := streamOf(t, js).GetLastMsgForSubject(ctx, events.PendingPrefix+agent)
+		if err != nil {
+			return false, "no pending event for " + agent + ": " + err.Error()
+		}
+		ev, err := events.Decode(events.Header(m.Header), m.Data)
+		if err != nil {
+			return false, err.Error()
+		}
+		p, err := events.DecodePending(&ev)
+		return err == nil && p.RequestID == id, "the last pending event of " + agent + " is not " + id
+	})
+}
+
 // decisionCounts returns how many messages the stream holds on each
 // assent.decision.* subject.
 func decisionCounts(t *testing.T, js jetstream.JetStream) map[string]uint64 {
