@@ -133,6 +133,38 @@ func TestExpiry(t *testing.T) {
 // both apply an HTTP answer, and either may store the outcome first. Whichever
 // does, the remembered choice the answer asked for is in force by the time
 // Respond returns, so the agent's next request is decided by it.
+// TestListingShowsOwnWrites: a listing made right after a request is taken
+// or answered shows it as it now is (listings read the replica's index,
+// which the state watcher alone updated a moment later).
+func TestListingShowsOwnWrites(t *testing.T) {
+	ns := testenv.Server(t)
+	b := start(t, testenv.Conn(t, ns), broker.Config{})
+	state := func(agent string, st broker.State) int {
+		t.Helper()
+		page, err := b.List(ctx(t), broker.Filter{Agent: agent, State: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(page.Records)
+	}
+	for i := range 40 {
+		agent := fmt.Sprintf("lister-%d", i)
+		rec, err := b.Submit(ctx(t), "", "test/t", events.Requested{Tool: "deploy", Agent: agent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := state(agent, broker.StatePending); n != 1 {
+			t.Fatalf("round %d: %d pending right after the request was taken, want 1", i, n)
+		}
+		if _, err := b.Respond(ctx(t), "alice", rec.ID, events.Responded{Decision: events.Approve}); err != nil {
+			t.Fatal(err)
+		}
+		if p, a := state(agent, broker.StatePending), state(agent, broker.StateApproved); p != 0 || a != 1 {
+			t.Fatalf("round %d: right after the answer, %d pending and %d approved, want 0 and 1", i, p, a)
+		}
+	}
+}
+
 func TestGrantStoredWhenAnswerReturns(t *testing.T) {
 	ns := testenv.Server(t)
 	b := start(t, testenv.Conn(t, ns), broker.Config{})

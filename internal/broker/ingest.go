@@ -63,6 +63,7 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 		return Record{}, fmt.Errorf("store request %s: %w", id, err)
 	}
 	rec.revision = rev
+	b.index.put(rec)
 	b.metrics.requested()
 	if rec.State.Terminal() {
 		return rec, b.decided(ctx, &rec, msg, o)

@@ -114,6 +114,9 @@ func (b *Broker) transition(ctx context.Context, id string, o origin, change fun
 			return rec, false, fmt.Errorf("store state of %s: %w", id, err)
 		}
 		next.revision = rev
+		// Listings read the index: show this replica's own write at once,
+		// not when the watcher brings it back.
+		b.index.put(next)
 		if next.State.Terminal() {
 			return next, true, b.decided(ctx, &next, decision, o)
 		}
