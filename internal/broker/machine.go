@@ -58,7 +58,13 @@ func (b *Broker) load(ctx context.Context, id string) (Record, error) {
 	if err != nil {
 		return Record{}, fmt.Errorf("read state of %s: %w", id, err)
 	}
-	return decodeRecord(entry.Value(), entry.Revision())
+	rec, err := decodeRecord(entry.Value(), entry.Revision())
+	if err == nil {
+		// What this replica reads, its listings show, even before the
+		// state watcher brings it (put keeps the newest revision).
+		b.index.put(rec)
+	}
+	return rec, err
 }
 
 // transition applies change, on behalf of the message o, to the pending record
@@ -115,7 +121,7 @@ func (b *Broker) transition(ctx context.Context, id string, o origin, change fun
 		}
 		next.revision = rev
 		// Listings read the index: show this replica's own write at once,
-		// not when the watcher brings it back.
+		// not when the state watcher brings it back.
 		b.index.put(next)
 		if next.State.Terminal() {
 			return next, true, b.decided(ctx, &next, decision, o)
