@@ -226,6 +226,12 @@ func decodeBinary(h Header, body []byte) (Event, error) {
 	return e, nil
 }
 
+// reservedName are the CloudEvents v1 names an extension may not take.
+var reservedName = map[string]bool{
+	"specversion": true, "id": true, "source": true, "type": true, "datacontenttype": true,
+	"dataschema": true, "subject": true, "time": true, "data": true,
+}
+
 // validExtensionName follows the CloudEvents rule: lower-case letters and digits,
 // at most 20 characters.
 func validExtensionName(s string) bool {
@@ -249,6 +255,14 @@ func checkEnvelope(e *Event) error {
 	}
 	if err := CheckToken("id", e.ID()); err != nil {
 		return err
+	}
+	for name := range e.Extensions() {
+		// The SDK keeps an unknown member of a structured event as an
+		// extension under its lower-cased name: "dAtA" would become a
+		// second "data", which re-encoding turns into the data itself.
+		if !validExtensionName(name) || reservedName[name] {
+			return fieldErr(truncate(name, 40), fmt.Errorf("%w: not an extension attribute name (lower-case letters and digits, at most 20, not a context attribute or data)", ErrBadValue))
+		}
 	}
 	if t := e.Time(); !t.IsZero() && (t.UTC().Year() < 0 || t.UTC().Year() > 9999) {
 		return fieldErr("time", fmt.Errorf("%w: outside years 0000-9999 in UTC", ErrBadValue))
