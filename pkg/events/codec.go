@@ -260,8 +260,8 @@ func checkEnvelope(e *Event) error {
 		// The SDK keeps an unknown member of a structured event as an
 		// extension under its lower-cased name: "dAtA" would become a
 		// second "data", which re-encoding turns into the data itself.
-		if !validExtensionName(name) || reservedName[name] {
-			return fieldErr(truncate(name, 40), fmt.Errorf("%w: not an extension attribute name (lower-case letters and digits, at most 20, not a context attribute or data)", ErrBadValue))
+		if name == "" || strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789") != "" || reservedName[name] {
+			return fieldErr(truncate(name, 40), fmt.Errorf("%w: not an extension attribute name (lower-case letters and digits, not a context attribute or data)", ErrBadValue))
 		}
 	}
 	if t := e.Time(); !t.IsZero() && (t.UTC().Year() < 0 || t.UTC().Year() > 9999) {
