@@ -40,30 +40,12 @@ func RunLogged(t testing.TB, nc *nats.Conn, cfg broker.Config, log *zap.Logger) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("broker %s: Run: %v", cfg.Name, err)
-				}
-			case <-time.After(patience):
-				t.Errorf("broker %s: Run did not return %s after its context ended", cfg.Name, patience)
-			}
-		})
-	}
-	t.Cleanup(stop)
+	stop, finished := background(context.Background(), t, "broker "+cfg.Name, b.Run)
 	deadline := time.Now().Add(patience)
 	for !b.Ready() {
 		select {
-		case err := <-done:
-			once.Do(func() {})
-			t.Fatalf("broker %s stopped before it was ready: %v", cfg.Name, err)
+		case <-finished:
+			t.Fatalf("broker %s stopped before it was ready (its error is reported below)", cfg.Name)
 		case <-time.After(5 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -84,20 +66,7 @@ func RunApprover(t testing.TB, nc *nats.Conn, cfg handler.ApproverConfig, h hand
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("approver %s: %v", cfg.Principal, err)
-			}
-		case <-time.After(patience):
-			t.Errorf("approver %s: Run did not return %s after its context ended", cfg.Principal, patience)
-		}
-	})
+	background(context.Background(), t, "approver "+cfg.Principal, a.Run)
 }
 
 // Ask makes a request with c without waiting for its decision, which arrives
@@ -172,20 +141,12 @@ func runChannel(t testing.TB, nc *nats.Conn, cfg handler.ChannelConfig, n handle
 			t.Fatal(err)
 		}
 	}
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+	stopRun, _ := background(ctx, t, "channel "+cfg.Channel, c.Run)
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
+			stopRun()
 			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("channel %s: Run: %v", cfg.Channel, err)
-				}
-			case <-time.After(patience):
-				t.Errorf("channel %s: Run did not return %s after its context ended", cfg.Channel, patience)
-			}
 			w, ok := n.(interface{ Wait() })
 			if !ok {
 				return
@@ -201,4 +162,33 @@ func runChannel(t testing.TB, nc *nats.Conn, cfg handler.ChannelConfig, n handle
 	}
 	t.Cleanup(stop)
 	return c, stop
+}
+
+// background runs run in a goroutine until the returned stop is called or
+// the test ends; stop ends its context and waits (up to patience) for it to
+// return, reporting its error. finished is closed when run returns.
+func background(ctx context.Context, t testing.TB, what string, run func(context.Context) error) (stop func(), finished <-chan struct{}) {
+	ctx, cancel := context.WithCancel(ctx)
+	fin := make(chan struct{})
+	var runErr error
+	go func() {
+		runErr = run(ctx)
+		close(fin)
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-fin:
+				if runErr != nil {
+					t.Errorf("%s: Run: %v", what, runErr)
+				}
+			case <-time.After(patience):
+				t.Errorf("%s: Run did not return %s after its context ended", what, patience)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop, fin
 }

@@ -142,26 +142,12 @@ func (a *Approver) Run(ctx context.Context) error {
 
 // handle offers one pending event to the handler and settles the message.
 func (a *Approver) handle(ctx context.Context, msg jetstream.Msg) {
-	e, err := a.client.codec.Decode(events.Header(msg.Headers()), msg.Data())
-	if err != nil {
-		_ = msg.TermWithReason("malformed: " + err.Error())
+	n, ok := takeNotice(a.client.codec, msg)
+	if !ok {
 		return
 	}
-	n, ok, err := NoticeOf(&e)
 	req := n.Request
-	switch {
-	case err != nil:
-		_ = msg.TermWithReason("malformed: " + err.Error())
-		return
-	case !ok:
-		_ = msg.Ack()
-		return
-	}
 	log := a.log.With(zap.String("request_id", req.ID), zap.String("tool", req.Tool))
-	if !time.Now().Before(req.Deadline) {
-		_ = msg.Ack()
-		return
-	}
 	if _, decided, err := a.client.Decision(ctx, req.ID); err == nil && decided {
 		_ = msg.Ack()
 		return

@@ -329,25 +329,11 @@ func NoticeOf(e *events.Event) (n Notice, ok bool, err error) {
 // across processes and restarts, then holds the message back until its
 // reminder is due.
 func (c *Channel) handleNotice(ctx context.Context, msg jetstream.Msg) {
-	e, err := c.client.codec.Decode(events.Header(msg.Headers()), msg.Data())
-	if err != nil {
-		_ = msg.TermWithReason("malformed: " + err.Error())
-		return
-	}
-	n, ok, err := NoticeOf(&e)
-	switch {
-	case err != nil:
-		_ = msg.TermWithReason("malformed: " + err.Error())
-		return
-	case !ok:
-		_ = msg.Ack()
+	n, ok := takeNotice(c.client.codec, msg)
+	if !ok {
 		return
 	}
 	log := c.log.With(zap.String("request_id", n.ID), zap.Int("level", n.Level))
-	if !time.Now().Before(n.Deadline) {
-		_ = msg.Ack()
-		return
-	}
 	defer keepAlive(msg)()
 	if d, decided, err := c.client.Decision(ctx, n.ID); err != nil {
 		retry(msg)

@@ -110,6 +110,27 @@ func (p *pool) take(handle func(context.Context, jetstream.Msg)) func(jetstream.
 	}
 }
 
+// takeNotice reads the notice of a pending or escalated message. When there
+// is none to act on (malformed, another type, past its deadline) it settles
+// msg and returns false.
+func takeNotice(codec events.Codec, msg jetstream.Msg) (Notice, bool) {
+	e, err := codec.Decode(events.Header(msg.Headers()), msg.Data())
+	if err != nil {
+		_ = msg.TermWithReason("malformed: " + err.Error())
+		return Notice{}, false
+	}
+	n, ok, err := NoticeOf(&e)
+	switch {
+	case err != nil:
+		_ = msg.TermWithReason("malformed: " + err.Error())
+		return Notice{}, false
+	case !ok, !time.Now().Before(n.Deadline):
+		_ = msg.Ack()
+		return Notice{}, false
+	}
+	return n, true
+}
+
 // Durable returns the durable consumer cfg names on the Assent stream, made
 // if missing, for programs that follow the stream as the runtimes do. One
 // that exists keeps where it started (the server refuses to change that) and
