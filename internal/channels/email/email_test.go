@@ -8,14 +8,9 @@ import (
 	"encoding/json"
 	"html"
 	"io"
-	"mime"
-	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
-	netmail "net/mail"
 	"net/url"
-	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +19,7 @@ import (
 	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/internal/channels"
 	"github.com/assent-dev/assent/internal/channels/email"
+	"github.com/assent-dev/assent/internal/smtptest"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
@@ -56,7 +52,7 @@ rules:
 // server, all real, for one test.
 type harness struct {
 	ns      *testenv.NATS
-	smtp    *smtpServer
+	smtp    *smtptest.Server
 	web     *httptest.Server
 	dir     *channels.Directory
 	adapter *email.Adapter
@@ -67,21 +63,21 @@ type harness struct {
 func setup(t *testing.T, src string, remind time.Duration) *harness {
 	t.Helper()
 	t.Setenv(email.DefaultLinkSecretEnv, linkSecret)
-	t.Setenv(email.DefaultPasswordEnv, smtpPassword)
+	t.Setenv(email.DefaultPasswordEnv, smtptest.Password)
 	p, err := policy.Parse([]byte(src), "email.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := &harness{ns: testenv.Server(t), dir: channels.NewDirectory(p)}
 	brokertest.Run(t, testenv.Conn(t, h.ns), broker.Config{Policy: p})
-	h.smtp = startSMTP(t)
+	h.smtp = smtptest.Start(t)
 	mux := http.NewServeMux()
 	h.web = httptest.NewServer(mux)
 	t.Cleanup(h.web.Close)
 	nc := testenv.Conn(t, h.ns)
 	log := testenv.Logger(t)
 	cfg := email.Config{
-		SMTP: email.SMTPConfig{Host: h.smtp.Host, Port: h.smtp.Port, Username: smtpUser, CAFile: h.smtp.CAFile},
+		SMTP: email.SMTPConfig{Host: h.smtp.Host, Port: h.smtp.Port, Username: smtptest.User, CAFile: h.smtp.CAFile},
 		From: "Assent <assent@example.com>",
 	}
 	h.adapter, err = email.New(cfg, channels.Env{NATS: nc, Directory: h.dir, PublicURL: h.web.URL, WebUI: "https://assent.example.com", Logger: log})
@@ -115,97 +111,14 @@ func (h *harness) pending(t *testing.T, id string) {
 	}
 }
 
-// mail is a delivered message, parsed.
-type mail struct {
-	delivery
-	Header  netmail.Header
-	Subject string
-	Text    string
-	HTML    string
-}
-
-// Approve and Deny return the mail's links, checking that both parts
-// carry the same ones.
-func (m mail) Approve(t *testing.T) string { t.Helper(); return m.link(t, "Approve") }
-func (m mail) Deny(t *testing.T) string    { t.Helper(); return m.link(t, "Deny") }
-
-func (m mail) link(t *testing.T, label string) string {
-	t.Helper()
-	got := regexp.MustCompile(`(?m)^` + label + `: +(\S+)$`).FindStringSubmatch(m.Text)
-	if got == nil {
-		t.Fatalf("no %s link in the text part:\n%s", label, m.Text)
-	}
-	u := got[1]
-	if !strings.Contains(m.HTML, `href="`+u+`"`) {
-		t.Fatalf("the HTML part lacks the %s link %s", label, u)
-	}
-	return u
-}
-
-// parseMail reads a delivered message: a multipart/alternative of a text
-// and an HTML part.
-func parseMail(t *testing.T, d delivery) mail {
-	t.Helper()
-	msg, err := netmail.ReadMessage(bytes.NewReader(d.Data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := mail{delivery: d, Header: msg.Header}
-	if m.Subject, err = new(mime.WordDecoder).DecodeHeader(msg.Header.Get("Subject")); err != nil {
-		t.Fatal(err)
-	}
-	media, params, err := mime.ParseMediaType(msg.Header.Get("Content-Type"))
-	if err != nil || media != "multipart/alternative" {
-		t.Fatalf("Content-Type %q: want multipart/alternative", msg.Header.Get("Content-Type"))
-	}
-	r := multipart.NewReader(msg.Body, params["boundary"])
-	for {
-		part, err := r.NextPart()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		media, params, err := mime.ParseMediaType(part.Header.Get("Content-Type"))
-		if err != nil || !strings.EqualFold(params["charset"], "utf-8") {
-			t.Fatalf("part Content-Type %q: want a UTF-8 charset", part.Header.Get("Content-Type"))
-		}
-		body, err := io.ReadAll(part) // quoted-printable is decoded by the reader
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch media {
-		case "text/plain":
-			m.Text = strings.ReplaceAll(string(body), "\r\n", "\n")
-		case "text/html":
-			m.HTML = string(body)
-		default:
-			t.Fatalf("unexpected part %s", media)
-		}
-	}
-	if m.Text == "" || m.HTML == "" {
-		t.Fatalf("want a text and an HTML part; text %d bytes, HTML %d bytes", len(m.Text), len(m.HTML))
-	}
-	return m
-}
-
 // mailsTo waits for n mails about request id to addr, and returns all of
 // them so far.
-func (h *harness) mailsTo(t *testing.T, addr, id string, n int) []mail {
+func (h *harness) mailsTo(t *testing.T, addr, id string, n int) []smtptest.Mail {
 	t.Helper()
-	ds := h.smtp.wait(t, addr, n, func(d delivery) bool {
-		return slices.ContainsFunc(d.To, func(to string) bool { return strings.EqualFold(to, addr) }) &&
-			bytes.Contains(d.Data, []byte("<assent."+id+"."))
-	})
-	out := make([]mail, len(ds))
-	for i, d := range ds {
-		out[i] = parseMail(t, d)
-	}
-	return out
+	return h.smtp.MailsAbout(t, addr, id, n)
 }
 
-func (h *harness) mailTo(t *testing.T, addr, id string) mail {
+func (h *harness) mailTo(t *testing.T, addr, id string) smtptest.Mail {
 	t.Helper()
 	return h.mailsTo(t, addr, id, 1)[0]
 }
@@ -564,7 +477,7 @@ rules:
 	if d := brokertest.Decision(t, decided); !d.Approved() || d.DecidedBy[0].Principal != "alice" {
 		t.Fatalf("decision %+v", d)
 	}
-	if n := len(h.smtp.matching(func(d delivery) bool { return bytes.Contains(d.Data, []byte("<assent."+id+".")) })); n != 4 {
+	if n := len(h.smtp.Matching(func(d smtptest.Delivery) bool { return bytes.Contains(d.Data, []byte("<assent."+id+".")) })); n != 4 {
 		t.Errorf("%d mails, want 4 (two each)", n)
 	}
 }
@@ -574,16 +487,14 @@ rules:
 // again.
 func TestRetryMailsOnlyTheFailed(t *testing.T) {
 	h := setup(t, teamPolicy, 0)
-	h.smtp.failOnce("bob@example.com")
+	h.smtp.FailOnce("bob@example.com")
 	id, _ := h.ask(t, events.Requested{Tool: "deploy"})
 	h.mailTo(t, "bob@example.com", id)
 	time.Sleep(500 * time.Millisecond) // time for a stray second mail to alice
 	if n := len(h.mailsTo(t, "alice@example.com", id, 1)); n != 1 {
 		t.Fatalf("alice got %d mails, want 1", n)
 	}
-	h.smtp.mu.Lock()
-	defer h.smtp.mu.Unlock()
-	if h.smtp.failures != 1 || h.smtp.authFail != 0 {
-		t.Fatalf("%d refusals, %d failed logins; want 1 and 0", h.smtp.failures, h.smtp.authFail)
+	if rcpt, auth := h.smtp.Refusals(); rcpt != 1 || auth != 0 {
+		t.Fatalf("%d refusals, %d failed logins; want 1 and 0", rcpt, auth)
 	}
 }

@@ -2,18 +2,12 @@ package slack_test
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -26,6 +20,7 @@ import (
 	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/internal/channels"
 	slackch "github.com/assent-dev/assent/internal/channels/slack"
+	"github.com/assent-dev/assent/internal/slacktest"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
@@ -80,7 +75,7 @@ rules:
 // harness is a broker on embedded NATS, a local Slack, and the Slack
 // channel running on the channel runtime, with the bot's HTTP server.
 type harness struct {
-	slack   *fakeSlack
+	slack   *slacktest.Server
 	adapter *slackch.Adapter
 	rt      *handler.Channel
 	agent   *handler.Client
@@ -102,7 +97,7 @@ func start(t *testing.T, s setup) *harness {
 	}
 	ns := testenv.Server(t)
 	brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Policy: p})
-	h := &harness{slack: newFakeSlack(t, botToken, appToken)}
+	h := &harness{slack: slacktest.New(t, botToken, appToken)}
 	t.Setenv(envBot, botToken)
 	t.Setenv(envSecret, signingSecret)
 	t.Setenv(envApp, appToken)
@@ -185,9 +180,9 @@ func (h *harness) ask(t *testing.T, req events.Requested) (string, <-chan handle
 
 // message waits for the request's message, and for the runtime to have
 // recorded it.
-func (h *harness) message(t *testing.T, id string) message {
+func (h *harness) message(t *testing.T, id string) slacktest.Message {
 	t.Helper()
-	var m message
+	var m slacktest.Message
 	h.slack.Wait(t, "message of "+id, func() bool {
 		var ok bool
 		m, ok = h.slack.Message(id)
@@ -201,9 +196,9 @@ func (h *harness) message(t *testing.T, id string) message {
 }
 
 // resolved waits for the request's message to show an outcome.
-func (h *harness) resolved(t *testing.T, id, want string) message {
+func (h *harness) resolved(t *testing.T, id, want string) slacktest.Message {
 	t.Helper()
-	var m message
+	var m slacktest.Message
 	h.slack.Wait(t, "message of "+id+" showing "+want, func() bool {
 		m, _ = h.slack.Message(id)
 		return strings.Contains(m.Blocks, want)
@@ -254,7 +249,7 @@ func buttons(t *testing.T, raw string) []element {
 }
 
 // input returns the element of a modal's input block id.
-func input(t *testing.T, v openedView, id string) element {
+func input(t *testing.T, v slacktest.View, id string) element {
 	t.Helper()
 	var view struct {
 		Blocks json.RawMessage `json:"blocks"`
@@ -271,92 +266,21 @@ func input(t *testing.T, v openedView, id string) element {
 	return element{}
 }
 
-func sign(secret, ts, body string) string {
-	mac := hmac.New(sha256.New, []byte(secret))
-	fmt.Fprintf(mac, "v0:%s:%s", ts, body)
-	return "v0=" + hex.EncodeToString(mac.Sum(nil))
-}
-
-// form is an interaction as Slack posts it.
-func form(t *testing.T, payload any) string {
-	t.Helper()
-	b, err := json.Marshal(payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return url.Values{"payload": {string(b)}}.Encode()
-}
-
-// signedHeader signs body with secret as sent at at.
-func signedHeader(secret string, at time.Time, body string) http.Header {
-	ts := strconv.FormatInt(at.Unix(), 10)
-	h := http.Header{}
-	h.Set("Content-Type", "application/x-www-form-urlencoded")
-	h.Set("X-Slack-Request-Timestamp", ts)
-	h.Set("X-Slack-Signature", sign(secret, ts, body))
-	return h
-}
-
 // send posts body to the interactions endpoint with header.
 func (h *harness) send(t *testing.T, body string, header http.Header) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, h.web.URL+slackch.InteractionsPath, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header = header.Clone()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return slacktest.Post(t, h.web.URL+slackch.InteractionsPath, body, header)
 }
 
 // interact posts payload as Slack would, signed now, and wants it taken.
 func (h *harness) interact(t *testing.T, payload any) string {
 	t.Helper()
-	body := form(t, payload)
-	status, resp := h.send(t, body, signedHeader(signingSecret, time.Now(), body))
+	body := slacktest.Form(t, payload)
+	status, resp := h.send(t, body, slacktest.SignedHeader(signingSecret, time.Now(), body))
 	if status != http.StatusOK {
 		t.Fatalf("interaction refused: %d %s", status, resp)
 	}
 	return resp
-}
-
-// click is a block_actions payload: user clicked action on m.
-func click(user, action, id string, m message) map[string]any {
-	return map[string]any{
-		"type":       "block_actions",
-		"user":       map[string]any{"id": user, "username": strings.ToLower(user)},
-		"channel":    map[string]any{"id": m.Channel},
-		"container":  map[string]any{"type": "message", "message_ts": m.TS, "channel_id": m.Channel},
-		"message":    map[string]any{"ts": m.TS},
-		"trigger_id": "trigger-" + user + "-" + action,
-		"actions":    []any{map[string]any{"type": "button", "block_id": "assent.actions", "action_id": action, "value": id}},
-	}
-}
-
-// submit is a view_submission payload: user submitted v with values
-// (input block id -> the action's state).
-func submit(user string, v openedView, values map[string]any) map[string]any {
-	state := map[string]any{}
-	for id, val := range values {
-		state[id] = map[string]any{id: val}
-	}
-	return map[string]any{
-		"type": "view_submission",
-		"user": map[string]any{"id": user},
-		"view": map[string]any{"id": "V1", "type": "modal", "callback_id": v.CallbackID, "private_metadata": v.PrivateMetadata,
-			"state": map[string]any{"values": state}},
-	}
-}
-
-func text(s string) map[string]any { return map[string]any{"type": "plain_text_input", "value": s} }
-
-func radio(s string) map[string]any {
-	return map[string]any{"type": "radio_buttons", "selected_option": map[string]any{"value": s}}
 }
 
 // modalErrors reads a view submission response; nil for none (the modal
@@ -438,7 +362,7 @@ func TestApproveOverHTTP(t *testing.T) {
 	h := start(t, setup{})
 	id, ch := h.ask(t, events.Requested{Tool: "deploy", Args: json.RawMessage(`{"env":"prod"}`), User: "dan"})
 	m := h.message(t, id)
-	if resp := h.interact(t, click("UALICE", "assent.approve", id, m)); resp != "" {
+	if resp := h.interact(t, slacktest.Click("UALICE", "assent.approve", id, m)); resp != "" {
 		t.Fatalf("click answered %q", resp)
 	}
 	d := brokertest.Decision(t, ch)
@@ -470,7 +394,7 @@ func TestDenyWithReason(t *testing.T) {
 	h := start(t, setup{})
 	id, ch := h.ask(t, events.Requested{Tool: "deploy", User: "dan"})
 	m := h.message(t, id)
-	h.interact(t, click("UALICE", "assent.deny", id, m))
+	h.interact(t, slacktest.Click("UALICE", "assent.deny", id, m))
 	views := h.slack.Views()
 	if len(views) != 1 || views[0].CallbackID != "assent.deny" || views[0].TriggerID != "trigger-UALICE-assent.deny" {
 		t.Fatalf("views %+v: want the deny modal, opened with the click's trigger", views)
@@ -478,7 +402,7 @@ func TestDenyWithReason(t *testing.T) {
 	input(t, views[0], "reason")
 	h.answers.none(t, "deny modal opened")
 
-	if errs := modalErrors(t, h.interact(t, submit("UALICE", views[0], map[string]any{"reason": text("Not on a Friday & not <!here>")}))); errs != nil {
+	if errs := modalErrors(t, h.interact(t, slacktest.Submit("UALICE", views[0], map[string]any{"reason": slacktest.Text("Not on a Friday & not <!here>")}))); errs != nil {
 		t.Fatalf("submission refused: %v", errs)
 	}
 	d := brokertest.Decision(t, ch)
@@ -498,7 +422,7 @@ func TestEditArgs(t *testing.T) {
 	h := start(t, setup{})
 	id, ch := h.ask(t, events.Requested{Tool: "deploy", Args: json.RawMessage(`{"path":"/srv/app","replicas":3}`), User: "dan"})
 	m := h.message(t, id)
-	h.interact(t, click("UALICE", "assent.edit", id, m))
+	h.interact(t, slacktest.Click("UALICE", "assent.edit", id, m))
 	views := h.slack.Views()
 	if len(views) != 1 || views[0].CallbackID != "assent.edit" {
 		t.Fatalf("views %+v", views)
@@ -512,14 +436,14 @@ func TestEditArgs(t *testing.T) {
 		{`null`, "must be a JSON object"},
 		{`   `, "Enter the arguments"},
 	} {
-		errs := modalErrors(t, h.interact(t, submit("UALICE", views[0], map[string]any{"args": text(c.typed)})))
+		errs := modalErrors(t, h.interact(t, slacktest.Submit("UALICE", views[0], map[string]any{"args": slacktest.Text(c.typed)})))
 		if !strings.Contains(errs["args"], c.want) {
 			t.Errorf("args %q: errors %v, want %q on args", c.typed, errs, c.want)
 		}
 	}
 	h.answers.none(t, "invalid arguments")
 
-	resp := h.interact(t, submit("UALICE", views[0], map[string]any{"args": text("{\n \"path\": \"/srv/app/staging\", \"replicas\": 1}"), "reason": text("staging first")}))
+	resp := h.interact(t, slacktest.Submit("UALICE", views[0], map[string]any{"args": slacktest.Text("{\n \"path\": \"/srv/app/staging\", \"replicas\": 1}"), "reason": slacktest.Text("staging first")}))
 	if errs := modalErrors(t, resp); errs != nil {
 		t.Fatalf("valid arguments refused: %v", errs)
 	}
@@ -548,7 +472,7 @@ func TestRemember(t *testing.T) {
 	if !slices.Contains(actions, "assent.remember") {
 		t.Fatalf("buttons %v: no remember though the rule allows it", actions)
 	}
-	h.interact(t, click("UALICE", "assent.remember", id, m))
+	h.interact(t, slacktest.Click("UALICE", "assent.remember", id, m))
 	views := h.slack.Views()
 	if len(views) != 1 || views[0].CallbackID != "assent.remember" {
 		t.Fatalf("views %+v", views)
@@ -560,11 +484,11 @@ func TestRemember(t *testing.T) {
 	if !slices.Equal(scopes, []string{"call", "session", "user"}) {
 		t.Fatalf("scopes offered %v, want the rule's: call, session, user", scopes)
 	}
-	if errs := modalErrors(t, h.interact(t, submit("UALICE", views[0], map[string]any{"scope": radio("agent")}))); errs["scope"] == "" {
+	if errs := modalErrors(t, h.interact(t, slacktest.Submit("UALICE", views[0], map[string]any{"scope": slacktest.Radio("agent")}))); errs["scope"] == "" {
 		t.Fatalf("a scope the rule forbids was taken: %v", errs)
 	}
 	h.answers.none(t, "forbidden scope")
-	if errs := modalErrors(t, h.interact(t, submit("UALICE", views[0], map[string]any{"scope": radio("session")}))); errs != nil {
+	if errs := modalErrors(t, h.interact(t, slacktest.Submit("UALICE", views[0], map[string]any{"scope": slacktest.Radio("session")}))); errs != nil {
 		t.Fatalf("remember refused: %v", errs)
 	}
 	if d := brokertest.Decision(t, ch); !d.Approved() || d.DecidedBy[0].Principal != "alice" {
@@ -604,19 +528,19 @@ func TestRefusesUnauthenticated(t *testing.T) {
 	h := start(t, setup{})
 	id, ch := h.ask(t, events.Requested{Tool: "deploy", User: "dan"})
 	m := h.message(t, id)
-	body := form(t, click("UALICE", "assent.approve", id, m))
+	body := slacktest.Form(t, slacktest.Click("UALICE", "assent.approve", id, m))
 	tests := []struct {
 		name   string
 		header http.Header
 		code   string
 	}{
-		{"forged", signedHeader("not-the-secret", time.Now(), body), "bad_signature"},
-		{"signed over another body", signedHeader(signingSecret, time.Now(), body+"&x=1"), "bad_signature"},
-		{"stale", signedHeader(signingSecret, time.Now().Add(-6*time.Minute), body), "stale_timestamp"},
-		{"future", signedHeader(signingSecret, time.Now().Add(6*time.Minute), body), "stale_timestamp"},
+		{"forged", slacktest.SignedHeader("not-the-secret", time.Now(), body), "bad_signature"},
+		{"signed over another body", slacktest.SignedHeader(signingSecret, time.Now(), body+"&x=1"), "bad_signature"},
+		{"stale", slacktest.SignedHeader(signingSecret, time.Now().Add(-6*time.Minute), body), "stale_timestamp"},
+		{"future", slacktest.SignedHeader(signingSecret, time.Now().Add(6*time.Minute), body), "stale_timestamp"},
 		{"unsigned", http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, "missing_signature"},
 		{"malformed signature", func() http.Header {
-			hd := signedHeader(signingSecret, time.Now(), body)
+			hd := slacktest.SignedHeader(signingSecret, time.Now(), body)
 			hd.Set("X-Slack-Signature", "v0=zz")
 			return hd
 		}(), "bad_signature"},
@@ -634,8 +558,8 @@ func TestRefusesUnauthenticated(t *testing.T) {
 
 	// A replay: the first delivery opens the deny modal, the second is
 	// refused and opens nothing.
-	deny := form(t, click("UALICE", "assent.deny", id, m))
-	header := signedHeader(signingSecret, time.Now(), deny)
+	deny := slacktest.Form(t, slacktest.Click("UALICE", "assent.deny", id, m))
+	header := slacktest.SignedHeader(signingSecret, time.Now(), deny)
 	if status, resp := h.send(t, deny, header); status != http.StatusOK {
 		t.Fatalf("first delivery: %d %s", status, resp)
 	}
@@ -657,7 +581,7 @@ func TestRefusesUnauthenticated(t *testing.T) {
 	}
 
 	// The same click, signed now, is taken.
-	h.interact(t, click("UALICE", "assent.approve", id, m))
+	h.interact(t, slacktest.Click("UALICE", "assent.approve", id, m))
 	if d := brokertest.Decision(t, ch); !d.Approved() {
 		t.Fatalf("decision %+v", d)
 	}
@@ -681,7 +605,7 @@ func TestRefusesUnmappedAndIneligible(t *testing.T) {
 		{"UALICE", "assent.approve", "self-approval is not allowed"},
 	} {
 		before := len(h.slack.Ephemerals(c.user))
-		h.interact(t, click(c.user, c.action, id, m))
+		h.interact(t, slacktest.Click(c.user, c.action, id, m))
 		got := h.slack.Ephemerals(c.user)
 		if len(got) != before+1 || !strings.Contains(got[before], c.want) {
 			t.Errorf("%s %s: ephemerals %q, want one saying %q", c.user, c.action, got[before:], c.want)
@@ -704,9 +628,9 @@ func TestRefusesUnmappedAndIneligible(t *testing.T) {
 	}
 
 	// A modal submitted by someone who may not answer is refused in it.
-	h.interact(t, click("UALICE", "assent.deny", id, m)) // refused: no modal
-	forged := openedView{CallbackID: "assent.deny", PrivateMetadata: `{"id":"` + id + `"}`}
-	errs := modalErrors(t, h.interact(t, submit("UBOB", forged, map[string]any{"reason": text("no")})))
+	h.interact(t, slacktest.Click("UALICE", "assent.deny", id, m)) // refused: no modal
+	forged := slacktest.View{CallbackID: "assent.deny", PrivateMetadata: `{"id":"` + id + `"}`}
+	errs := modalErrors(t, h.interact(t, slacktest.Submit("UBOB", forged, map[string]any{"reason": slacktest.Text("no")})))
 	if !strings.Contains(errs["reason"], "not among the approvers") {
 		t.Fatalf("submission by bob: errors %v", errs)
 	}
@@ -734,7 +658,7 @@ func TestDecidedElsewhere(t *testing.T) {
 	if !strings.Contains(got.Blocks, "checked the diff") {
 		t.Fatalf("reason not shown: %s", got.Blocks)
 	}
-	h.interact(t, click("UALICE", "assent.approve", id, m))
+	h.interact(t, slacktest.Click("UALICE", "assent.approve", id, m))
 	if e := h.slack.Ephemerals("UALICE"); len(e) != 1 || e[0] != "This request was already approved by carol via web." {
 		t.Fatalf("ephemerals %q", e)
 	}
@@ -764,7 +688,7 @@ func TestEscalationAndReminder(t *testing.T) {
 	if n := len(h.slack.Calls("chat.postMessage")); n != 3 {
 		t.Fatalf("%d messages posted, want the request, the escalation and the reminder", n)
 	}
-	h.interact(t, click("UERIN", "assent.approve", id, m))
+	h.interact(t, slacktest.Click("UERIN", "assent.approve", id, m))
 	if d := brokertest.Decision(t, ch); !d.Approved() || d.DecidedBy[0].Principal != "erin" {
 		t.Fatalf("decision %+v", d)
 	}
@@ -783,7 +707,7 @@ func TestSocketMode(t *testing.T) {
 
 	id, ch := h.ask(t, events.Requested{Tool: "deploy", User: "dan"})
 	m := h.message(t, id)
-	if ack := h.slack.Ack(t, h.slack.Send(t, click("UALICE", "assent.approve", id, m))); len(ack) != 0 {
+	if ack := h.slack.Ack(t, h.slack.Send(t, slacktest.Click("UALICE", "assent.approve", id, m))); len(ack) != 0 {
 		t.Fatalf("click acknowledged with %s", ack)
 	}
 	if d := brokertest.Decision(t, ch); !d.Approved() || d.DecidedBy[0].Principal != "alice" || d.DecidedBy[0].Channel != "slack" {
@@ -793,20 +717,20 @@ func TestSocketMode(t *testing.T) {
 
 	id, ch = h.ask(t, events.Requested{Tool: "deploy", Args: json.RawMessage(`{"path":"/srv/app"}`), User: "dan"})
 	m = h.message(t, id)
-	h.slack.Ack(t, h.slack.Send(t, click("UALICE", "assent.edit", id, m)))
+	h.slack.Ack(t, h.slack.Send(t, slacktest.Click("UALICE", "assent.edit", id, m)))
 	h.slack.Wait(t, "edit modal", func() bool { return len(h.slack.Views()) > 0 })
 	views := h.slack.Views()
 	if len(views) != 1 || views[0].CallbackID != "assent.edit" {
 		t.Fatalf("views %+v", views)
 	}
-	ack := h.slack.Ack(t, h.slack.Send(t, submit("UALICE", views[0], map[string]any{"args": text("{oops")})))
+	ack := h.slack.Ack(t, h.slack.Send(t, slacktest.Submit("UALICE", views[0], map[string]any{"args": slacktest.Text("{oops")})))
 	if errs := modalErrors(t, string(ack)); !strings.Contains(errs["args"], "Not valid JSON") {
 		t.Fatalf("invalid arguments acknowledged with %s", ack)
 	}
 	if n := h.answers.by("alice"); n != 1 {
 		t.Fatalf("alice answered %d times, want once (the first request)", n)
 	}
-	if ack := h.slack.Ack(t, h.slack.Send(t, submit("UALICE", views[0], map[string]any{"args": text(`{"path":"/srv/staging"}`)}))); len(ack) != 0 {
+	if ack := h.slack.Ack(t, h.slack.Send(t, slacktest.Submit("UALICE", views[0], map[string]any{"args": slacktest.Text(`{"path":"/srv/staging"}`)}))); len(ack) != 0 {
 		t.Fatalf("valid arguments acknowledged with %s", ack)
 	}
 	if d := brokertest.Decision(t, ch); !d.Approved() || string(d.Args) != `{"path":"/srv/staging"}` {
@@ -873,7 +797,7 @@ func TestNew(t *testing.T) {
 // TestSlackRefusals: a bot token Slack refuses stops Start, naming the
 // variable; a channel Slack does not know fails Notify, saying what to check.
 func TestSlackRefusals(t *testing.T) {
-	fake := newFakeSlack(t, botToken, appToken)
+	fake := slacktest.New(t, botToken, appToken)
 	t.Setenv(envBot, "xoxb-revoked")
 	t.Setenv(envSecret, signingSecret)
 	dir := channels.NewDirectory(mustPolicy(t))

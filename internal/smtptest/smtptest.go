@@ -1,4 +1,7 @@
-package email_test
+// Package smtptest is a real SMTP server for tests (STARTTLS on a
+// certificate made for the test, AUTH PLAIN required, messages kept in
+// memory), with a reader for the approval mails the email channel sends.
+package smtptest
 
 import (
 	"context"
@@ -23,13 +26,14 @@ import (
 	"github.com/emersion/go-smtp"
 )
 
+// The account the server accepts.
 const (
-	smtpUser     = "assent-bot"
-	smtpPassword = "correct horse battery staple"
+	User     = "assent-bot"
+	Password = "correct horse battery staple"
 )
 
-// delivery is one message the test SMTP server accepted.
-type delivery struct {
+// Delivery is one message the test SMTP server accepted.
+type Delivery struct {
 	From string
 	To   []string
 	Data []byte
@@ -38,29 +42,29 @@ type delivery struct {
 	TLS, Auth bool
 }
 
-// smtpServer is a real SMTP server for tests: STARTTLS with a certificate
+// Server is a real SMTP server for tests: STARTTLS with a certificate
 // made for the test, AUTH PLAIN required, messages kept in memory.
-type smtpServer struct {
+type Server struct {
 	Addr   string
 	Host   string
 	Port   int
 	CAFile string
 
 	mu        sync.Mutex
-	delivered []delivery
+	delivered []Delivery
 	changed   chan struct{}
 	// failRcpt, if set, refuses RCPT TO for these addresses with a
 	// temporary error, once each.
 	failRcpt map[string]bool
-	failures int
-	authFail int
+	failures int // RCPT TO refused by FailOnce
+	authFail int // failed logins
 }
 
-// startSMTP starts the test SMTP server on a free loopback port and stops it
+// Start starts an SMTP server on a free loopback port and stops it
 // when the test ends.
-func startSMTP(t *testing.T) *smtpServer {
+func Start(t testing.TB) *Server {
 	t.Helper()
-	cert, caPEM := testCertificate(t)
+	cert, caPEM := certificate(t)
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
 		t.Fatal(err)
@@ -69,7 +73,7 @@ func startSMTP(t *testing.T) *smtpServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &smtpServer{Addr: l.Addr().String(), Host: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port, CAFile: caFile, changed: make(chan struct{}, 1)}
+	s := &Server{Addr: l.Addr().String(), Host: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port, CAFile: caFile, changed: make(chan struct{}, 1)}
 	srv := smtp.NewServer(smtp.BackendFunc(func(c *smtp.Conn) (smtp.Session, error) { return &session{s: s, c: c}, nil }))
 	srv.Domain = "localhost"
 	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
@@ -91,9 +95,9 @@ func startSMTP(t *testing.T) *smtpServer {
 	return s
 }
 
-// testCertificate makes a self-signed certificate for 127.0.0.1 and
+// certificate makes a self-signed certificate for 127.0.0.1 and
 // localhost, and returns it with its PEM.
-func testCertificate(t *testing.T) (tls.Certificate, []byte) {
+func certificate(t testing.TB) (tls.Certificate, []byte) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -129,7 +133,7 @@ func testCertificate(t *testing.T) (tls.Certificate, []byte) {
 
 // session is one SMTP session of the test server.
 type session struct {
-	s    *smtpServer
+	s    *Server
 	c    *smtp.Conn
 	auth bool
 	from string
@@ -143,7 +147,7 @@ func (s *session) Auth(mech string) (sasl.Server, error) {
 		return nil, smtp.ErrAuthUnknownMechanism
 	}
 	return sasl.NewPlainServer(func(identity, username, password string) error {
-		if username != smtpUser || password != smtpPassword {
+		if username != User || password != Password {
 			s.s.mu.Lock()
 			s.s.authFail++
 			s.s.mu.Unlock()
@@ -187,7 +191,7 @@ func (s *session) Data(r io.Reader) error {
 	}
 	_, isTLS := s.c.TLSConnectionState()
 	s.s.mu.Lock()
-	s.s.delivered = append(s.s.delivered, delivery{From: s.from, To: s.to, Data: b, TLS: isTLS, Auth: s.auth})
+	s.s.delivered = append(s.s.delivered, Delivery{From: s.from, To: s.to, Data: b, TLS: isTLS, Auth: s.auth})
 	s.s.mu.Unlock()
 	select {
 	case s.s.changed <- struct{}{}:
@@ -200,8 +204,8 @@ func (s *session) Reset() { s.from, s.to = "", nil }
 
 func (s *session) Logout() error { return nil }
 
-// failOnce makes the server refuse the next RCPT TO for addr, temporarily.
-func (s *smtpServer) failOnce(addr string) {
+// FailOnce makes the server refuse the next RCPT TO for addr, temporarily.
+func (s *Server) FailOnce(addr string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.failRcpt == nil {
@@ -210,11 +214,11 @@ func (s *smtpServer) failOnce(addr string) {
 	s.failRcpt[strings.ToLower(addr)] = true
 }
 
-// matching returns the deliveries match accepts.
-func (s *smtpServer) matching(match func(delivery) bool) []delivery {
+// Matching returns the deliveries match accepts.
+func (s *Server) Matching(match func(Delivery) bool) []Delivery {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []delivery
+	var out []Delivery
 	for _, d := range s.delivered {
 		if match(d) {
 			out = append(out, d)
@@ -223,20 +227,28 @@ func (s *smtpServer) matching(match func(delivery) bool) []delivery {
 	return out
 }
 
-// wait waits until match accepts n deliveries and returns them, failing
+// Wait waits until match accepts n deliveries and returns them, failing
 // after 20s.
-func (s *smtpServer) wait(t *testing.T, what string, n int, match func(delivery) bool) []delivery {
+func (s *Server) Wait(t testing.TB, what string, n int, match func(Delivery) bool) []Delivery {
 	t.Helper()
 	deadline := time.After(20 * time.Second)
 	for {
-		if got := s.matching(match); len(got) >= n {
+		if got := s.Matching(match); len(got) >= n {
 			return got
 		}
 		select {
 		case <-s.changed:
 		case <-time.After(50 * time.Millisecond):
 		case <-deadline:
-			t.Fatalf("%s: %d mails after 20s, want %d", what, len(s.matching(match)), n)
+			t.Fatalf("%s: %d mails after 20s, want %d", what, len(s.Matching(match)), n)
 		}
 	}
+}
+
+// Refusals returns how many RCPT TO the server refused (FailOnce) and how
+// many logins failed.
+func (s *Server) Refusals() (rcpt, auth int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failures, s.authFail
 }

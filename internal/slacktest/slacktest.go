@@ -1,4 +1,7 @@
-package slack_test
+// Package slacktest is a local Slack for tests: the Web API methods the Slack
+// channel calls and a Socket Mode websocket, with helpers that post
+// interactions as Slack does (signed, as form bodies).
+package slacktest
 
 import (
 	"encoding/json"
@@ -15,19 +18,19 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// fakeSlack is a local Slack: the Web API methods the channel calls
+// Server is a local Slack: the Web API methods the channel calls
 // (auth.test, chat.postMessage, chat.update, chat.postEphemeral, views.open,
 // apps.connections.open) and a Socket Mode websocket. It keeps the messages
 // as Slack would, and every call, for tests to inspect.
-type fakeSlack struct {
+type Server struct {
 	t        *testing.T
 	srv      *httptest.Server
 	botToken string
 	appToken string
 
 	mu        sync.Mutex
-	calls     []apiCall
-	messages  []*message // in the order posted
+	calls     []Call
+	messages  []*Message // in the order posted
 	nextTS    int
 	acks      map[string]json.RawMessage // Socket Mode envelope id -> payload
 	ws        *websocket.Conn
@@ -38,45 +41,45 @@ type fakeSlack struct {
 	wsDone    sync.WaitGroup
 }
 
-// apiCall is one Web API call.
-type apiCall struct {
+// Call is one Web API call.
+type Call struct {
 	Method string
 	Form   url.Values                 // form-encoded calls
 	JSON   map[string]json.RawMessage // JSON calls (views.open)
 }
 
-// message is a message in the fake workspace.
-type message struct {
+// Message is a message in the fake workspace.
+type Message struct {
 	Channel, TS, ThreadTS, Text string
 	Blocks                      string // JSON, as last posted or updated
 	Updates                     int
 }
 
-// openedView is a modal the channel opened with views.open.
-type openedView struct {
+// View is a modal the channel opened with views.open.
+type View struct {
 	TriggerID       string
 	CallbackID      string `json:"callback_id"`
 	PrivateMetadata string `json:"private_metadata"`
 	Raw             string // the view's JSON
 }
 
-func newFakeSlack(t *testing.T, botToken, appToken string) *fakeSlack {
+func New(t *testing.T, botToken, appToken string) *Server {
 	t.Helper()
-	f := &fakeSlack{t: t, botToken: botToken, appToken: appToken, nextTS: 1,
+	f := &Server{t: t, botToken: botToken, appToken: appToken, nextTS: 1,
 		acks: map[string]json.RawMessage{}, changed: make(chan struct{}, 1), closing: make(chan struct{})}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /auth.test", f.web(false, func(c apiCall) any {
+	mux.HandleFunc("POST /auth.test", f.web(false, func(c Call) any {
 		return map[string]any{"ok": true, "team": "Acme", "user_id": "UBOT", "bot_id": "BBOT"}
 	}))
 	mux.HandleFunc("POST /chat.postMessage", f.web(false, f.postMessage))
 	mux.HandleFunc("POST /chat.update", f.web(false, f.update))
-	mux.HandleFunc("POST /chat.postEphemeral", f.web(false, func(c apiCall) any {
+	mux.HandleFunc("POST /chat.postEphemeral", f.web(false, func(c Call) any {
 		return map[string]any{"ok": true, "message_ts": "1.1"}
 	}))
-	mux.HandleFunc("POST /views.open", f.web(false, func(c apiCall) any {
+	mux.HandleFunc("POST /views.open", f.web(false, func(c Call) any {
 		return map[string]any{"ok": true, "view": map[string]any{"id": "V1"}}
 	}))
-	mux.HandleFunc("POST /apps.connections.open", f.web(true, func(c apiCall) any {
+	mux.HandleFunc("POST /apps.connections.open", f.web(true, func(c Call) any {
 		return map[string]any{"ok": true, "url": "ws://" + f.srv.Listener.Addr().String() + "/ws"}
 	}))
 	mux.HandleFunc("GET /ws", f.socket)
@@ -86,9 +89,9 @@ func newFakeSlack(t *testing.T, botToken, appToken string) *fakeSlack {
 }
 
 // URL is the Web API's base URL.
-func (f *fakeSlack) URL() string { return f.srv.URL + "/" }
+func (f *Server) URL() string { return f.srv.URL + "/" }
 
-func (f *fakeSlack) close() {
+func (f *Server) close() {
 	close(f.closing)
 	f.mu.Lock()
 	if f.ws != nil {
@@ -99,7 +102,7 @@ func (f *fakeSlack) close() {
 	f.srv.Close()
 }
 
-func (f *fakeSlack) signal() {
+func (f *Server) signal() {
 	select {
 	case f.changed <- struct{}{}:
 	default:
@@ -108,9 +111,9 @@ func (f *fakeSlack) signal() {
 
 // web serves one Web API method: it checks the token (the app-level one if
 // app), records the call and answers with do's result.
-func (f *fakeSlack) web(app bool, do func(apiCall) any) http.HandlerFunc {
+func (f *Server) web(app bool, do func(Call) any) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		c := apiCall{Method: strings.TrimPrefix(r.URL.Path, "/")}
+		c := Call{Method: strings.TrimPrefix(r.URL.Path, "/")}
 		token := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
 			body, _ := io.ReadAll(r.Body)
@@ -147,18 +150,18 @@ func (f *fakeSlack) web(app bool, do func(apiCall) any) http.HandlerFunc {
 }
 
 // postMessage and update run under f.mu.
-func (f *fakeSlack) postMessage(c apiCall) any {
+func (f *Server) postMessage(c Call) any {
 	ch := c.Form.Get("channel")
 	if ch == "" || ch == "CMISSING" {
 		return map[string]any{"ok": false, "error": "channel_not_found"}
 	}
 	ts := fmt.Sprintf("1700000000.%06d", f.nextTS)
 	f.nextTS++
-	f.messages = append(f.messages, &message{Channel: ch, TS: ts, ThreadTS: c.Form.Get("thread_ts"), Text: c.Form.Get("text"), Blocks: readable(c.Form.Get("blocks"))})
+	f.messages = append(f.messages, &Message{Channel: ch, TS: ts, ThreadTS: c.Form.Get("thread_ts"), Text: c.Form.Get("text"), Blocks: readable(c.Form.Get("blocks"))})
 	return map[string]any{"ok": true, "channel": ch, "ts": ts, "message": map[string]any{"ts": ts, "text": c.Form.Get("text")}}
 }
 
-func (f *fakeSlack) update(c apiCall) any {
+func (f *Server) update(c Call) any {
 	for _, m := range f.messages {
 		if m.Channel == c.Form.Get("channel") && m.TS == c.Form.Get("ts") {
 			m.Text, m.Blocks = c.Form.Get("text"), readable(c.Form.Get("blocks"))
@@ -187,10 +190,10 @@ func readable(raw string) string {
 }
 
 // Calls returns the calls of method so far.
-func (f *fakeSlack) Calls(method string) []apiCall {
+func (f *Server) Calls(method string) []Call {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []apiCall
+	var out []Call
 	for _, c := range f.calls {
 		if c.Method == method {
 			out = append(out, c)
@@ -201,7 +204,7 @@ func (f *fakeSlack) Calls(method string) []apiCall {
 
 // Message returns a copy of the request's top-level message, found by the
 // request id it shows; ok is false if none was posted.
-func (f *fakeSlack) Message(id string) (m message, ok bool) {
+func (f *Server) Message(id string) (m Message, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, m := range f.messages {
@@ -209,14 +212,14 @@ func (f *fakeSlack) Message(id string) (m message, ok bool) {
 			return *m, true
 		}
 	}
-	return message{}, false
+	return Message{}, false
 }
 
 // Messages returns copies of every message posted, in order.
-func (f *fakeSlack) Messages() []message {
+func (f *Server) Messages() []Message {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]message, len(f.messages))
+	out := make([]Message, len(f.messages))
 	for i, m := range f.messages {
 		out[i] = *m
 	}
@@ -224,8 +227,8 @@ func (f *fakeSlack) Messages() []message {
 }
 
 // Replies returns the thread replies under ts.
-func (f *fakeSlack) Replies(ts string) []message {
-	var out []message
+func (f *Server) Replies(ts string) []Message {
+	var out []Message
 	for _, m := range f.Messages() {
 		if m.ThreadTS == ts {
 			out = append(out, m)
@@ -235,7 +238,7 @@ func (f *fakeSlack) Replies(ts string) []message {
 }
 
 // Ephemerals returns the texts shown to user alone.
-func (f *fakeSlack) Ephemerals(user string) []string {
+func (f *Server) Ephemerals(user string) []string {
 	var out []string
 	for _, c := range f.Calls("chat.postEphemeral") {
 		if c.Form.Get("user") == user {
@@ -246,10 +249,10 @@ func (f *fakeSlack) Ephemerals(user string) []string {
 }
 
 // Views returns the modals opened so far.
-func (f *fakeSlack) Views() []openedView {
-	var out []openedView
+func (f *Server) Views() []View {
+	var out []View
 	for _, c := range f.Calls("views.open") {
-		var v openedView
+		var v View
 		if err := json.Unmarshal(c.JSON["view"], &v); err != nil {
 			f.t.Fatalf("views.open: %v", err)
 		}
@@ -261,7 +264,7 @@ func (f *fakeSlack) Views() []openedView {
 }
 
 // Wait polls cond until it holds, failing the test after 20 seconds.
-func (f *fakeSlack) Wait(t *testing.T, what string, cond func() bool) {
+func (f *Server) Wait(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.After(20 * time.Second)
 	for !cond() {
@@ -276,7 +279,7 @@ func (f *fakeSlack) Wait(t *testing.T, what string, cond func() bool) {
 
 // socket is the Socket Mode websocket: it says hello, pings every second,
 // and records acknowledgements.
-func (f *fakeSlack) socket(w http.ResponseWriter, r *http.Request) {
+func (f *Server) socket(w http.ResponseWriter, r *http.Request) {
 	up := websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
 	conn, err := up.Upgrade(w, r, nil)
 	if err != nil {
@@ -346,7 +349,7 @@ func (f *fakeSlack) socket(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (f *fakeSlack) write(conn *websocket.Conn, v any) {
+func (f *Server) write(conn *websocket.Conn, v any) {
 	f.wsWrite.Lock()
 	defer f.wsWrite.Unlock()
 	if err := conn.WriteJSON(v); err != nil {
@@ -355,7 +358,7 @@ func (f *fakeSlack) write(conn *websocket.Conn, v any) {
 }
 
 // Connected reports whether a Socket Mode client is connected.
-func (f *fakeSlack) Connected() bool {
+func (f *Server) Connected() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.ws != nil
@@ -363,7 +366,7 @@ func (f *fakeSlack) Connected() bool {
 
 // Send sends an interactive envelope with payload over Socket Mode and
 // returns its envelope id.
-func (f *fakeSlack) Send(t *testing.T, payload any) string {
+func (f *Server) Send(t *testing.T, payload any) string {
 	t.Helper()
 	f.mu.Lock()
 	f.envelopes++
@@ -379,7 +382,7 @@ func (f *fakeSlack) Send(t *testing.T, payload any) string {
 
 // Ack waits for envelope id's acknowledgement and returns its payload
 // (empty for none).
-func (f *fakeSlack) Ack(t *testing.T, id string) json.RawMessage {
+func (f *Server) Ack(t *testing.T, id string) json.RawMessage {
 	t.Helper()
 	var p json.RawMessage
 	f.Wait(t, "acknowledgement of "+id, func() bool {
