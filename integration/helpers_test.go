@@ -40,12 +40,11 @@ import (
 // it, even with -race on two busy cores.
 const patience = 20 * time.Second
 
-// TestMain removes the broker binary that brokerBinary builds, once per test
-// binary.
+// TestMain removes the programs that binary builds, once per test binary.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if builtBroker.dir != "" {
-		_ = os.RemoveAll(builtBroker.dir)
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
 	}
 	os.Exit(code)
 }

@@ -340,45 +340,52 @@ func TestBrokerKill9WithRequestInFlight(t *testing.T) {
 	}
 }
 
-// builtBroker is the cmd/broker binary, built once per test binary.
-var builtBroker struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
+// built holds the programs of cmd/ that binary built, once per test binary,
+// in one temporary directory that TestMain removes.
+var built struct {
+	mu    sync.Mutex
+	dir   string
+	paths map[string]string
 }
 
-// brokerBinary builds ./cmd/broker with the go command (once per test
-// binary) and returns its path. It skips the test when go is not on PATH.
+// brokerBinary returns cmd/broker, built.
 func brokerBinary(t testing.TB) string {
+	t.Helper()
+	return binary(t, "broker")
+}
+
+// binary builds ./cmd/<name> with the go command (once per test binary) and
+// returns its path. It skips the test when go is not on PATH.
+func binary(t testing.TB, name string) string {
 	t.Helper()
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("go is not on PATH; cannot build cmd/broker")
+		t.Skip("go is not on PATH; cannot build cmd/" + name)
 	}
-	builtBroker.once.Do(func() {
-		root, err := filepath.Abs("..")
-		if err != nil {
-			builtBroker.err = err
-			return
-		}
-		if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-			builtBroker.err = fmt.Errorf("module root not found at %s: %w", root, err)
-			return
-		}
-		if builtBroker.dir, err = os.MkdirTemp("", "assent-itest-bin-"); err != nil {
-			builtBroker.err = err
-			return
-		}
-		builtBroker.path = filepath.Join(builtBroker.dir, "broker")
-		cmd := exec.Command(gobin, "build", "-o", builtBroker.path, "./cmd/broker")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			builtBroker.err = fmt.Errorf("go build ./cmd/broker: %v\n%s", err, out)
-		}
-	})
-	if builtBroker.err != nil {
-		t.Fatal(builtBroker.err)
+	built.mu.Lock()
+	defer built.mu.Unlock()
+	if p, ok := built.paths[name]; ok {
+		return p
 	}
-	return builtBroker.path
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("module root not found at %s: %v", root, err)
+	}
+	if built.dir == "" {
+		if built.dir, err = os.MkdirTemp("", "assent-itest-bin-"); err != nil {
+			t.Fatal(err)
+		}
+		built.paths = map[string]string{}
+	}
+	path := filepath.Join(built.dir, name)
+	cmd := exec.Command(gobin, "build", "-o", path, "./cmd/"+name)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/%s: %v\n%s", name, err, out)
+	}
+	built.paths[name] = path
+	return path
 }
