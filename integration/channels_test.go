@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -474,4 +475,97 @@ func getPage(t *testing.T, u string) (int, string) {
 	t.Helper()
 	r := call(t, http.MethodGet, u, nil)
 	return r.status, string(r.body)
+}
+
+// startBotProc runs the built approver-bot with the configuration name on
+// listen, with the world's secrets in its environment, and waits until it
+// is ready.
+func (w *channelWorld) startBotProc(t *testing.T, bin, name, listen string, log *lockedBuffer) *proc {
+	t.Helper()
+	cfg := w.config(t, name, listen)
+	env := os.Environ()
+	for k, v := range w.env {
+		env = append(env, k+"="+v)
+	}
+	return startProc(t, "approver-bot", func() *exec.Cmd {
+		cmd := exec.Command(bin, "run", "--config", cfg, "--log-level", "warn")
+		cmd.Env = env
+		return cmd
+	}, "http://"+listen, log)
+}
+
+// TestBotRestart runs the approver-bot program, stops it while requests are
+// pending, and starts it again: a request that came while it was down is
+// shown, one decided meanwhile has its Slack message updated, and one still
+// pending is answered from its old Slack message; nothing is shown twice.
+// Then the same after SIGKILL.
+func TestBotRestart(t *testing.T) {
+	bin := binary(t, "approver-bot")
+	w := newChannelWorld(t)
+	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	var log lockedBuffer
+	p := w.startBotProc(t, bin, "bot", listen, &log)
+
+	decidedWhileDown, _ := w.ask(t, "decided-while-down")
+	stillPending, stillDecision := w.ask(t, "still-pending")
+	w.shown(t, decidedWhileDown)
+	old, _ := w.shown(t, stillPending)
+	p.stop(t)
+
+	askedWhileDown, askedDecision := w.ask(t, "asked-while-down")
+	waitState(t, w.b, askedWhileDown, broker.StatePending)
+	approvalOf(t, call(t, http.MethodPost, w.api+"/v1/approvals/"+decidedWhileDown+"/decision", `{"principal":"carol","decision":"approve"}`), http.StatusOK)
+
+	p = w.startBotProc(t, bin, "bot", listen, &log)
+	m, _ := w.shown(t, askedWhileDown)
+	w.outcome(t, decidedWhileDown, "carol via http")
+	w.hooks.wait(t, decidedWhileDown, events.TypeDecided)
+
+	// The old message of the request still pending works with the new
+	// process.
+	click := slacktest.Form(t, slacktest.Click("UALICE", "assent.approve", stillPending, old))
+	if status, body := slacktest.Post(t, "http://"+listen+slackch.InteractionsPath, click, slacktest.SignedHeader(itSlackSecret, time.Now(), click)); status != http.StatusOK {
+		t.Fatalf("click after the restart: %d %s", status, body)
+	}
+	if d := brokertest.Decision(t, stillDecision); !d.Approved() || d.DecidedBy[0].Principal != "alice" {
+		t.Fatalf("still-pending decided %+v", d)
+	}
+	w.outcome(t, stillPending, "alice via slack")
+	w.hooks.wait(t, stillPending, events.TypeDecided)
+	w.hooks.wait(t, decidedWhileDown, events.TypeDecided)
+	p.stop(t)
+	if d := w.hooks.duplicates(); len(d) > 0 {
+		t.Errorf("webhook ids delivered twice across a graceful restart: %v", d)
+	}
+
+	// SIGKILL, with a request pending and shown: the next process shows it
+	// no second time, and a new one once.
+	p = w.startBotProc(t, bin, "bot", listen, &log)
+	p.kill(t)
+	afterKill, afterKillDecision := w.ask(t, "after-kill")
+	p = w.startBotProc(t, bin, "bot", listen, &log)
+	w.shown(t, afterKill)
+	click = slacktest.Form(t, slacktest.Click("UALICE", "assent.approve", askedWhileDown, m))
+	if status, body := slacktest.Post(t, "http://"+listen+slackch.InteractionsPath, click, slacktest.SignedHeader(itSlackSecret, time.Now(), click)); status != http.StatusOK {
+		t.Fatalf("click after SIGKILL: %d %s", status, body)
+	}
+	if d := brokertest.Decision(t, askedDecision); !d.Approved() {
+		t.Fatalf("asked-while-down decided %+v", d)
+	}
+	w.outcome(t, askedWhileDown, "alice via slack")
+	approvalOf(t, call(t, http.MethodPost, w.api+"/v1/approvals/"+afterKill+"/decision", `{"principal":"carol","decision":"approve"}`), http.StatusOK)
+	brokertest.Decision(t, afterKillDecision)
+	w.outcome(t, afterKill, "carol via http")
+
+	for _, id := range []string{decidedWhileDown, stillPending, askedWhileDown, afterKill} {
+		if n := w.countSlackMessages(id); n != 1 {
+			t.Errorf("%d Slack messages for %s, want 1", n, id)
+		}
+		if n := len(w.smtp.Matching(smtptest.About("bob@example.com", id))); n != 1 {
+			t.Errorf("%d mails to bob about %s, want 1", n, id)
+		}
+	}
+	if t.Failed() {
+		t.Logf("the bot's output:\n%s", log.String())
+	}
 }

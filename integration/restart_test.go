@@ -76,11 +76,11 @@ func TestBrokerRestartWhilePending(t *testing.T) {
 	}
 }
 
-// brokerProc is the built cmd/broker running as a child process.
-type brokerProc struct {
+// proc is a built program of cmd/ running as a child process.
+type proc struct {
 	cmd  *exec.Cmd
 	done chan struct{}
-	err  error
+	err  error // what Wait returned, once done is closed
 }
 
 // embeddedArgs are the broker's flags for an embedded NATS server with its
@@ -92,21 +92,29 @@ func embeddedArgs(dir string, natsPort int) []string {
 // startBrokerProc runs the broker binary with args and HTTP on httpPort, and
 // waits until /readyz says so. The process is killed at cleanup if it still
 // runs.
-func startBrokerProc(t testing.TB, bin string, args []string, httpPort int, log *lockedBuffer) *brokerProc {
+func startBrokerProc(t testing.TB, bin string, args []string, httpPort int, log *lockedBuffer) *proc {
 	t.Helper()
-	httpURL := "http://127.0.0.1:" + strconv.Itoa(httpPort)
-	var p *brokerProc
-	// A port of the killed process can linger for a moment; try a few times.
-	for attempt := 1; ; attempt++ {
-		cmd := exec.Command(bin, append([]string{
+	return startProc(t, "broker", func() *exec.Cmd {
+		return exec.Command(bin, append([]string{
 			"--http", "127.0.0.1:" + strconv.Itoa(httpPort),
 			"--name", "killme",
 			"--log-level", "warn"}, args...)...)
+	}, "http://127.0.0.1:"+strconv.Itoa(httpPort), log)
+}
+
+// startProc starts the command newCmd makes, with its output to log, and
+// waits until base/readyz answers 200. The process is killed at cleanup if
+// it still runs.
+func startProc(t testing.TB, name string, newCmd func() *exec.Cmd, base string, log *lockedBuffer) *proc {
+	t.Helper()
+	// A port of the killed process can linger for a moment; try a few times.
+	for attempt := 1; ; attempt++ {
+		cmd := newCmd()
 		cmd.Stdout, cmd.Stderr = log, log
 		if err := cmd.Start(); err != nil {
-			t.Fatalf("start broker: %v", err)
+			t.Fatalf("start %s: %v", name, err)
 		}
-		p = &brokerProc{cmd: cmd, done: make(chan struct{})}
+		p := &proc{cmd: cmd, done: make(chan struct{})}
 		go func() { p.err = cmd.Wait(); close(p.done) }()
 		t.Cleanup(func() { p.kill(t) })
 		ready := false
@@ -118,7 +126,7 @@ func startBrokerProc(t testing.TB, bin string, args []string, httpPort int, log 
 				continue
 			case <-time.After(50 * time.Millisecond):
 			}
-			if resp, err := http.Get(httpURL + "/readyz"); err == nil {
+			if resp, err := http.Get(base + "/readyz"); err == nil {
 				ready = resp.StatusCode == http.StatusOK
 				resp.Body.Close()
 			}
@@ -128,13 +136,30 @@ func startBrokerProc(t testing.TB, bin string, args []string, httpPort int, log 
 		}
 		p.kill(t)
 		if attempt == 5 {
-			t.Fatalf("broker process not ready (attempt %d, exit %v); its output:\n%s", attempt, p.err, log.String())
+			t.Fatalf("%s process not ready (attempt %d, exit %v); its output:\n%s", name, attempt, p.err, log.String())
 		}
 	}
 }
 
+// stop sends SIGTERM and waits for the process to exit, which it must do
+// with status 0.
+func (p *proc) stop(t testing.TB) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+	select {
+	case <-p.done:
+		if p.err != nil {
+			t.Fatalf("process %d after SIGTERM: %v", p.cmd.Process.Pid, p.err)
+		}
+	case <-time.After(patience):
+		t.Fatalf("process %d still running %s after SIGTERM", p.cmd.Process.Pid, patience)
+	}
+}
+
 // kill sends SIGKILL and waits for the process to be gone.
-func (p *brokerProc) kill(t testing.TB) {
+func (p *proc) kill(t testing.TB) {
 	t.Helper()
 	select {
 	case <-p.done:
@@ -142,12 +167,12 @@ func (p *brokerProc) kill(t testing.TB) {
 	default:
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		t.Errorf("kill broker: %v", err)
+		t.Errorf("kill process %d: %v", p.cmd.Process.Pid, err)
 	}
 	select {
 	case <-p.done:
 	case <-time.After(patience):
-		t.Errorf("broker process %d still running after SIGKILL", p.cmd.Process.Pid)
+		t.Errorf("process %d still running after SIGKILL", p.cmd.Process.Pid)
 	}
 }
 
