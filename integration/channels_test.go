@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/internal/bot"
 	"github.com/assent-dev/assent/internal/broker"
@@ -80,7 +81,7 @@ type channelWorld struct {
 	env    map[string]string // the bots' secrets
 }
 
-func newChannelWorld(t *testing.T) *channelWorld {
+func newChannelWorld(t testing.TB) *channelWorld {
 	t.Helper()
 	w := &channelWorld{dir: t.TempDir(), env: map[string]string{}}
 	w.policy = filepath.Join(w.dir, "policy.yaml")
@@ -92,7 +93,11 @@ func newChannelWorld(t *testing.T) *channelWorld {
 	w.js = newJS(t, nc)
 	w.b, _ = runBroker(t, nc, broker.Config{Name: "itest", Policy: mustPolicy(t, channelsPolicy, w.policy)})
 	w.api = serveAPI(t, w.b)
-	w.agent = newClient(t, testenv.Conn(t, w.ns), "coder")
+	var err error
+	w.agent, err = handler.NewClient(testenv.Conn(t, w.ns), handler.Config{Agent: "coder", Logger: quietLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	w.slack = slacktest.New(t, itSlackBot, "xapp-unused")
 	w.smtp = smtptest.Start(t)
@@ -116,8 +121,17 @@ func newChannelWorld(t *testing.T) *channelWorld {
 	return w
 }
 
+// quietLogger logs through t, except in a benchmark, which would print
+// every line.
+func quietLogger(t testing.TB) *zap.Logger {
+	if _, bench := t.(*testing.B); bench {
+		return zap.NewNop()
+	}
+	return testenv.Logger(t)
+}
+
 // webhookSecret makes a Standard Webhooks secret and returns it with its key.
-func webhookSecret(t *testing.T) (string, []byte) {
+func webhookSecret(t testing.TB) (string, []byte) {
 	t.Helper()
 	key := make([]byte, 32)
 	if _, err := rand.Read(key); err != nil {
@@ -127,7 +141,7 @@ func webhookSecret(t *testing.T) (string, []byte) {
 }
 
 // config writes a bot configuration serving on listen and returns its file.
-func (w *channelWorld) config(t *testing.T, name, listen string) string {
+func (w *channelWorld) config(t testing.TB, name, listen string) string {
 	t.Helper()
 	src := fmt.Sprintf(`nats:
   url: %s
@@ -170,7 +184,7 @@ webhooks:
 
 // runBot runs an approver bot in this process, as `approver-bot run` does,
 // until the test ends; it returns the bot's base URL.
-func (w *channelWorld) runBot(t *testing.T, name string) string {
+func (w *channelWorld) runBot(t testing.TB, name string) string {
 	t.Helper()
 	for k, v := range w.env {
 		t.Setenv(k, v)
@@ -180,7 +194,7 @@ func (w *channelWorld) runBot(t *testing.T, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := bot.New(cfg, testenv.Logger(t).Named(name))
+	b, err := bot.New(cfg, quietLogger(t).Named(name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +226,7 @@ func (w *channelWorld) runBot(t *testing.T, name string) string {
 }
 
 // ask makes a deploy request without waiting for its decision.
-func (w *channelWorld) ask(t *testing.T, what string) (string, <-chan handler.Decision) {
+func (w *channelWorld) ask(t testing.TB, what string) (string, <-chan handler.Decision) {
 	t.Helper()
 	return brokertest.Ask(t, w.agent, handler.Request{Requested: events.Requested{
 		Tool: "deploy", Args: json.RawMessage(`{"service":"` + what + `"}`), Timeout: events.Duration(5 * time.Minute)}})
@@ -220,7 +234,7 @@ func (w *channelWorld) ask(t *testing.T, what string) (string, <-chan handler.De
 
 // shown waits until every channel showed request id: its Slack message, its
 // mail to bob, and its pending event at the webhook receiver.
-func (w *channelWorld) shown(t *testing.T, id string) (slacktest.Message, smtptest.Mail) {
+func (w *channelWorld) shown(t testing.TB, id string) (slacktest.Message, smtptest.Mail) {
 	t.Helper()
 	var m slacktest.Message
 	w.slack.Wait(t, "Slack message of "+id, func() bool {
@@ -235,7 +249,7 @@ func (w *channelWorld) shown(t *testing.T, id string) (slacktest.Message, smtpte
 
 // outcome waits until request id's Slack message shows its outcome, who
 // decided and no buttons, and returns the message.
-func (w *channelWorld) outcome(t *testing.T, id, who string) slacktest.Message {
+func (w *channelWorld) outcome(t testing.TB, id, who string) slacktest.Message {
 	t.Helper()
 	var m slacktest.Message
 	w.slack.Wait(t, "Slack message of "+id+" showing its decision by "+who, func() bool {
@@ -263,9 +277,10 @@ type hookReceiver struct {
 type hookEvent struct {
 	WebhookID, Type, RequestID string
 	Data                       json.RawMessage
+	At                         time.Time // when the receiver took it
 }
 
-func newHookReceiver(t *testing.T, key []byte) *hookReceiver {
+func newHookReceiver(t testing.TB, key []byte) *hookReceiver {
 	t.Helper()
 	r := &hookReceiver{t: t, key: key}
 	r.srv = httptest.NewServer(r)
@@ -293,7 +308,7 @@ func (r *hookReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	id, _ := e.Extensions()[webhook.ExtRequestID].(string)
 	r.mu.Lock()
-	r.got = append(r.got, hookEvent{WebhookID: req.Header.Get(webhook.HeaderID), Type: e.Type(), RequestID: id, Data: e.Data()})
+	r.got = append(r.got, hookEvent{WebhookID: req.Header.Get(webhook.HeaderID), Type: e.Type(), RequestID: id, Data: e.Data(), At: time.Now()})
 	r.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -312,7 +327,7 @@ func (r *hookReceiver) events(id, typ string) []hookEvent {
 }
 
 // wait waits for a delivery about request id of type typ.
-func (r *hookReceiver) wait(t *testing.T, id, typ string) hookEvent {
+func (r *hookReceiver) wait(t testing.TB, id, typ string) hookEvent {
 	t.Helper()
 	var got []hookEvent
 	eventually(t, patience, func() (bool, string) {

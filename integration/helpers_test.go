@@ -65,7 +65,7 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 // runBroker runs a broker on nc and returns it once it is ready, with a func
 // that stops it and waits for Run to return (also called at cleanup; calling it
 // twice is fine).
-func runBroker(t *testing.T, nc *nats.Conn, cfg broker.Config) (*broker.Broker, func()) {
+func runBroker(t testing.TB, nc *nats.Conn, cfg broker.Config) (*broker.Broker, func()) {
 	t.Helper()
 	return brokertest.Run(t, nc, cfg)
 }
@@ -80,7 +80,7 @@ func runLoggedBroker(t *testing.T, nc *nats.Conn, cfg broker.Config, w io.Writer
 }
 
 // mustPolicy parses src as the policy file name, failing the test on error.
-func mustPolicy(t *testing.T, src, name string) *policy.Policy {
+func mustPolicy(t testing.TB, src, name string) *policy.Policy {
 	t.Helper()
 	p, err := policy.Parse([]byte(src), name)
 	if err != nil {
@@ -146,7 +146,7 @@ func newJS(t testing.TB, nc *nats.Conn) jetstream.JetStream {
 }
 
 // newClient returns an agent-side SDK client for agent on nc.
-func newClient(t *testing.T, nc *nats.Conn, agent string) *handler.Client {
+func newClient(t testing.TB, nc *nats.Conn, agent string) *handler.Client {
 	t.Helper()
 	c, err := handler.NewClient(nc, handler.Config{Agent: agent, Logger: testenv.Logger(t)})
 	if err != nil {
@@ -198,7 +198,7 @@ func runApprover(t *testing.T, nc *nats.Conn, principal, agent string, h handler
 
 // eventually polls cond every 20ms until it reports true, failing the test
 // with cond's last explanation after within.
-func eventually(t *testing.T, within time.Duration, cond func() (bool, string)) {
+func eventually(t testing.TB, within time.Duration, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {

@@ -23,7 +23,7 @@ import (
 // apps.connections.open) and a Socket Mode websocket. It keeps the messages
 // as Slack would, and every call, for tests to inspect.
 type Server struct {
-	t        *testing.T
+	t        testing.TB
 	srv      *httptest.Server
 	botToken string
 	appToken string
@@ -53,6 +53,7 @@ type Message struct {
 	Channel, TS, ThreadTS, Text string
 	Blocks                      string // JSON, as last posted or updated
 	Updates                     int
+	Posted                      time.Time // when chat.postMessage took it
 }
 
 // View is a modal the channel opened with views.open.
@@ -63,7 +64,7 @@ type View struct {
 	Raw             string // the view's JSON
 }
 
-func New(t *testing.T, botToken, appToken string) *Server {
+func New(t testing.TB, botToken, appToken string) *Server {
 	t.Helper()
 	f := &Server{t: t, botToken: botToken, appToken: appToken, nextTS: 1,
 		acks: map[string]json.RawMessage{}, changed: make(chan struct{}, 1), closing: make(chan struct{})}
@@ -157,7 +158,7 @@ func (f *Server) postMessage(c Call) any {
 	}
 	ts := fmt.Sprintf("1700000000.%06d", f.nextTS)
 	f.nextTS++
-	f.messages = append(f.messages, &Message{Channel: ch, TS: ts, ThreadTS: c.Form.Get("thread_ts"), Text: c.Form.Get("text"), Blocks: readable(c.Form.Get("blocks"))})
+	f.messages = append(f.messages, &Message{Channel: ch, TS: ts, ThreadTS: c.Form.Get("thread_ts"), Text: c.Form.Get("text"), Blocks: readable(c.Form.Get("blocks")), Posted: time.Now()})
 	return map[string]any{"ok": true, "channel": ch, "ts": ts, "message": map[string]any{"ts": ts, "text": c.Form.Get("text")}}
 }
 
@@ -264,7 +265,7 @@ func (f *Server) Views() []View {
 }
 
 // Wait polls cond until it holds, failing the test after 20 seconds.
-func (f *Server) Wait(t *testing.T, what string, cond func() bool) {
+func (f *Server) Wait(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.After(20 * time.Second)
 	for !cond() {
@@ -366,7 +367,7 @@ func (f *Server) Connected() bool {
 
 // Send sends an interactive envelope with payload over Socket Mode and
 // returns its envelope id.
-func (f *Server) Send(t *testing.T, payload any) string {
+func (f *Server) Send(t testing.TB, payload any) string {
 	t.Helper()
 	f.mu.Lock()
 	f.envelopes++
@@ -382,7 +383,7 @@ func (f *Server) Send(t *testing.T, payload any) string {
 
 // Ack waits for envelope id's acknowledgement and returns its payload
 // (empty for none).
-func (f *Server) Ack(t *testing.T, id string) json.RawMessage {
+func (f *Server) Ack(t testing.TB, id string) json.RawMessage {
 	t.Helper()
 	var p json.RawMessage
 	f.Wait(t, "acknowledgement of "+id, func() bool {

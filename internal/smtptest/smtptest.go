@@ -40,6 +40,8 @@ type Delivery struct {
 	// TLS and Auth say whether the session was encrypted and authenticated
 	// when the message was submitted.
 	TLS, Auth bool
+	// At is when the server took the message.
+	At time.Time
 }
 
 // Server is a real SMTP server for tests: STARTTLS with a certificate
@@ -191,7 +193,7 @@ func (s *session) Data(r io.Reader) error {
 	}
 	_, isTLS := s.c.TLSConnectionState()
 	s.s.mu.Lock()
-	s.s.delivered = append(s.s.delivered, Delivery{From: s.from, To: s.to, Data: b, TLS: isTLS, Auth: s.auth})
+	s.s.delivered = append(s.s.delivered, Delivery{From: s.from, To: s.to, Data: b, TLS: isTLS, Auth: s.auth, At: time.Now()})
 	s.s.mu.Unlock()
 	select {
 	case s.s.changed <- struct{}{}:
