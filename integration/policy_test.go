@@ -335,6 +335,63 @@ rules:
 	}
 }
 
+// TestPresenceAfterNATSRestart: the presence bucket lives in memory, so a
+// NATS restart loses it. The broker makes it again and follows it, the
+// running channels announce themselves in it again, and a channel that starts
+// after the restart is seen: requests for its principal wait for it rather
+// than fail for want of an approver.
+func TestPresenceAfterNATSRestart(t *testing.T) {
+	p := mustPolicy(t, `version: 1
+principals:
+  alice: {roles: [ops]}
+  bob:   {roles: [dba]}
+rules:
+  - name: deploys
+    tools: [deploy]
+    action: require_approval
+    approvers: ["role:ops"]
+  - name: migrations
+    tools: [migrate]
+    action: require_approval
+    approvers: ["role:dba"]
+`, "presence.yaml")
+	ns := testenv.Server(t)
+	b, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "presence", Policy: p, AnnouncedOnly: true})
+	e := &env{ns: ns, nc: testenv.Conn(t, ns), b: b}
+	skip := func(context.Context, handler.Request) (handler.Response, error) { return handler.Response{}, handler.ErrSkip }
+	runApprover(t, testenv.Conn(t, ns), "alice", "ci", skip)
+	eventually(t, patience, func() (bool, string) {
+		rec := submit(t, e, events.Requested{Agent: "ci", Tool: "deploy", Timeout: events.Duration(time.Hour)})
+		return rec.State == broker.StatePending, "alice's channel not seen: " + string(rec.State)
+	})
+
+	restarted := time.Now()
+	ns = ns.Restart(t)
+	js := newJS(t, testenv.Conn(t, ns))
+	// alice's channel announces itself again, in a bucket made anew: within
+	// the broker's check and the channel's refresh (5s and 10s).
+	eventually(t, 2*patience, func() (bool, string) {
+		kv, err := js.KeyValue(context.Background(), events.PresenceBucket)
+		if err != nil {
+			return false, "presence bucket: " + err.Error()
+		}
+		key, _ := events.PresenceKey("alice", "sdk")
+		entry, err := kv.Get(context.Background(), key)
+		if err != nil {
+			return false, "alice's announcement: " + err.Error()
+		}
+		var a events.Announcement
+		_ = json.Unmarshal(entry.Value(), &a)
+		return a.At.After(restarted), "alice's announcement is from before the restart"
+	})
+	// bob's channel, started now, is seen by the broker.
+	runApprover(t, testenv.Conn(t, ns), "bob", "ci", skip)
+	eventually(t, patience, func() (bool, string) {
+		rec := submit(t, e, events.Requested{Agent: "ci", Tool: "migrate", Timeout: events.Duration(time.Hour)})
+		return rec.State == broker.StatePending, "bob's channel not seen after the restart: " + string(rec.State)
+	})
+}
+
 // TestLimitAcrossReplicas: "auto-approve while the session's sum of
 // args.amount stays under 5000", with requests racing through two replicas:
 // the approved total never passes the limit, and the rest need a person.

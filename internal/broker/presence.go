@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"time"
 
@@ -49,9 +50,64 @@ func (p *presence) Live() []string {
 	return out
 }
 
-// watchPresence keeps b.presence in step with the presence bucket.
+// presenceCheck is how often a replica checks that the presence bucket
+// exists. It lives in memory: a NATS restart loses it.
+const presenceCheck = events.PresenceRefresh / 2
+
+// watchPresence keeps b.presence in step with the presence bucket. When the
+// bucket is gone (NATS restarted) it makes it again and follows the new one
+// from its start: the running channels announce themselves in it within
+// events.PresenceRefresh, before the announcements this replica holds go
+// stale.
 func (b *Broker) watchPresence(ctx context.Context) error {
-	b.follow(ctx, b.res.presence, "approver presence", func(entry jetstream.KeyValueEntry) {
+	kv := b.res.presence
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			b.followPresence(wctx, kv)
+		}()
+		if made := b.awaitPresenceLoss(wctx); made != nil {
+			kv = made
+		}
+		cancel()
+		<-done
+	}
+	return nil
+}
+
+// awaitPresenceLoss returns nil when ctx ends, or the bucket it made again
+// after finding it gone.
+func (b *Broker) awaitPresenceLoss(ctx context.Context) jetstream.KeyValue {
+	t := time.NewTicker(presenceCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if _, err := b.js.KeyValue(ctx, events.PresenceBucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+			continue // there, or NATS unreachable: nothing to do yet
+		}
+		kv, err := b.js.CreateOrUpdateKeyValue(ctx, presenceBucketConfig(b.cfg))
+		if err != nil {
+			if ctx.Err() == nil {
+				b.log.Warn("the presence bucket is gone and cannot be made again yet; retrying", zap.String("bucket", events.PresenceBucket), zap.Error(err))
+			}
+			continue
+		}
+		b.log.Warn("the presence bucket was gone (a NATS restart loses it: it lives in memory); made it again, channels announce themselves in it again",
+			zap.String("bucket", events.PresenceBucket))
+		return kv
+	}
+}
+
+// followPresence applies the bucket's entries to b.presence until ctx ends.
+func (b *Broker) followPresence(ctx context.Context, kv jetstream.KeyValue) {
+	ready := b.presence.ready
+	b.follow(ctx, kv, "approver presence", func(entry jetstream.KeyValueEntry) {
 		b.presence.mu.Lock()
 		defer b.presence.mu.Unlock()
 		if entry.Operation() != jetstream.KeyValuePut {
@@ -66,6 +122,11 @@ func (b *Broker) watchPresence(ctx context.Context) error {
 			return
 		}
 		b.presence.live[entry.Key()] = a
-	}, func() { close(b.presence.ready) })
-	return nil
+	}, func() {
+		select {
+		case <-ready:
+		default:
+			close(ready)
+		}
+	})
 }
