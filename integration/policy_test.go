@@ -358,7 +358,9 @@ rules:
 	ns := testenv.Server(t)
 	b, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "presence", Policy: p, AnnouncedOnly: true})
 	e := &env{ns: ns, nc: testenv.Conn(t, ns), b: b}
-	skip := func(context.Context, handler.Request) (handler.Response, error) { return handler.Response{}, handler.ErrSkip }
+	skip := func(context.Context, handler.Request) (handler.Response, error) {
+		return handler.Response{}, handler.ErrSkip
+	}
 	runApprover(t, testenv.Conn(t, ns), "alice", "ci", skip)
 	eventually(t, patience, func() (bool, string) {
 		rec := submit(t, e, events.Requested{Agent: "ci", Tool: "deploy", Timeout: events.Duration(time.Hour)})
