@@ -42,7 +42,9 @@ import (
 //     policy lookup, rendering, TLS, SMTP, signing or recording what was
 //     shown.
 //
-//     go test ./integration -run '^$' -bench FanOut -benchtime 1000x
+// docs/benchmarks.md records:
+//
+//	go test ./integration -run '^$' -bench FanOut -benchtime 1000x
 func BenchmarkFanOut(b *testing.B) {
 	b.Run("approver-bot", func(b *testing.B) {
 		w := newChannelWorld(b)
