@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -526,13 +527,20 @@ func TestFilters(t *testing.T) {
 func TestReceiverOutage(t *testing.T) {
 	for _, mode := range []string{"503", "closed"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel() // each waits out its outage
 			ns := testenv.Server(t)
 			nc := testenv.Conn(t, ns)
 			brokertest.Run(t, nc, broker.Config{Policy: testPolicy(t)})
 			secret, key := newSecret(t)
-			t.Setenv("WH_FLAKY", secret)
+			// Not t.Setenv, which parallel tests may not call: a variable
+			// of each subtest's own.
+			env := "WH_FLAKY_" + mode
+			if err := os.Setenv(env, secret); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = os.Unsetenv(env) })
 			rcv := newReceiver(t, key)
-			cfg := webhook.Config{Endpoints: []webhook.Endpoint{{Name: "flaky", URL: rcv.URL(), SecretEnv: "WH_FLAKY", Timeout: 2 * time.Second}}}
+			cfg := webhook.Config{Endpoints: []webhook.Endpoint{{Name: "flaky", URL: rcv.URL(), SecretEnv: env, Timeout: 2 * time.Second}}}
 			b := startBot(t, ns, cfg, nil)
 
 			down := time.Now()
