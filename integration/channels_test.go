@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -78,23 +79,33 @@ type channelWorld struct {
 
 	dir    string
 	policy string
+	creds  string            // the bots' NATS credentials file, if any
 	env    map[string]string // the bots' secrets
+	// trusted are the decision keys the bots trust, if any.
+	trusted []string
 }
 
 func newChannelWorld(t testing.TB) *channelWorld {
 	t.Helper()
-	w := &channelWorld{dir: t.TempDir(), env: map[string]string{}}
+	ns := testenv.Server(t)
+	return newChannelWorldOn(t, ns, testenv.Conn(t, ns), testenv.Conn(t, ns), broker.Config{})
+}
+
+// newChannelWorldOn is newChannelWorld on server ns, the broker (with cfg,
+// its policy the world's) on brokerNC and the agent on agentNC.
+func newChannelWorldOn(t testing.TB, ns *testenv.NATS, brokerNC, agentNC *nats.Conn, cfg broker.Config) *channelWorld {
+	t.Helper()
+	w := &channelWorld{dir: t.TempDir(), env: map[string]string{}, ns: ns}
 	w.policy = filepath.Join(w.dir, "policy.yaml")
 	if err := os.WriteFile(w.policy, []byte(channelsPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	w.ns = testenv.Server(t)
-	nc := testenv.Conn(t, w.ns)
-	w.js = newJS(t, nc)
-	w.b, _ = runBroker(t, nc, broker.Config{Name: "itest", Policy: mustPolicy(t, channelsPolicy, w.policy)})
+	w.js = newJS(t, brokerNC)
+	cfg.Name, cfg.Policy = "itest", mustPolicy(t, channelsPolicy, w.policy)
+	w.b, _ = brokertest.Run(t, brokerNC, cfg)
 	w.api = serveAPI(t, w.b)
 	var err error
-	w.agent, err = handler.NewClient(testenv.Conn(t, w.ns), handler.Config{Agent: "coder", Logger: quietLogger(t)})
+	w.agent, err = handler.NewClient(agentNC, handler.Config{Agent: "coder", Logger: quietLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,11 +156,13 @@ func (w *channelWorld) config(t testing.TB, name, listen string) string {
 	t.Helper()
 	src := fmt.Sprintf(`nats:
   url: %s
+  creds: %q
 policy: %s
 http:
   listen: %s
 web_ui: %s
 remind: 0
+trusted_decision_keys: [%s]
 slack:
   channel: %s
   api_url: %s
@@ -173,7 +186,7 @@ webhooks:
     - name: ci
       secret_env: IT_HOOK_CI
       principal: ci-bot
-`, w.ns.ClientURL(), w.policy, listen, w.api, itSlackRoom, w.slack.URL(),
+`, w.ns.ClientURL(), w.creds, w.policy, listen, w.api, strings.Join(w.trusted, ", "), itSlackRoom, w.slack.URL(),
 		w.smtp.Host, w.smtp.Port, smtptest.User, w.smtp.CAFile, w.hooks.URL())
 	file := filepath.Join(w.dir, name+".yaml")
 	if err := os.WriteFile(file, []byte(src), 0o600); err != nil {

@@ -9,6 +9,8 @@
 //	broker token create NAME --principal P --auth F make an API token
 //	broker token revoke NAME --auth FILE            revoke one
 //	broker token list --auth FILE                   list them
+//	broker creds init|agent|approver|bot|broker ...  NATS credentials per role (docs/security.md)
+//	broker decision-key new --out FILE              make a key to sign decisions with
 //	broker version                                  print the version
 //
 // "broker -h" lists the flags; "broker help" and "broker COMMAND -h" describe
@@ -28,6 +30,8 @@ import (
 	"github.com/assent-dev/assent/internal/app"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/logging"
+	"github.com/assent-dev/assent/internal/natsembed"
+	"github.com/assent-dev/assent/pkg/events"
 )
 
 var version = "dev"
@@ -59,6 +63,14 @@ func serve(args []string) error {
 	fs.StringVar(&o.ShadowPolicyFile, "shadow-policy", "", "candidate policy `file` evaluated beside --policy; disagreements are recorded, never acted on")
 	fs.StringVar(&o.NATSURL, "nats-url", "", "use this NATS server or cluster instead of the embedded one")
 	fs.StringVar(&o.NATSCreds, "nats-creds", "", "NATS credentials file for --nats-url")
+	fs.StringVar(&o.NATSOperator, "nats-operator", "", "embedded NATS: run in operator mode with the credentials authority in `DIR` (broker creds init): only clients with credentials it issued connect, each bound by its role's permissions (docs/security.md)")
+	var tlsCert, tlsKey, tlsClientCA string
+	fs.StringVar(&tlsCert, "nats-tls-cert", "", "embedded NATS: serve clients over TLS with this certificate `file` (PEM, with its chain)")
+	fs.StringVar(&tlsKey, "nats-tls-key", "", "embedded NATS: the TLS certificate's key `file`")
+	fs.StringVar(&tlsClientCA, "nats-tls-client-ca", "", "embedded NATS: mutual TLS, every client presents a certificate signed by the CA in this `file`")
+	fs.StringVar(&o.NATSCA, "nats-ca", "", "with --nats-url: the CA `file` of the server's TLS certificate, if the system does not trust it")
+	fs.StringVar(&o.NATSCert, "nats-cert", "", "with --nats-url: a client certificate `file`, for a server that asks for one (mutual TLS)")
+	fs.StringVar(&o.NATSKey, "nats-key", "", "with --nats-url: the client certificate's key `file`")
 	fs.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "embedded NATS: where clients connect (port 0: any free port)")
 	fs.StringVar(&o.DataDir, "data", "./assent-data", "embedded NATS: JetStream storage directory")
 	fs.StringVar(&o.Sync, "sync", "always", "embedded NATS: fsync every write (always) or on an interval such as 2m (faster, can lose acknowledged writes on power loss)")
@@ -70,6 +82,15 @@ func serve(args []string) error {
 	fs.DurationVar(&o.Broker.Retention, "retention", 0, "how long events and request state are kept (default 720h)")
 	fs.IntVar(&o.Broker.Replicas, "replicas", 0, "JetStream replicas for the stream and buckets (default 1; 3 on a cluster)")
 	fs.IntVar(&o.Broker.Workers, "workers", 0, "concurrent handlers per consumer (default 64)")
+	fs.Func("decision-key", "sign every decision with the nkeys account seed in `file` (broker decision-key new); agents that trust its public key refuse decisions it did not sign (docs/protocol.md)", func(path string) (err error) {
+		o.Broker.DecisionKey, err = app.ReadDecisionKey(path)
+		return err
+	})
+	fs.Func("trust-decision-key", "with --decision-key, while keys rotate: decisions signed by this earlier decision `key` (public, A...) are a broker's too; repeat it or separate keys with commas", func(v string) error {
+		keys, err := events.ParseTrustedKeys(v)
+		o.Broker.TrustedDecisionKeys = append(o.Broker.TrustedDecisionKeys, keys...)
+		return err
+	})
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "usage: broker [flags]\n\nRuns the broker. \"broker help\" lists the other commands (policy, remembered, version).\n\nflags:\n")
 		fs.PrintDefaults()
@@ -79,6 +100,9 @@ func serve(args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (subcommands: policy, remembered, version)", fs.Arg(0))
+	}
+	if tlsCert != "" || tlsKey != "" || tlsClientCA != "" {
+		o.NATSTLS = &natsembed.TLS{CertFile: tlsCert, KeyFile: tlsKey, ClientCAFile: tlsClientCA}
 	}
 	m, err := broker.ParseMode(*mode)
 	if err != nil {

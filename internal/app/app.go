@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,7 +19,9 @@ import (
 
 	"github.com/assent-dev/assent/internal/auth"
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/creds"
 	"github.com/assent-dev/assent/internal/httpapi"
+	"github.com/assent-dev/assent/internal/natsconn"
 	"github.com/assent-dev/assent/internal/natsembed"
 	"github.com/assent-dev/assent/internal/webui"
 )
@@ -30,6 +33,17 @@ type Options struct {
 	NATSURL string
 	// NATSCreds is a credentials file for NATSURL.
 	NATSCreds string
+	// NATSCA, NATSCert and NATSKey are the TLS files for NATSURL: the CA of
+	// the server's certificate, and a client certificate for mutual TLS.
+	NATSCA, NATSCert, NATSKey string
+	// NATSTLS, for the embedded server, makes clients connect over TLS
+	// (and, with a client CA, present a certificate).
+	NATSTLS *natsembed.TLS
+	// NATSOperator, for the embedded server, is a credentials authority's
+	// directory (internal/creds, `broker creds init`): the server then runs
+	// in operator mode, admitting only clients with credentials it issued,
+	// each bound by its role's permissions.
+	NATSOperator string
 	// NATSListen is host:port for the embedded server's clients; port 0 picks a
 	// free port.
 	NATSListen string
@@ -77,6 +91,15 @@ func (o Options) Validate() error {
 		if err := (natsembed.Config{StoreDir: o.DataDir, Sync: o.Sync}).Validate(); err != nil && o.DataDir != "" {
 			errs = append(errs, err)
 		}
+	}
+	if o.NATSTLS != nil && o.NATSURL != "" {
+		errs = append(errs, errors.New("--nats-tls-cert serves the embedded server over TLS; with --nats-url, the server's own configuration says TLS (use --nats-ca to trust its certificate)"))
+	}
+	if t := o.NATSTLS; t != nil && (t.CertFile == "" || t.KeyFile == "") {
+		errs = append(errs, errors.New("embedded NATS TLS: give both --nats-tls-cert and --nats-tls-key"))
+	}
+	if o.NATSOperator != "" && o.NATSURL != "" {
+		errs = append(errs, errors.New("--nats-operator runs the embedded server in operator mode; with --nats-url, give the broker its credentials with --nats-creds (made by `broker creds broker`)"))
 	}
 	if o.HTTPListen != "" {
 		if host, _, err := splitHostPort(o.HTTPListen); err != nil {
@@ -139,13 +162,28 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 		log.Info("shadow policy loaded; disagreements are recorded, never acted on", zap.String("file", o.ShadowPolicyFile))
 	}
 	url := o.NATSURL
+	connectURL := url // where this process connects: in process, without TLS
 	var natsOpts []nats.Option
 	if url == "" {
 		host, port, _ := splitHostPort(o.NATSListen)
 		if port == 0 {
 			port = -1 // any free port, as for HTTP
 		}
-		ns, err := natsembed.Start(natsembed.Config{Host: host, Port: port, StoreDir: o.DataDir, Sync: o.Sync, ServerName: o.Broker.WithDefaults().Name}, log)
+		cfg := natsembed.Config{Host: host, Port: port, StoreDir: o.DataDir, Sync: o.Sync, ServerName: o.Broker.WithDefaults().Name, TLS: o.NATSTLS}
+		if o.NATSOperator != "" {
+			a, err := creds.Open(o.NATSOperator)
+			if err != nil {
+				return err
+			}
+			cfg.Operator = a.Embedded()
+			// The broker's own connection: a broker user made now.
+			token, seed, err := a.User(creds.Identity{Role: creds.RoleBroker, Name: o.Broker.WithDefaults().Name})
+			if err != nil {
+				return err
+			}
+			natsOpts = append(natsOpts, nats.UserJWTAndSeed(token, seed))
+		}
+		ns, err := natsembed.Start(cfg, log)
 		if err != nil {
 			return err
 		}
@@ -154,11 +192,17 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 			ns.WaitForShutdown()
 		}()
 		url = ns.ClientURL()
+		connectURL = strings.Replace(url, "tls://", "nats://", 1)
 		natsOpts = append(natsOpts, nats.InProcessServer(ns))
-		log.Info("embedded NATS with JetStream running", zap.String("url", url), zap.String("data_dir", o.DataDir), zap.String("sync", syncName(o.Sync)))
+		log.Info("embedded NATS with JetStream running", zap.String("url", url), zap.String("data_dir", o.DataDir), zap.String("sync", syncName(o.Sync)),
+			zap.Bool("operator_mode", o.NATSOperator != ""))
 	}
-	if o.NATSCreds != "" {
-		natsOpts = append(natsOpts, nats.UserCredentials(o.NATSCreds))
+	if o.NATSURL != "" {
+		client, err := natsconn.Settings{URL: o.NATSURL, Creds: o.NATSCreds, CAFile: o.NATSCA, CertFile: o.NATSCert, KeyFile: o.NATSKey}.Options()
+		if err != nil {
+			return err
+		}
+		natsOpts = append(natsOpts, client...)
 	}
 	natsOpts = append(natsOpts, nats.Name("assent-broker"), nats.MaxReconnects(-1),
 		nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
@@ -167,7 +211,7 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 			}
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", zap.String("url", c.ConnectedUrl())) }))
-	nc, err := nats.Connect(url, natsOpts...)
+	nc, err := nats.Connect(connectURL, natsOpts...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}

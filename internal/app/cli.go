@@ -63,7 +63,7 @@ func commands() []*command {
 	httpFlag := func(fs *flag.FlagSet) *string {
 		return fs.String("http", "http://127.0.0.1:8080", "the broker's HTTP API `URL`")
 	}
-	return []*command{
+	cmds := []*command{
 		{
 			name: "policy check", synopsis: "FILE", args: []string{"FILE"},
 			summary: "validate a policy file",
@@ -218,6 +218,30 @@ within seconds, without a restart (or at once on SIGHUP).`,
 			},
 		},
 		{
+			name: "decision-key new", synopsis: "--out FILE",
+			summary:  "make a key to sign decisions with",
+			required: []string{"out"},
+			about: `Makes a new decision key (an nkeys account key), writes its seed to FILE
+(readable by its owner only; an existing file is never overwritten), and
+prints its public key. Run the broker with --decision-key FILE to sign every
+decision with it, and give agents and approvers the public key
+(--trust-decision-key) so that they refuse decisions it did not sign. To
+rotate, make a new key, let readers trust both, restart the broker with the
+new one and --trust-decision-key OLD, then drop the old key.`,
+			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
+				out := fs.String("out", "", "write the seed to `FILE` (mode 0600)")
+				return func(_ context.Context, c CLI, _ []string) error {
+					pub, err := NewDecisionKeyFile(*out)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(c.Stderr, "decision key written to %s; its public key, for readers to trust:\n", *out)
+					_, err = fmt.Fprintln(c.Stdout, pub)
+					return err
+				}
+			},
+		},
+		{
 			name:    "version",
 			summary: "print the version",
 			about:   `Prints the broker's version.`,
@@ -229,6 +253,8 @@ within seconds, without a restart (or at once on SIGHUP).`,
 			},
 		},
 	}
+	// The credentials commands go before version, the last.
+	return slices.Insert(cmds, len(cmds)-1, credsCommands()...)
 }
 
 func dash(s string) string {
@@ -296,6 +322,10 @@ func (c CLI) Run(ctx context.Context, args []string) int {
 			return c.run(ctx, revoke, slices.Delete(slices.Clone(rest), pos[0], pos[0]+1))
 		}
 		return c.run(ctx, lookup("remembered"), rest)
+	case "decision-key":
+		return c.group(ctx, "decision-key", "new", rest)
+	case "creds":
+		return c.group(ctx, "creds", "init, agent, approver, bot, broker or server-config", rest)
 	case "version":
 		return c.run(ctx, lookup("version"), rest)
 	case "help":

@@ -250,7 +250,7 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"remembered revoke --http URL", "broker remembered revoke: missing ID (want one argument, ID)", "usage: broker remembered revoke ID"},
 		{"remembered revoke a b --http URL", `broker remembered revoke: unexpected argument "b" (want one argument, ID)`, "usage: broker remembered revoke ID"},
 		{"version 2", `broker version: unexpected argument "2" (want no arguments)`, "usage: broker version"},
-		{"serve", `broker: unknown command "serve"; the commands are policy check, policy test, remembered, remembered revoke, audit, token create, token revoke, token list, version and help`, ""},
+		{"serve", `broker: unknown command "serve"; the commands are policy check, policy test, remembered, remembered revoke, audit, token create, token revoke, token list, decision-key new, `, ""},
 		{"", "broker: missing command", "usage:\n"},
 	}
 	for _, tt := range tests {

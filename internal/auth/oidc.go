@@ -71,9 +71,12 @@ func (a *Authenticator) Routes(mux interface {
 	mux.Handle("POST /auth/logout", http.HandlerFunc(a.logout))
 }
 
-// localPath returns next if it is a path on this site, else "/".
+// localPath returns next if it is a path on this site, else "/". A browser
+// drops tabs and newlines from a URL ("/\t/evil.example" is
+// "//evil.example" to it), so next may hold no control character.
 func localPath(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
+	if strings.ContainsFunc(next, func(r rune) bool { return r < ' ' || r == 0x7f }) ||
+		!strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") {
 		return "/"
 	}
 	return next

@@ -61,12 +61,12 @@ func New(cfg *Config, log *zap.Logger) (*Bot, error) {
 	if err != nil {
 		return nil, err
 	}
-	nc, err := connect(cfg.NATS.URL, cfg.NATS.Creds)
+	nc, err := connect(cfg.NATSSettings())
 	if err != nil {
 		return nil, fmt.Errorf("%s: nats: %w", cfg.File, err)
 	}
 	b := &Bot{cfg: cfg, nc: nc, dir: channels.NewDirectory(p), log: log}
-	env := channels.Env{NATS: nc, Directory: b.dir, PublicURL: cfg.HTTP.PublicURL, WebUI: cfg.WebUI, Logger: log}
+	env := channels.Env{NATS: nc, Directory: b.dir, PublicURL: cfg.HTTP.PublicURL, WebUI: cfg.WebUI, Trusted: cfg.Trusted, Logger: log}
 	var errs []error
 	for _, s := range cfg.sections() {
 		env.Logger = log.Named(s.name)
@@ -110,7 +110,7 @@ func (b *Bot) Run(ctx context.Context) error {
 	for _, a := range b.adapters {
 		rt, err := handler.NewChannel(b.nc, handler.ChannelConfig{
 			Channel: a.Name(), Reachable: a.Reaches, Agents: b.cfg.Agents, Remind: b.cfg.Remind,
-			Logger: b.log,
+			TrustedKeys: b.cfg.TrustedDecisionKeys, Logger: b.log,
 		}, a)
 		if err != nil {
 			ln.Close()

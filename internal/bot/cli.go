@@ -17,6 +17,8 @@ import (
 	"github.com/assent-dev/assent/internal/channels/terminal"
 	"github.com/assent-dev/assent/internal/channels/webhook"
 	"github.com/assent-dev/assent/internal/logging"
+	"github.com/assent-dev/assent/internal/natsconn"
+	"github.com/assent-dev/assent/pkg/events"
 )
 
 // Exit codes of Main.
@@ -85,15 +87,20 @@ func Main(ctx context.Context, version string, args []string, stdout, stderr io.
 		}
 	case "cli":
 		principal := fs.String("principal", "", "who you answer as: a principal of the policy")
-		natsURL := fs.String("nats-url", DefaultNATS, "the NATS server or cluster the broker uses")
-		creds := fs.String("creds", "", "NATS credentials `file`")
+		conn := natsFlags(fs, "the broker uses")
 		policyFile := fs.String("policy", "", "the policy `file`, to show which requests you may answer (optional: the broker judges anyway)")
 		agents := fs.String("agent", "", "only these `agents`' requests, comma-separated")
+		var trusted []string
+		fs.Func("trust-decision-key", "take only decisions signed by the broker's decision `key` (public, A...); repeat it or separate keys with commas while keys rotate", func(v string) error {
+			keys, err := events.ParseTrustedKeys(v)
+			trusted = append(trusted, keys...)
+			return err
+		})
 		run = func() error {
 			if *principal == "" {
 				return usageError("missing --principal: the principal of the policy you answer as")
 			}
-			nc, err := connect(*natsURL, *creds)
+			nc, err := connect(*conn)
 			if err != nil {
 				return err
 			}
@@ -109,15 +116,19 @@ func Main(ctx context.Context, version string, args []string, stdout, stderr io.
 			if *agents != "" {
 				o.Agents = strings.Split(*agents, ",")
 			}
+			if len(trusted) > 0 {
+				if o.Trusted, err = events.NewTrustedKeys(trusted...); err != nil {
+					return err
+				}
+			}
 			return terminal.Run(ctx, o)
 		}
 	case "webhooks log":
-		natsURL := fs.String("nats-url", DefaultNATS, "the NATS server or cluster the bot uses")
-		creds := fs.String("creds", "", "NATS credentials `file`")
+		conn := natsFlags(fs, "the bot uses")
 		endpoint := fs.String("endpoint", "", "only this endpoint's deliveries")
 		since := fs.Duration("since", 24*time.Hour, "deliveries of this last `duration`")
 		run = func() error {
-			nc, err := connect(*natsURL, *creds)
+			nc, err := connect(*conn)
 			if err != nil {
 				return err
 			}
@@ -168,16 +179,19 @@ type usageError string
 
 func (e usageError) Error() string { return string(e) }
 
-func connect(url, creds string) (*nats.Conn, error) {
-	opts := []nats.Option{nats.Name("assent approver-bot"), nats.MaxReconnects(-1)}
-	if creds != "" {
-		opts = append(opts, nats.UserCredentials(creds))
-	}
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w (is a broker running? --nats-url)", url, err)
-	}
-	return nc, nil
+func connect(s natsconn.Settings) (*nats.Conn, error) {
+	return natsconn.Connect(s, nats.Name("assent approver-bot"), nats.MaxReconnects(-1))
+}
+
+// natsFlags adds the flags of a command that connects to NATS.
+func natsFlags(fs *flag.FlagSet, what string) *natsconn.Settings {
+	s := &natsconn.Settings{}
+	fs.StringVar(&s.URL, "nats-url", DefaultNATS, "the NATS server or cluster "+what)
+	fs.StringVar(&s.Creds, "creds", "", "NATS credentials `file` (broker creds)")
+	fs.StringVar(&s.CAFile, "nats-ca", "", "the CA `file` of the server's TLS certificate (tls:// URLs), if the system does not trust it")
+	fs.StringVar(&s.CertFile, "nats-cert", "", "a client certificate `file`, for a server that asks for one (mutual TLS)")
+	fs.StringVar(&s.KeyFile, "nats-key", "", "the client certificate's key `file`")
+	return s
 }
 
 // check reports what a configuration would run: the file, the policy, each
@@ -187,7 +201,7 @@ func check(cfg *Config, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	nc, err := connect(cfg.NATS.URL, cfg.NATS.Creds)
+	nc, err := connect(cfg.NATSSettings())
 	if err != nil {
 		return fmt.Errorf("%s: nats: %w", cfg.File, err)
 	}

@@ -71,7 +71,7 @@ slack:
 
 	noNATS := write("nonats.yaml", "nats: {url: nats://127.0.0.1:1}\npolicy: "+policy+"\nwebhooks:\n  inbound: [{name: ci, secret_env: CHECK_HOOK_CI, principal: ci-bot}]\n")
 	code, _, errOut = runMain(t, "check", "--config", noNATS)
-	if code != ExitError || !strings.Contains(errOut, "connect to NATS at nats://127.0.0.1:1") || !strings.Contains(errOut, "is a broker running?") {
+	if code != ExitError || !strings.Contains(errOut, "connect to NATS at nats://127.0.0.1:1") || !strings.Contains(errOut, "is the server running?") {
 		t.Fatalf("check without NATS: %d\n%s", code, errOut)
 	}
 

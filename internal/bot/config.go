@@ -20,6 +20,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/assent-dev/assent/internal/natsconn"
 	"github.com/assent-dev/assent/pkg/events"
 )
 
@@ -28,8 +29,16 @@ type Config struct {
 	NATS struct {
 		// URL of the NATS server or cluster; default nats://127.0.0.1:4222.
 		URL string `yaml:"url"`
-		// Creds is a NATS credentials file (user JWT and nkey seed).
+		// Creds is a NATS credentials file (user JWT and nkey seed), as
+		// `broker creds bot` writes.
 		Creds string `yaml:"creds"`
+		// CAFile is the CA of the server's TLS certificate (tls:// URLs),
+		// if the system does not trust it.
+		CAFile string `yaml:"ca_file"`
+		// CertFile and KeyFile are a client certificate, for a server that
+		// asks for one (mutual TLS).
+		CertFile string `yaml:"cert_file"`
+		KeyFile  string `yaml:"key_file"`
 	} `yaml:"nats"`
 	// Policy is the policy file the brokers use: the bot reads its
 	// principals, roles and channel identities, and its rules' approvers.
@@ -51,6 +60,12 @@ type Config struct {
 	Remind     time.Duration `yaml:"-"`
 	// Agents limits the bot to these agents' requests; empty: all.
 	Agents []string `yaml:"agents"`
+	// TrustedDecisionKeys are the public keys of the brokers' decision keys
+	// (broker decision-key new). When set, a decision counts only if one of
+	// them signed it: a forged decided event neither updates a message nor
+	// reaches a webhook. Trusted is them, parsed.
+	TrustedDecisionKeys []string            `yaml:"trusted_decision_keys"`
+	Trusted             *events.TrustedKeys `yaml:"-"`
 
 	// The channels' sections: each channel is on when its section is
 	// present. Each channel reads its own (Section).
@@ -60,6 +75,11 @@ type Config struct {
 
 	// File is the name the configuration was read from.
 	File string `yaml:"-"`
+}
+
+// NATSSettings are how the bot connects to NATS.
+func (c *Config) NATSSettings() natsconn.Settings {
+	return natsconn.Settings{URL: c.NATS.URL, Creds: c.NATS.Creds, CAFile: c.NATS.CAFile, CertFile: c.NATS.CertFile, KeyFile: c.NATS.KeyFile}
 }
 
 // Defaults.
@@ -89,12 +109,12 @@ func ParseConfig(data []byte, name string) (*Config, error) {
 	var errs []error
 	if len(doc.Content) == 1 {
 		root := doc.Content[0]
-		errs = append(errs, unknownKeys(name, "", root, "nats", "policy", "http", "web_ui", "remind", "agents", "slack", "email", "webhooks")...)
+		errs = append(errs, unknownKeys(name, "", root, "nats", "policy", "http", "web_ui", "remind", "agents", "trusted_decision_keys", "slack", "email", "webhooks")...)
 		for i := 0; i+1 < len(root.Content); i += 2 {
 			k, v := root.Content[i], root.Content[i+1]
 			switch k.Value {
 			case "nats":
-				errs = append(errs, unknownKeys(name, "nats.", v, "url", "creds")...)
+				errs = append(errs, unknownKeys(name, "nats.", v, "url", "creds", "ca_file", "cert_file", "key_file")...)
 			case "http":
 				errs = append(errs, unknownKeys(name, "http.", v, "listen", "public_url")...)
 			case "slack":
@@ -149,6 +169,13 @@ func ParseConfig(data []byte, name string) (*Config, error) {
 		if err := events.CheckToken("agent", a); err != nil {
 			errs = append(errs, fmt.Errorf("%s: agents: %w", name, err))
 		}
+	}
+	if len(c.TrustedDecisionKeys) > 0 {
+		t, err := events.NewTrustedKeys(c.TrustedDecisionKeys...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: trusted_decision_keys: %w", name, err))
+		}
+		c.Trusted = t
 	}
 	if c.Slack == nil && c.Email == nil && c.Webhooks == nil {
 		errs = append(errs, fmt.Errorf("%s: no channel configured: add a slack, email or webhooks section (docs/channels.md)", name))

@@ -28,6 +28,7 @@ func TestConfigErrors(t *testing.T) {
 		{"policy: p.yaml\nslack: {}\nweb_ui: assent.example.com\n", `web_ui "assent.example.com": want an http(s) URL`},
 		{"policy: p.yaml\nslack: {}\nagents: [\"a b\"]\n", "agents:"},
 		{"policy: [\n", "bot.yaml:"},
+		{"policy: p.yaml\nslack: {}\ntrusted_decision_keys: [UNOTAKEY]\n", "bot.yaml: trusted_decision_keys"},
 		{"policy: p.yaml\nslack: {}\nhttp: {listen: \"127.0.0.1:1\", port: 2}\n", "bot.yaml:3: unknown setting http.port"},
 	} {
 		_, err := ParseConfig([]byte(c.src), "bot.yaml")

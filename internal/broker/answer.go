@@ -244,6 +244,9 @@ func (b *Broker) cancel(ctx context.Context, id, by string, c events.Cancel, o o
 		reason = "cancelled by " + by
 	}
 	rec, _, err := b.transition(ctx, id, o, func(r *Record) error {
+		if o.agent != "" && o.agent != r.Request.Agent {
+			return fmt.Errorf("%w: agent %s cancels a request of agent %s", ErrNotEligible, o.agent, r.Request.Agent)
+		}
 		return r.decide(verdict{outcome: events.Cancelled, reason: reason, by: []events.DecidedBy{{Principal: by, At: o.at.UTC()}}, rule: r.Rule, at: now})
 	})
 	return rec, err

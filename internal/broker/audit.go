@@ -64,7 +64,7 @@ func (b *Broker) Audit(ctx context.Context, q AuditQuery) (AuditPage, error) {
 			return AuditPage{}, err
 		}
 		subjects = []string{
-			events.ResponsePrefix + "*." + rec.ID, events.CancelPrefix + rec.ID, events.DecisionPrefix + rec.ID,
+			events.ResponsePrefix + "*." + rec.ID, events.CancelPrefix + rec.ID, events.CancelPrefix + "*." + rec.ID, events.DecisionPrefix + rec.ID,
 			events.RejectionPrefix + rec.ID, events.ShadowPrefix + rec.ID, events.RequestPrefix + rec.Request.Agent,
 			events.PendingPrefix + rec.Request.Agent,
 		}

@@ -27,6 +27,10 @@ type Broker struct {
 	codec  events.Codec
 	source string
 	now    func() time.Time
+	// signer signs decided events, and trusted names the keys whose
+	// signatures are a broker's; both nil when the broker does not sign.
+	signer  *events.Signer
+	trusted *events.TrustedKeys
 
 	res      *resources
 	pol      atomic.Pointer[policy.Policy]
@@ -105,6 +109,12 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 	}
 	if maxPayload <= 0 {
 		b.maxValue = 2*cfg.MaxEventSize + eventHeadroom
+	}
+	if cfg.DecisionKey != nil {
+		// Validate checked both.
+		b.signer, _ = events.NewSigner(cfg.DecisionKey)
+		b.trusted, _ = events.NewTrustedKeys(append([]string{b.signer.PublicKey()}, cfg.TrustedDecisionKeys...)...)
+		b.log.Info("signing decisions", zap.String("decision_key", b.signer.PublicKey()), zap.Strings("trusted_keys", b.trusted.Keys()))
 	}
 	builtin, err := builtinPolicy(cfg)
 	if err != nil {

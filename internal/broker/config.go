@@ -6,6 +6,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/nats-io/nkeys"
+
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/policy"
 )
@@ -70,6 +72,20 @@ type Config struct {
 	// KeepDecided is how many decided requests the replica's index keeps for
 	// listings, newest first. Default 10000.
 	KeepDecided int
+	// DecisionKey, if set, signs every decided event the broker publishes
+	// (events.Signer: the assentsig attribute, docs/protocol.md): an nkeys
+	// account key pair with its seed, such as events.ParseDecisionKey reads
+	// from a seed file. Readers that trust its public key take the first
+	// decided event on a decision subject that it signed, so a decided event
+	// someone else published first no longer blocks the broker's: the broker
+	// logs and counts the forgery and publishes its own after it. Nil: decided
+	// events are not signed, and a forgery stored first is the decision that
+	// readers see (the broker reports ErrForgedDecision).
+	DecisionKey nkeys.KeyPair
+	// TrustedDecisionKeys are the public keys ("A...") of earlier decision
+	// keys, while keys rotate: a decided event one of them signed is a
+	// broker's, not a forgery. Only with DecisionKey, which is always trusted.
+	TrustedDecisionKeys []string
 	// AckWait is how long a message handed to a replica stays its own before it
 	// is redelivered (a handler that runs longer keeps it with progress
 	// heartbeats). It bounds how late a request handed to a replica that then
@@ -153,6 +169,17 @@ func (c Config) Validate() error {
 	}
 	if c.AckWait < time.Second {
 		errs = append(errs, fmt.Errorf("ack wait %s: want at least 1s", c.AckWait))
+	}
+	if c.DecisionKey != nil {
+		if _, err := events.NewSigner(c.DecisionKey); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if _, err := events.NewTrustedKeys(c.TrustedDecisionKeys...); err != nil {
+		errs = append(errs, err)
+	}
+	if len(c.TrustedDecisionKeys) > 0 && c.DecisionKey == nil {
+		errs = append(errs, errors.New("trusted decision keys without a decision key: a broker that does not sign trusts no key"))
 	}
 	return errors.Join(errs...)
 }

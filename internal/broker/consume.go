@@ -207,7 +207,8 @@ func (b *Broker) handleResponse(ctx context.Context, msg jetstream.Msg) error {
 	return refusal(msg, err)
 }
 
-// handleCancel applies assent.cancel.<id>.
+// handleCancel applies assent.cancel.<id>, and assent.cancel.<agent>.<id>,
+// which cancels only a request of that agent.
 func (b *Broker) handleCancel(ctx context.Context, msg jetstream.Msg) error {
 	e, sub, err := b.decode(msg)
 	if err != nil {
@@ -222,6 +223,7 @@ func (b *Broker) handleCancel(ctx context.Context, msg jetstream.Msg) error {
 		return permanent(err)
 	}
 	o.answer = true
+	o.agent = sub.Agent
 	_, err = b.cancel(ctx, sub.RequestID, e.Source(), c, o)
 	return refusal(msg, err)
 }

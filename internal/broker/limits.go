@@ -105,7 +105,7 @@ func (b *Broker) addToLimit(ctx context.Context, l *policy.Limit, in policy.Inpu
 		} else {
 			_, err = b.res.limits.Update(ctx, key, val, rev)
 		}
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue // another replica charged first; read again
 		}
 		if err != nil {

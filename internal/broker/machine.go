@@ -39,6 +39,9 @@ type origin struct {
 	// answer marks an answer or a cancel: it must have been stored after the
 	// request it names.
 	answer bool
+	// agent, on a cancel published on assent.cancel.<agent>.<id>, is the
+	// agent it comes from: it may cancel only that agent's requests.
+	agent string
 }
 
 func originOf(msg jetstream.Msg) (origin, error) {
@@ -113,7 +116,7 @@ func (b *Broker) transition(ctx context.Context, id string, o origin, change fun
 			return rec, false, err
 		}
 		rev, err := b.res.state.Update(ctx, id, val, rec.revision)
-		if errors.Is(err, jetstream.ErrKeyExists) {
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue // someone else wrote first; look again
 		}
 		if err != nil {
@@ -193,8 +196,12 @@ func (b *Broker) complete(ctx context.Context, r *Record, o origin) error {
 // once: with an expected last subject sequence of 0 the stream refuses it if
 // the decision subject holds a message already. That message is then either
 // the same event (an earlier attempt whose acknowledgement was lost) or one
-// this broker did not make, and ErrForgedDecision is returned.
+// this broker did not make, and ErrForgedDecision is returned. A broker that
+// signs its decisions publishes after a forgery instead (publishSigned).
 func (b *Broker) publishDecision(ctx context.Context, r *Record, msg *nats.Msg) error {
+	if b.signer != nil {
+		return b.publishSigned(ctx, r, msg)
+	}
 	_, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	if !isWrongLastSeq(err) {
 		return err
@@ -208,10 +215,38 @@ func (b *Broker) publishDecision(ctx context.Context, r *Record, msg *nats.Msg) 
 	return nil
 }
 
-// published reports whether r's decided event is the first message on its
-// decision subject. If another message is there, it logs and counts the
-// forgery and returns ErrForgedDecision.
+// publishSigned publishes r's signed decided event once. Readers take the
+// first event on the decision subject that a trusted key signed, so what
+// else the subject holds does not matter, only that none of it is r's
+// decision already: the event is published with the expected last subject
+// sequence of what was read, and a message added meanwhile (a racing
+// replica's copy, another forgery) sends the broker back to read again.
+func (b *Broker) publishSigned(ctx context.Context, r *Record, msg *nats.Msg) error {
+	var last uint64
+	for range maxCASAttempts {
+		_, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(last))
+		if !isWrongLastSeq(err) {
+			return err
+		}
+		published, seq, err := b.scanSigned(ctx, r)
+		if err != nil || published {
+			return err
+		}
+		last = seq
+	}
+	return fmt.Errorf("decision of %s: its subject changed %d times while publishing", r.ID, maxCASAttempts)
+}
+
+// published reports whether r's decided event is on its decision subject:
+// the first message there, or for a broker that signs, the first message a
+// trusted key signed (scanSigned). If an unsigned broker finds another
+// message first, it logs and counts the forgery and returns
+// ErrForgedDecision.
 func (b *Broker) published(ctx context.Context, r *Record) (bool, error) {
+	if b.signer != nil {
+		published, _, err := b.scanSigned(ctx, r)
+		return published, err
+	}
 	m, err := b.firstDecision(ctx, r.ID)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
@@ -223,17 +258,74 @@ func (b *Broker) published(ctx context.Context, r *Record) (bool, error) {
 	if derr == nil && e.ID() == r.DecisionEventID {
 		return true, nil
 	}
-	source := ""
-	if derr == nil {
-		source = e.Source()
+	found := describeDecision(m, &e, nil)
+	b.forged(ctx, r, found, "the stream holds a decision this broker did not make; its own cannot be published")
+	return false, fmt.Errorf("%w: request %s: %s, not event %s", ErrForgedDecision, r.ID, found, r.DecisionEventID)
+}
+
+// scanSigned reads r's decision subject in order until it finds r's own
+// decided event signed by a trusted key. It reports whether it did, and the
+// sequence of the last message it read. The messages before it are
+// forgeries, being signed by no trusted key: they are logged and counted
+// once per request, and do not stop the broker. A decided event for r that a
+// trusted key signed but that is not r's decision is ErrForgedDecision: a
+// decision key is in other hands.
+func (b *Broker) scanSigned(ctx context.Context, r *Record) (published bool, last uint64, err error) {
+	subj := events.DecisionPrefix + r.ID
+	found := ""
+	for seq := uint64(1); ; {
+		m, err := b.res.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return false, last, fmt.Errorf("look up decision of %s: %w", r.ID, err)
+		}
+		last, seq = m.Sequence, m.Sequence+1
+		e, err := events.Codec{MaxSize: b.maxEmit}.Decode(events.Header(m.Header), m.Data)
+		if err == nil {
+			_, err = b.trusted.Verify(&e)
+		}
+		if err == nil && e.ID() == r.DecisionEventID {
+			published = true
+			break
+		}
+		if err == nil {
+			what := describeDecision(m, &e, nil)
+			b.forged(ctx, r, what, "the stream holds a decision signed by a trusted decision key that this broker did not make")
+			return false, last, fmt.Errorf("%w: request %s: %s is signed by a trusted key, but the decision is event %s", ErrForgedDecision, r.ID, what, r.DecisionEventID)
+		}
+		if found == "" {
+			found = describeDecision(m, &e, err)
+		}
 	}
-	found := fmt.Sprintf("stream sequence %d (event %q from %q)", m.Sequence, e.ID(), source)
+	if found != "" {
+		b.forged(ctx, r, found, "the stream holds a decided event no trusted key signed; the broker's own signed decision follows it")
+	}
+	return published, last, nil
+}
+
+// describeDecision names a message found on a decision subject, for logs
+// and the record's Forgery.
+func describeDecision(m *jetstream.RawStreamMsg, e *events.Event, err error) string {
+	if err != nil && e.ID() == "" {
+		return fmt.Sprintf("stream sequence %d (not a decided event: %v)", m.Sequence, err)
+	}
+	found := fmt.Sprintf("stream sequence %d (event %q from %q)", m.Sequence, e.ID(), e.Source())
+	if err != nil {
+		found += ": " + err.Error()
+	}
+	return found
+}
+
+// forged logs and counts a forged decision of r, described by found, once
+// per request whichever replica and retry finds it first.
+func (b *Broker) forged(ctx context.Context, r *Record, found, msg string) {
 	if b.reportForgery(ctx, r.ID, found) {
 		b.metrics.nForged.Add(1)
-		b.log.Error("the stream holds a decision this broker did not make; its own cannot be published",
-			zap.String("request_id", r.ID), zap.String("outcome", string(r.State)), zap.String("found", found), zap.String("want_event_id", r.DecisionEventID))
+		b.log.Error(msg, zap.String("request_id", r.ID), zap.String("outcome", string(r.State)),
+			zap.String("found", found), zap.String("want_event_id", r.DecisionEventID))
 	}
-	return false, fmt.Errorf("%w: request %s: %s, not event %s", ErrForgedDecision, r.ID, found, r.DecisionEventID)
 }
 
 // reportForgery records in id's state that its decision subject holds a
@@ -256,7 +348,7 @@ func (b *Broker) reportForgery(ctx context.Context, id, found string) bool {
 		}
 		if _, err := b.res.state.Update(ctx, id, val, rec.revision); err == nil {
 			return true
-		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		} else if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return true
 		}
 	}
@@ -291,6 +383,11 @@ func (b *Broker) decisionMsg(r *Record) (*nats.Msg, error) {
 		return nil, err
 	}
 	e.SetTime(r.Decision.DecidedAt)
+	if b.signer != nil {
+		if err := b.signer.Sign(&e); err != nil {
+			return nil, fmt.Errorf("sign the decision of %s: %w", r.ID, err)
+		}
+	}
 	subj, err := events.DecisionSubject(r.ID)
 	if err != nil {
 		return nil, err

@@ -111,7 +111,7 @@ func provision(ctx context.Context, js jetstream.JetStream, c Config) (*resource
 	}{
 		{&r.requests, consumerRequests, events.RequestPrefix + "*"},
 		{&r.responses, consumerResponses, events.ResponsePrefix + "*.*"},
-		{&r.cancels, consumerCancels, events.CancelPrefix + "*"},
+		{&r.cancels, consumerCancels, events.CancelPrefix + ">"}, // <id>, and <agent>.<id>
 		{&r.timeouts, consumerTimeouts, TimeoutPrefix + "*"},
 	} {
 		if *cc.dst, err = r.stream.CreateOrUpdateConsumer(ctx, consumerConfig(c, cc.name, cc.subjects)); err != nil {

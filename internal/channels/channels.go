@@ -62,6 +62,10 @@ type Env struct {
 	// WebUI is the broker's web UI ("https://assent.example.com"), for
 	// links to a request's page (WebUI + "/approvals/" + id); empty if none.
 	WebUI string
+	// Trusted, if set, are the broker's decision keys: channels that read
+	// decided events themselves (webhooks out, the terminal) then take only
+	// those one of them signed (docs/protocol.md, signed decisions).
+	Trusted *events.TrustedKeys
 	// Logger, never nil.
 	Logger *zap.Logger
 }

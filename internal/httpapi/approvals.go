@@ -223,6 +223,11 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if !events.ValidToken(id) {
+		// No request has it; the eligibility check would fail reading it.
+		s.fail(w, fmt.Errorf("%w: %q", broker.ErrNotFound, id))
+		return
+	}
 	if s.cfg.Identify != nil {
 		var ok bool
 		if by, ok = s.canceller(w, r, id, by); !ok {

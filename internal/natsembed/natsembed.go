@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"go.uber.org/zap"
 )
@@ -31,6 +32,35 @@ type Config struct {
 	ServerName string
 	// ReadyTimeout bounds the wait for the server to accept connections; 0 means 10s.
 	ReadyTimeout time.Duration
+	// TLS, if set, makes clients connect over TLS.
+	TLS *TLS
+	// Operator, if set, runs the server in operator mode: only clients with
+	// credentials (user JWTs) signed by its accounts connect, each bound by
+	// the permissions in its JWT.
+	Operator *Operator
+}
+
+// TLS is a server's TLS for client connections.
+type TLS struct {
+	// CertFile and KeyFile are the server's certificate (PEM, with its
+	// chain) and key.
+	CertFile, KeyFile string
+	// ClientCAFile, if set, turns on mutual TLS: every client must present a
+	// certificate signed by this CA.
+	ClientCAFile string
+}
+
+// MaxControlLine is the longest protocol line a server in operator mode
+// takes: room for the user JWTs internal/creds issues.
+const MaxControlLine = 32 << 10
+
+// Operator is the trust of a server in operator mode (internal/creds makes
+// one): the operator's JWT, the system account's public key, and the
+// accounts the server knows (public key -> JWT).
+type Operator struct {
+	JWT           string
+	SystemAccount string
+	Accounts      map[string]string
 }
 
 // Validate reports every problem with c at once.
@@ -91,6 +121,32 @@ func Start(cfg Config, log *zap.Logger) (*server.Server, error) {
 	}
 	if opts.JetStreamMaxStore == 0 {
 		opts.JetStreamMaxStore = -1
+	}
+	if t := cfg.TLS; t != nil {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: t.CertFile, KeyFile: t.KeyFile, CaFile: t.ClientCAFile, Verify: t.ClientCAFile != "", Timeout: 5})
+		if err != nil {
+			return nil, fmt.Errorf("natsembed: TLS: %w", err)
+		}
+		opts.TLS, opts.TLSConfig, opts.TLSVerify, opts.TLSTimeout = true, tc, t.ClientCAFile != "", 5
+	}
+	if op := cfg.Operator; op != nil {
+		oc, err := jwt.DecodeOperatorClaims(op.JWT)
+		if err != nil {
+			return nil, fmt.Errorf("natsembed: operator JWT: %w", err)
+		}
+		res := &server.MemAccResolver{}
+		for pub, token := range op.Accounts {
+			if err := res.Store(pub, token); err != nil {
+				return nil, fmt.Errorf("natsembed: account %s: %w", pub, err)
+			}
+		}
+		opts.TrustedOperators = []*jwt.OperatorClaims{oc}
+		// A user JWT travels in the CONNECT line: a bot's, with the
+		// subjects of each principal it answers as, passes the default
+		// 4 KiB.
+		opts.MaxControlLine = MaxControlLine
+		opts.SystemAccount = op.SystemAccount
+		opts.AccountResolver = res
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

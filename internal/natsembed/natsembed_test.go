@@ -4,10 +4,12 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/assent-dev/assent/internal/natsembed"
+	"github.com/assent-dev/assent/internal/testcerts"
 )
 
 func TestValidate(t *testing.T) {
@@ -62,5 +64,53 @@ func TestStartWithJetStream(t *testing.T) {
 	port := s.Addr().(*net.TCPAddr).Port
 	if _, err := natsembed.Start(natsembed.Config{Port: port, StoreDir: t.TempDir(), ReadyTimeout: 2e9}, nil); err == nil {
 		t.Fatal("second server on a used port started")
+	}
+}
+
+// TestTLS: with TLS the server takes TLS clients that trust its CA, and
+// refuses plain ones; with a client CA (mutual TLS) it also refuses a client
+// without a certificate, or with one another CA signed.
+func TestTLS(t *testing.T) {
+	certs := testcerts.New(t)
+	for _, mutual := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tls", true: "mutual"}[mutual], func(t *testing.T) {
+			tc := &natsembed.TLS{CertFile: certs.ServerCertFile, KeyFile: certs.ServerKey}
+			if mutual {
+				tc.ClientCAFile = certs.CAFile
+			}
+			s, err := natsembed.Start(natsembed.Config{Port: -1, StoreDir: t.TempDir(), TLS: tc}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+			url := "tls://" + s.Addr().String()
+			connect := func(opts ...nats.Option) error {
+				nc, err := nats.Connect(url, append(opts, nats.Timeout(5*time.Second))...)
+				if err == nil {
+					nc.Close()
+				}
+				return err
+			}
+			if err := connect(nats.RootCAs(certs.CAFile), nats.ClientCert(certs.ClientCertFile, certs.ClientKey)); err != nil {
+				t.Fatalf("a client with the CA and a certificate: %v", err)
+			}
+			if err := connect(); err == nil {
+				t.Fatal("a client that does not trust the server's CA connected")
+			}
+			if err := connect(nats.RootCAs(certs.CAFile)); (err == nil) == mutual {
+				t.Fatalf("a client without a certificate: %v (mutual %v)", err, mutual)
+			}
+			otherCert, otherKey := testcerts.Other(t)
+			if err := connect(nats.RootCAs(certs.CAFile), nats.ClientCert(otherCert, otherKey)); (err == nil) == mutual {
+				t.Fatalf("a client whose certificate another CA signed: %v (mutual %v)", err, mutual)
+			}
+			if nc, err := nats.Connect("nats://"+s.Addr().String(), nats.Timeout(5*time.Second)); err == nil {
+				nc.Close()
+				t.Fatal("a plain client connected to a TLS server")
+			}
+		})
+	}
+	if _, err := natsembed.Start(natsembed.Config{Port: -1, StoreDir: t.TempDir(), TLS: &natsembed.TLS{CertFile: "missing.pem", KeyFile: "missing-key.pem"}}, nil); err == nil || !strings.Contains(err.Error(), "TLS") {
+		t.Fatalf("missing certificate: %v", err)
 	}
 }

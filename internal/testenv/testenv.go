@@ -23,22 +23,30 @@ type NATS struct {
 	*server.Server
 	Dir  string
 	Port int
+	op   *natsembed.Operator
 }
 
 // Server starts an embedded JetStream server for t with storage in a new
 // t.TempDir() and shuts it down when the test ends.
 func Server(t testing.TB) *NATS {
 	t.Helper()
-	return start(t, t.TempDir(), -1)
+	return start(t, t.TempDir(), -1, nil)
 }
 
-func start(t testing.TB, dir string, port int) *NATS {
+// OperatorServer is Server in operator mode: clients connect with
+// credentials signed by op's accounts, bound by their permissions.
+func OperatorServer(t testing.TB, op *natsembed.Operator) *NATS {
 	t.Helper()
-	s, err := natsembed.Start(natsembed.Config{Port: port, StoreDir: dir, Sync: "1m"}, nil)
+	return start(t, t.TempDir(), -1, op)
+}
+
+func start(t testing.TB, dir string, port int, op *natsembed.Operator) *NATS {
+	t.Helper()
+	s, err := natsembed.Start(natsembed.Config{Port: port, StoreDir: dir, Sync: "1m", Operator: op}, nil)
 	if err != nil {
 		t.Fatalf("start nats: %v", err)
 	}
-	n := &NATS{Server: s, Dir: dir, Port: s.Addr().(*net.TCPAddr).Port}
+	n := &NATS{Server: s, Dir: dir, Port: s.Addr().(*net.TCPAddr).Port, op: op}
 	t.Cleanup(n.Stop)
 	return n
 }
@@ -54,7 +62,7 @@ func (n *NATS) Stop() {
 func (n *NATS) Restart(t testing.TB) *NATS {
 	t.Helper()
 	n.Stop()
-	return start(t, n.Dir, n.Port)
+	return start(t, n.Dir, n.Port, n.op)
 }
 
 // Conn connects to s and closes the connection when the test ends. The

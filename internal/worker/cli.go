@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/assent-dev/assent/internal/natsconn"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
 )
@@ -26,8 +27,11 @@ var ErrUsage = errors.New("usage")
 // ConnOptions says how to reach NATS.
 type ConnOptions struct {
 	URL   string
-	Creds string // NATS credentials file; optional
-	Name  string // connection name, shown by the server
+	Creds string // NATS credentials file (broker creds agent); optional
+	// CAFile, CertFile and KeyFile are TLS files: the CA of the server's
+	// certificate, and a client certificate for mutual TLS; optional.
+	CAFile, CertFile, KeyFile string
+	Name                      string // connection name, shown by the server
 }
 
 // Connect connects to NATS as o says, reconnecting forever once connected.
@@ -50,14 +54,7 @@ func Connect(o ConnOptions, log *zap.Logger) (*nats.Conn, error) {
 			log.Info("NATS reconnected", zap.String("url", c.ConnectedUrl()))
 		}),
 	}
-	if o.Creds != "" {
-		opts = append(opts, nats.UserCredentials(o.Creds))
-	}
-	nc, err := nats.Connect(o.URL, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", o.URL, err)
-	}
-	return nc, nil
+	return natsconn.Connect(natsconn.Settings{URL: o.URL, Creds: o.Creds, CAFile: o.CAFile, CertFile: o.CertFile, KeyFile: o.KeyFile}, opts...)
 }
 
 // RunOptions are the settings of "agent-worker run".
@@ -83,8 +80,12 @@ type Command struct {
 	Name     string
 	Conn     ConnOptions
 	LogLevel zapcore.Level
-	Run      RunOptions
-	Load     LoadOptions
+	// TrustedKeys are the public keys of the broker's decision keys
+	// (--trust-decision-key): when set, a decision counts only if one of
+	// them signed it (handler.Config.TrustedKeys).
+	TrustedKeys []string
+	Run         RunOptions
+	Load        LoadOptions
 }
 
 const usage = `usage: agent-worker <command> [flags]
@@ -108,8 +109,19 @@ func ParseArgs(args []string, stderr io.Writer) (Command, error) {
 	fs := flag.NewFlagSet("agent-worker "+cmd.Name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cmd.Conn.URL, "nats-url", DefaultNATSURL, "NATS server `URL`")
-	fs.StringVar(&cmd.Conn.Creds, "creds", "", "NATS credentials `file` (optional)")
+	fs.StringVar(&cmd.Conn.Creds, "creds", "", "NATS credentials `file` (optional; broker creds agent NAME)")
+	fs.StringVar(&cmd.Conn.CAFile, "nats-ca", "", "the CA `file` of the server's TLS certificate (tls:// URLs), if the system does not trust it")
+	fs.StringVar(&cmd.Conn.CertFile, "nats-cert", "", "a client certificate `file`, for a server that asks for one (mutual TLS)")
+	fs.StringVar(&cmd.Conn.KeyFile, "nats-key", "", "the client certificate's key `file`")
 	fs.Var(&cmd.LogLevel, "log-level", "log `level` on stderr: debug, info, warn, error")
+	fs.Func("trust-decision-key", "accept only decisions signed by the broker's decision `key` (public, A...); repeat it or separate keys with commas while keys rotate", func(v string) error {
+		keys, err := events.ParseTrustedKeys(v)
+		if err != nil {
+			return err
+		}
+		cmd.TrustedKeys = append(cmd.TrustedKeys, keys...)
+		return nil
+	})
 	cmd.Conn.Name = "assent-agent-worker-" + cmd.Name
 
 	var check func() []error
@@ -239,7 +251,7 @@ func (c Command) execRun(ctx context.Context, log *zap.Logger, stdout, stderr io
 		return err
 	}
 	defer nc.Close()
-	client, err := handler.NewClient(nc, handler.Config{Agent: o.Agent, Logger: log})
+	client, err := handler.NewClient(nc, handler.Config{Agent: o.Agent, TrustedKeys: c.TrustedKeys, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -277,7 +289,7 @@ func (c Command) execLoad(ctx context.Context, log *zap.Logger, stdout io.Writer
 		return err
 	}
 	defer nc.Close()
-	client, err := handler.NewClient(nc, handler.Config{Agent: o.Agent, Logger: log})
+	client, err := handler.NewClient(nc, handler.Config{Agent: o.Agent, TrustedKeys: c.TrustedKeys, Logger: log})
 	if err != nil {
 		return err
 	}

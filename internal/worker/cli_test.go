@@ -12,11 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nkeys"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/internal/worker"
+	"github.com/assent-dev/assent/pkg/events"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -267,5 +270,62 @@ func TestWriteTextEscapes(t *testing.T) {
 	}
 	if n := strings.Count(out, "\n"); n != 9 {
 		t.Errorf("%d lines, want 9 (2 steps, 6 of load report, 1 JSON):\n%s", n, out)
+	}
+}
+
+// --trust-decision-key takes public keys, repeated or comma-separated, and
+// refuses anything else.
+func TestParseTrustedKeys(t *testing.T) {
+	var keys []string
+	for range 3 {
+		kp, err := events.NewDecisionKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, _ := kp.PublicKey()
+		keys = append(keys, pub)
+	}
+	c, err := worker.ParseArgs([]string{"load", "--trust-decision-key", keys[0], "--trust-decision-key", keys[1] + "," + keys[2]}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(c.TrustedKeys, " ") != strings.Join(keys, " ") {
+		t.Fatalf("trusted keys %v, want %v", c.TrustedKeys, keys)
+	}
+	if c, err := worker.ParseArgs([]string{"load"}, io.Discard); err != nil || len(c.TrustedKeys) != 0 {
+		t.Fatalf("without the flag: %v %v", c.TrustedKeys, err)
+	}
+	user, _ := nkeys.CreateUser()
+	userPub, _ := user.PublicKey()
+	for _, bad := range []string{userPub, "AXYZ", keys[0] + ",nonsense"} {
+		var stderr bytes.Buffer
+		if _, err := worker.ParseArgs([]string{"run", "--plan", "p", "--sandbox", "s", "--trust-decision-key", bad}, &stderr); !errors.Is(err, worker.ErrUsage) {
+			t.Errorf("--trust-decision-key %s: %v", bad, err)
+		}
+	}
+}
+
+// With --trust-decision-key, the worker runs what a broker signing with
+// that key approves.
+func TestExecuteTrustingDecisionKey(t *testing.T) {
+	ns := testenv.Server(t)
+	key, err := events.NewDecisionKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := key.PublicKey()
+	brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Name: "test", Mode: broker.ModeAutoApprove, DecisionKey: key})
+	dir := filepath.Join(t.TempDir(), "demo")
+	cmd, err := worker.ParseArgs([]string{"run", "--plan", "../../examples/plan.json", "--sandbox", dir, "--init-sandbox",
+		"--nats-url", ns.ClientURL(), "--trust-decision-key", pub}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if err := cmd.Execute(testCtx(t), testenv.Logger(t), &stdout, &stderr); err != nil {
+		t.Fatalf("execute: %v\nstdout:\n%s\nstderr:\n%s", err, &stdout, &stderr)
+	}
+	if !strings.Contains(stdout.String(), "6 steps: 6 executed") {
+		t.Fatalf("output:\n%s", &stdout)
 	}
 }

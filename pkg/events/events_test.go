@@ -480,11 +480,12 @@ func TestValidToken(t *testing.T) {
 func TestSubjectBuilders(t *testing.T) {
 	long := strings.Repeat("x", events.MaxTokenLength+1)
 	build := map[string]func(a, b string) (string, error){
-		"request":  func(a, _ string) (string, error) { return events.RequestSubject(a) },
-		"pending":  func(a, _ string) (string, error) { return events.PendingSubject(a) },
-		"response": events.ResponseSubject,
-		"cancel":   func(a, _ string) (string, error) { return events.CancelSubject(a) },
-		"decision": func(a, _ string) (string, error) { return events.DecisionSubject(a) },
+		"request":      func(a, _ string) (string, error) { return events.RequestSubject(a) },
+		"pending":      func(a, _ string) (string, error) { return events.PendingSubject(a) },
+		"response":     events.ResponseSubject,
+		"cancel":       func(a, _ string) (string, error) { return events.CancelSubject(a) },
+		"agent cancel": events.AgentCancelSubject,
+		"decision":     func(a, _ string) (string, error) { return events.DecisionSubject(a) },
 	}
 	tests := []struct {
 		kind, a, b string
@@ -495,6 +496,7 @@ func TestSubjectBuilders(t *testing.T) {
 		{"pending", "file-manager", "", "assent.pending.file-manager", nil},
 		{"response", "alice", testID, "assent.response.alice." + testID, nil},
 		{"cancel", testID, "", "assent.cancel." + testID, nil},
+		{"agent cancel", "coder", testID, "assent.cancel.coder." + testID, nil},
 		{"decision", testID, "", "assent.decision." + testID, nil},
 		{"request", "", "", "", events.ErrBadToken},
 		{"request", "a.b", "", "", events.ErrBadToken},
@@ -509,6 +511,8 @@ func TestSubjectBuilders(t *testing.T) {
 		{"response", "al*ce", testID, "", events.ErrBadToken},
 		{"cancel", "", "", "", events.ErrBadToken},
 		{"cancel", long, "", "", events.ErrBadToken},
+		{"agent cancel", "a.b", testID, "", events.ErrBadToken},
+		{"agent cancel", "coder", "", "", events.ErrBadToken},
 		{"decision", "id with space", "", "", events.ErrBadToken},
 	}
 	for _, tt := range tests {
@@ -543,6 +547,7 @@ func TestParseSubject(t *testing.T) {
 		{"assent.pending.file-manager", events.Subject{Kind: events.KindPending, Agent: "file-manager"}, nil},
 		{"assent.response.alice." + testID, events.Subject{Kind: events.KindResponse, Principal: "alice", RequestID: testID}, nil},
 		{"assent.cancel." + testID, events.Subject{Kind: events.KindCancel, RequestID: testID}, nil},
+		{"assent.cancel.coder." + testID, events.Subject{Kind: events.KindCancel, Agent: "coder", RequestID: testID}, nil},
 		{"assent.decision." + testID, events.Subject{Kind: events.KindDecision, RequestID: testID}, nil},
 		{"assent.request." + max, events.Subject{Kind: events.KindRequest, Agent: max}, nil},
 
@@ -561,7 +566,8 @@ func TestParseSubject(t *testing.T) {
 		{"assent.response.alice", events.Subject{}, events.ErrBadSubject},
 		{"assent.response.alice.id.more", events.Subject{}, events.ErrBadSubject},
 		{"assent.cancel", events.Subject{}, events.ErrBadSubject},
-		{"assent.cancel.a.b", events.Subject{}, events.ErrBadSubject},
+		{"assent.cancel.a.b.c", events.Subject{}, events.ErrBadSubject},
+		{"assent.cancel.a*.b", events.Subject{}, events.ErrBadToken},
 		{"assent.decision.a.b", events.Subject{}, events.ErrBadSubject},
 		{"assent.decision." + testID + ".", events.Subject{}, events.ErrBadSubject},
 

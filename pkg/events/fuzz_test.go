@@ -316,6 +316,9 @@ func FuzzParseSubject(f *testing.F) {
 			again, err = events.ResponseSubject(sub.Principal, sub.RequestID)
 		case events.KindCancel:
 			again, err = events.CancelSubject(sub.RequestID)
+			if sub.Agent != "" {
+				again, err = events.AgentCancelSubject(sub.Agent, sub.RequestID)
+			}
 		case events.KindDecision:
 			again, err = events.DecisionSubject(sub.RequestID)
 		default:

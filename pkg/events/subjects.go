@@ -117,12 +117,26 @@ func ResponseSubject(principal, id string) (string, error) {
 	return ResponsePrefix + principal + "." + id, nil
 }
 
-// CancelSubject is where request id is cancelled.
+// CancelSubject is where request id is cancelled, by anyone the broker lets
+// cancel it.
 func CancelSubject(id string) (string, error) {
 	if err := CheckToken("request id", id); err != nil {
 		return "", err
 	}
 	return CancelPrefix + id, nil
+}
+
+// AgentCancelSubject is where agent cancels its own request id: the broker
+// refuses it for a request of another agent, and NATS permissions can let an
+// agent publish on assent.cancel.<itself>.> alone.
+func AgentCancelSubject(agent, id string) (string, error) {
+	if err := CheckToken("agent", agent); err != nil {
+		return "", err
+	}
+	if err := CheckToken("request id", id); err != nil {
+		return "", err
+	}
+	return CancelPrefix + agent + "." + id, nil
 }
 
 // DecisionSubject is where the broker publishes the decision for request id, and
@@ -146,7 +160,7 @@ func RejectionSubject(id string) (string, error) {
 // Subject is a parsed contract subject. Which fields are set depends on Kind.
 type Subject struct {
 	Kind      Kind
-	Agent     string // request, pending
+	Agent     string // request, pending; cancel when an agent cancels its own
 	Principal string // response
 	RequestID string // response, cancel, decision, rejection
 }
@@ -184,15 +198,25 @@ func ParseSubject(s string) (Subject, error) {
 			return Subject{}, err
 		}
 		return sub, CheckToken("request id", sub.RequestID)
-	case "cancel", "decision", "rejection":
+	case "cancel":
+		if len(parts) == 3 { // assent.cancel.<agent>.<id>
+			sub.Kind, sub.Agent, sub.RequestID = KindCancel, parts[1], parts[2]
+			if err := CheckToken("agent", sub.Agent); err != nil {
+				return Subject{}, err
+			}
+			return sub, CheckToken("request id", sub.RequestID)
+		}
 		if err := want(1); err != nil {
 			return Subject{}, err
 		}
 		sub.Kind, sub.RequestID = KindCancel, parts[1]
-		switch parts[0] {
-		case "decision":
-			sub.Kind = KindDecision
-		case "rejection":
+		return sub, CheckToken("request id", sub.RequestID)
+	case "decision", "rejection":
+		if err := want(1); err != nil {
+			return Subject{}, err
+		}
+		sub.Kind, sub.RequestID = KindDecision, parts[1]
+		if parts[0] == "rejection" {
 			sub.Kind = KindRejection
 		}
 		return sub, CheckToken("request id", sub.RequestID)

@@ -61,6 +61,12 @@ type ApproverConfig struct {
 	// Lookback is how far back a new approver looks for requests still pending.
 	// Default 24h (the broker's default maximum timeout).
 	Lookback time.Duration
+	// TrustedKeys are the public keys of the broker's decision keys, as in
+	// Config.TrustedKeys. When set, only a decision one of them signed
+	// counts as the request's: a forged one neither withdraws a request
+	// from the handler nor hides it. Empty, any message on the decision
+	// subject does.
+	TrustedKeys []string
 	// Logger; nil logs nothing.
 	Logger *zap.Logger
 }
@@ -102,7 +108,7 @@ func NewApprover(nc *nats.Conn, cfg ApproverConfig, h Handler) (*Approver, error
 		return nil, fmt.Errorf("handler: approver config: %w", err)
 	}
 	defaults(&cfg.Concurrency, &cfg.Lookback, &cfg.Logger)
-	js, client, err := connectRuntime(nc, cfg.Logger)
+	js, client, err := connectRuntime(nc, cfg.Logger, cfg.TrustedKeys)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +142,7 @@ func (a *Approver) Run(ctx context.Context) error {
 	<-ctx.Done()
 	cc.Stop()
 	<-cc.Closed()
-	p.wg.Wait()
+	p.wait()
 	return nil
 }
 
@@ -157,7 +163,13 @@ func (a *Approver) handle(ctx context.Context, msg jetstream.Msg) {
 	defer cancel()
 	// Stop the handler as soon as the request is decided elsewhere.
 	decSubj, _ := events.DecisionSubject(req.ID)
-	sub, err := a.nc.Subscribe(decSubj, func(*nats.Msg) { cancel() })
+	sub, err := a.nc.Subscribe(decSubj, func(m *nats.Msg) {
+		if a.client.authentic(m.Header, m.Data) {
+			cancel()
+		} else {
+			log.Warn("ignoring a decided event that no trusted key signed")
+		}
+	})
 	if err == nil {
 		defer sub.Unsubscribe() //nolint:errcheck // best effort
 	}

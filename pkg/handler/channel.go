@@ -108,6 +108,11 @@ type ChannelConfig struct {
 	Lookback time.Duration
 	// Concurrency bounds the notifications in flight. Default 16.
 	Concurrency int
+	// TrustedKeys are the public keys of the broker's decision keys, as in
+	// Config.TrustedKeys. When set, only a decision one of them signed
+	// resolves a request; a forged one is logged and skipped. Empty, the
+	// first decided event on the subject does.
+	TrustedKeys []string
 	// Logger; nil logs nothing.
 	Logger *zap.Logger
 }
@@ -141,7 +146,7 @@ func NewChannel(nc *nats.Conn, cfg ChannelConfig, n Notifier) (*Channel, error) 
 		return nil, fmt.Errorf("handler: channel config: %w", err)
 	}
 	defaults(&cfg.Concurrency, &cfg.Lookback, &cfg.Logger)
-	js, client, err := connectRuntime(nc, cfg.Logger)
+	js, client, err := connectRuntime(nc, cfg.Logger, cfg.TrustedKeys)
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +312,7 @@ func (c *Channel) Run(ctx context.Context) error {
 	rc.Stop()
 	<-nc.Closed()
 	<-rc.Closed()
-	p.wg.Wait()
+	p.wait()
 	return nil
 }
 
@@ -451,17 +456,15 @@ func (c *Channel) remind(ctx context.Context, msg jetstream.Msg, s shown, rev ui
 
 // handleOutcome shows a decision where the channel showed its request.
 func (c *Channel) handleOutcome(ctx context.Context, msg jetstream.Msg) {
-	e, err := c.client.codec.Decode(events.Header(msg.Headers()), msg.Data())
-	if err != nil || e.Type() != events.TypeDecided {
+	id := strings.TrimPrefix(msg.Subject(), events.DecisionPrefix)
+	d, err := c.client.read(nats.Header(msg.Headers()), msg.Data())
+	if err != nil {
+		if c.client.trusted != nil {
+			c.log.Warn("ignoring a decided event that no trusted key signed", zap.String("request_id", id), zap.Error(err))
+		}
 		_ = msg.Ack() // not a decision; the broker reports forgeries
 		return
 	}
-	d, err := events.DecodeDecided(&e)
-	if err != nil {
-		_ = msg.Ack()
-		return
-	}
-	id := strings.TrimPrefix(msg.Subject(), events.DecisionPrefix)
 	if d.RequestID != "" && d.RequestID != id {
 		_ = msg.Ack()
 		return
@@ -498,7 +501,7 @@ func (c *Channel) resolve(ctx context.Context, id string, d Decision) error {
 		return err
 	}
 	s.Resolved = true
-	if _, err := c.save(ctx, s, rev); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := c.save(ctx, s, rev); err != nil && !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return err
 	}
 	return nil

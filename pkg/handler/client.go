@@ -24,9 +24,11 @@ var (
 	// too slow). Treat it as "not approved".
 	ErrNoDecision = errors.New("no decision")
 	// ErrTampered: a decision failed verification (its args do not match its
-	// digest, or it names another request). Client.Decision returns it for a
-	// stored decision; Request logs and ignores such messages and goes on
-	// waiting for the real one.
+	// digest, it names another request, or, with Config.TrustedKeys, no
+	// trusted key signed it). Client.Decision returns it for a stored decision
+	// that a trusted key signed, or without trusted keys for the first stored
+	// one; Request logs and ignores such messages and goes on waiting for the
+	// real one.
 	ErrTampered = errors.New("decision failed verification")
 	// ErrIDConflict: the request's id belongs to a different request (another
 	// tool, other args, agent, session, user, call id, labels or response
@@ -61,6 +63,15 @@ type Config struct {
 	// Grace is how long past the request's timeout the client waits for the
 	// broker's expiry decision before giving up with ErrNoDecision. Default 15s.
 	Grace time.Duration
+	// TrustedKeys are the public keys ("A...") of the broker's decision keys
+	// (broker --decision-key; more than one while keys rotate). When set, a
+	// decided event counts only if one of them signed it (docs/protocol.md,
+	// "Signed decisions"): Request skips any other, logs it and keeps
+	// waiting, and Decision reads the first stored one that verifies. Empty,
+	// decisions are not checked for a signature, and on a NATS server whose
+	// permissions let anyone publish on assent.decision.<id>, whoever
+	// publishes there first decides.
+	TrustedKeys []string
 	// Logger; nil logs nothing.
 	Logger *zap.Logger
 }
@@ -72,6 +83,8 @@ type Client struct {
 	js    jetstream.JetStream
 	log   *zap.Logger
 	codec events.Codec // reads what the broker publishes: anything the server carries
+	// trusted checks decisions' signatures; nil without Config.TrustedKeys.
+	trusted *events.TrustedKeys
 
 	mu          sync.Mutex
 	stream      jetstream.Stream // found on first use
@@ -91,6 +104,13 @@ func NewClient(nc *nats.Conn, cfg Config) (*Client, error) {
 	if cfg.DefaultTimeout < 0 {
 		return nil, errors.New("handler: negative DefaultTimeout")
 	}
+	var trusted *events.TrustedKeys
+	if len(cfg.TrustedKeys) > 0 {
+		var err error
+		if trusted, err = events.NewTrustedKeys(cfg.TrustedKeys...); err != nil {
+			return nil, fmt.Errorf("handler: %w", err)
+		}
+	}
 	if cfg.Grace <= 0 {
 		cfg.Grace = 15 * time.Second
 	}
@@ -101,7 +121,7 @@ func NewClient(nc *nats.Conn, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, nc: nc, js: js, log: cfg.Logger.Named("assent"), codec: serverCodec(nc)}, nil
+	return &Client{cfg: cfg, nc: nc, js: js, log: cfg.Logger.Named("assent"), codec: serverCodec(nc), trusted: trusted}, nil
 }
 
 // Request publishes req and blocks until the broker decides it, then returns the
@@ -109,8 +129,8 @@ func NewClient(nc *nats.Conn, cfg Config) (*Client, error) {
 // cancelled alike. Publishing the same req.ID again is the same request: a
 // retry after a crash gets the original decision, even one made while no one
 // was waiting. Every decision is checked against the request before it is
-// returned: its request id, its args digest, and its request digest over the
-// whole request.
+// returned: its request id, its args digest, its request digest over the
+// whole request and, with Config.TrustedKeys, its signature.
 //
 // If req.ID is already used by a different request, ErrIDConflict is returned.
 // If ctx ends first, Request publishes a cancel for the request and returns
@@ -183,12 +203,12 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 	withdraw := func() error {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		if err := c.cancel(cctx, source, req.ID, "requester stopped waiting: "+ctx.Err().Error()); err != nil {
+		if err := c.cancel(cctx, req.Agent, source, req.ID, "requester stopped waiting: "+ctx.Err().Error()); err != nil {
 			log.Warn("publish cancel", zap.Error(err))
 		}
 		return ctx.Err()
 	}
-	ack, err := c.js.PublishMsg(ctx, &nats.Msg{Subject: subj, Header: nats.Header(h), Data: body}, jetstream.WithMsgID(req.ID))
+	ack, err := c.publish(ctx, &nats.Msg{Subject: subj, Header: nats.Header(h), Data: body}, req.ID, time.Now().Add(initialWait+c.cfg.Grace))
 	if err != nil {
 		if ctx.Err() != nil {
 			// The request may be stored though its acknowledgement never
@@ -201,6 +221,9 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 	// look reads what the broker stored of this id: its decision, or the
 	// deadline it set. A stored request with another digest is a conflict.
 	look := func(ctx context.Context) (Decision, bool, time.Time, error) {
+		// A read whose reply is lost would otherwise wait as long as ctx.
+		ctx, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
 		st, err := c.state(ctx, req.ID)
 		if err != nil {
 			log.Debug("read request state", zap.Error(err))
@@ -272,6 +295,36 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 	}
 }
 
+// opTimeout bounds the wait for the answer to one publish or read: JetStream
+// answers nothing to a request it cannot serve at that moment (its stream's
+// leader being elected, the connection lost with the answer in flight).
+const opTimeout = 5 * time.Second
+
+// publish publishes the request msg with its id as Nats-Msg-Id until the
+// stream acknowledges it, ctx ends, or until passes. Each attempt waits
+// opTimeout at most, and the next one sends the same message again: the
+// stream stores it once.
+func (c *Client) publish(ctx context.Context, msg *nats.Msg, id string, until time.Time) (*jetstream.PubAck, error) {
+	for {
+		pctx, cancel := context.WithTimeout(ctx, opTimeout)
+		ack, err := c.js.PublishMsg(pctx, msg, jetstream.WithMsgID(id))
+		cancel()
+		var apiErr *jetstream.APIError
+		retry := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+			errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+			errors.As(err, &apiErr) && apiErr.Code == 503
+		if err == nil || !retry || ctx.Err() != nil || time.Now().After(until) {
+			return ack, err
+		}
+		c.log.Debug("publish request again", zap.String("request_id", id), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
 // rejection reads a rejected event for request id; it returns ErrIDConflict
 // if the rejection is about this request (digest), nil for one about another
 // message under the same id.
@@ -292,7 +345,9 @@ func (c *Client) rejection(m *nats.Msg, id, digest string) error {
 
 // Decision reads the stored decision for request id, if there is one: the
 // first decided event on its subject (the broker publishes one only where none
-// exists, so anything after it is not the decision).
+// exists, so anything after it is not the decision). With Config.TrustedKeys
+// it is the first one that a trusted key signed: the others before it are
+// logged and skipped, and ok is false if none is signed.
 func (c *Client) Decision(ctx context.Context, id string) (Decision, bool, error) {
 	return c.decision(ctx, id, "")
 }
@@ -308,18 +363,29 @@ func (c *Client) decision(ctx context.Context, id, digest string) (Decision, boo
 	if err != nil {
 		return Decision{}, false, err
 	}
-	m, err := stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return Decision{}, false, nil
+	for seq := uint64(1); ; {
+		m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return Decision{}, false, nil
+		}
+		if err != nil {
+			return Decision{}, false, err
+		}
+		d, err := c.read(m.Header, m.Data)
+		if err != nil && c.trusted != nil {
+			c.log.Warn("skipping a stored decided event that no trusted key signed",
+				zap.String("request_id", id), zap.Uint64("seq", m.Sequence), zap.Error(err))
+			seq = m.Sequence + 1
+			continue
+		}
+		if err == nil {
+			err = check(d, id, digest)
+		}
+		if err != nil {
+			return Decision{}, false, err
+		}
+		return d, true, nil
 	}
-	if err != nil {
-		return Decision{}, false, err
-	}
-	d, err := c.verify(m.Header, m.Data, id, digest)
-	if err != nil {
-		return Decision{}, false, err
-	}
-	return d, true, nil
 }
 
 // stored is what an agent reads of a request's state entry.
@@ -371,7 +437,9 @@ func (c *Client) getStream(ctx context.Context) (jetstream.Stream, error) {
 	return c.stream, nil
 }
 
-// Cancel asks the broker to end request id as cancelled.
+// Cancel asks the broker to end request id as cancelled. With Config.Agent
+// set it is published on assent.cancel.<agent>.<id>, which cancels only that
+// agent's request (and which NATS permissions can confine an agent to).
 func (c *Client) Cancel(ctx context.Context, id, reason string) error {
 	source := c.cfg.Source
 	if source == "" && c.cfg.Agent != "" {
@@ -380,11 +448,15 @@ func (c *Client) Cancel(ctx context.Context, id, reason string) error {
 	if source == "" {
 		source = "agent/unknown"
 	}
-	return c.cancel(ctx, source, id, reason)
+	return c.cancel(ctx, c.cfg.Agent, source, id, reason)
 }
 
-func (c *Client) cancel(ctx context.Context, source, id, reason string) error {
+// cancel publishes the cancel of request id, as agent's when agent is set.
+func (c *Client) cancel(ctx context.Context, agent, source, id, reason string) error {
 	subj, err := events.CancelSubject(id)
+	if agent != "" {
+		subj, err = events.AgentCancelSubject(agent, id)
+	}
 	if err != nil {
 		return err
 	}
@@ -400,34 +472,70 @@ func (c *Client) cancel(ctx context.Context, source, id, reason string) error {
 	return err
 }
 
-// verify decodes a decided event and checks it belongs to id, that its args
-// match their digest and, when digest is set, that it decides the request with
-// that digest (ErrIDConflict if it decides another one).
+// verify reads a decided event (read) and checks it decides request id
+// (check).
 func (c *Client) verify(h nats.Header, body []byte, id, digest string) (Decision, error) {
+	d, err := c.read(h, body)
+	if err != nil {
+		return Decision{}, err
+	}
+	if err := check(d, id, digest); err != nil {
+		return Decision{}, err
+	}
+	return d, nil
+}
+
+// read decodes a decided event and, with trusted keys, checks that one of
+// them signed it. An error wraps ErrTampered: with trusted keys, the event is
+// not the broker's.
+func (c *Client) read(h nats.Header, body []byte) (Decision, error) {
 	e, err := c.codec.Decode(events.Header(h), body)
 	if err != nil {
 		return Decision{}, fmt.Errorf("%w: %w", ErrTampered, err)
 	}
-	d, err := events.DecodeDecided(&e)
+	var d Decision
+	if c.trusted != nil {
+		d, err = c.trusted.Verify(&e)
+	} else {
+		d, err = events.DecodeDecided(&e)
+	}
 	if err != nil {
 		return Decision{}, fmt.Errorf("%w: %w", ErrTampered, err)
 	}
+	return d, nil
+}
+
+// authentic reports whether a message on a decision subject is a decision
+// the client accepts as the broker's: any message at all without trusted
+// keys, else a decided event that a trusted key signed.
+func (c *Client) authentic(h nats.Header, body []byte) bool {
+	if c.trusted == nil {
+		return true
+	}
+	_, err := c.read(h, body)
+	return err == nil
+}
+
+// check checks that d belongs to id, that its args match their digest and,
+// when digest is set, that it decides the request with that digest
+// (ErrIDConflict if it decides another one).
+func check(d Decision, id, digest string) error {
 	if d.RequestID != id {
-		return Decision{}, fmt.Errorf("%w: decision names request %s, want %s", ErrTampered, d.RequestID, id)
+		return fmt.Errorf("%w: decision names request %s, want %s", ErrTampered, d.RequestID, id)
 	}
 	if err := d.VerifyArgs(); err != nil {
-		return Decision{}, fmt.Errorf("%w: %w", ErrTampered, err)
+		return fmt.Errorf("%w: %w", ErrTampered, err)
 	}
 	if digest == "" {
-		return d, nil
+		return nil
 	}
 	if err := d.VerifyRequestDigest(digest); err != nil {
 		if errors.Is(err, events.ErrRequestMismatch) {
-			return Decision{}, fmt.Errorf("%w: %s: %w", ErrIDConflict, id, err)
+			return fmt.Errorf("%w: %s: %w", ErrIDConflict, id, err)
 		}
-		return Decision{}, fmt.Errorf("%w: %w", ErrTampered, err)
+		return fmt.Errorf("%w: %w", ErrTampered, err)
 	}
-	return d, nil
+	return nil
 }
 
 // serverCodec decodes events up to the largest message the NATS server

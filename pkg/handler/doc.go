@@ -8,6 +8,10 @@
 //	if err != nil { /* no decision: do not run */ }
 //	if d.Approved() { run(d.Args) } // always the decided args: an approver may have edited them
 //
+// On a NATS server where anyone may publish on assent.decision.<id>, give the
+// client the broker's decision keys (Config.TrustedKeys, the public keys of
+// broker --decision-key): it then takes only a decision the broker signed.
+//
 // Approver side: a Handler is a func(ctx, Request) (Response, error); an
 // Approver feeds it pending requests and publishes its answers. Slack, email,
 // webhooks and terminals are all just Handlers.

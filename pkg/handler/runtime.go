@@ -46,13 +46,14 @@ func checkAgents(agents []string) []error {
 }
 
 // connectRuntime returns the JetStream context of nc and a client to read
-// decisions with.
-func connectRuntime(nc *nats.Conn, log *zap.Logger) (jetstream.JetStream, *Client, error) {
+// decisions with, which trusts the decision keys trusted (none: it does not
+// check signatures).
+func connectRuntime(nc *nats.Conn, log *zap.Logger, trusted []string) (jetstream.JetStream, *Client, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, nil, err
 	}
-	client, err := NewClient(nc, Config{Logger: log})
+	client, err := NewClient(nc, Config{Logger: log, TrustedKeys: trusted})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -91,6 +92,7 @@ func consumerConfig(name, description string, filters []string, start time.Time,
 type pool struct {
 	ctx context.Context
 	sem chan struct{}
+	mu  sync.Mutex // orders the start of a handler (once ctx ended, none) before wait
 	wg  sync.WaitGroup
 }
 
@@ -102,12 +104,33 @@ func newPool(ctx context.Context, n int) *pool {
 // pool, blocking the consumer while the pool is full.
 func (p *pool) take(handle func(context.Context, jetstream.Msg)) func(jetstream.Msg) {
 	return func(msg jetstream.Msg) {
-		p.sem <- struct{}{}
+		// The consumer may still call this after its Stop, blocked here
+		// while the pool was full: once ctx ended, a message is left for
+		// redelivery instead of starting a handler that wait would miss.
+		select {
+		case p.sem <- struct{}{}:
+		case <-p.ctx.Done():
+			return
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.ctx.Err() != nil {
+			<-p.sem
+			return
+		}
 		p.wg.Go(func() {
 			defer func() { <-p.sem }()
 			handle(p.ctx, msg)
 		})
 	}
+}
+
+// wait waits for the running handlers, once ctx ended: no handler starts
+// after it.
+func (p *pool) wait() {
+	p.mu.Lock()
+	p.mu.Unlock() //nolint:staticcheck // a barrier: every take that started a handler has added it
+	p.wg.Wait()
 }
 
 // takeNotice reads the notice of a pending or escalated message. When there

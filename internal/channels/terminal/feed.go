@@ -26,6 +26,8 @@ import (
 type feed struct {
 	log   *zap.Logger
 	codec events.Codec
+	// trusted, if set, are the broker's decision keys.
+	trusted *events.TrustedKeys
 
 	mu       sync.Mutex
 	live     bool
@@ -147,6 +149,12 @@ func (f *feed) decode(msg jetstream.Msg, seq uint64) tea.Msg {
 		if err := d.VerifyArgs(); err != nil {
 			log.Warn("ignoring a decision that fails verification", zap.Error(err))
 			return nil
+		}
+		if f.trusted != nil {
+			if _, err := f.trusted.Verify(&e); err != nil {
+				log.Warn("ignoring a decision no trusted key signed", zap.String("source", e.Source()), zap.Error(err))
+				return nil
+			}
 		}
 		return decidedMsg{id: id, d: d}
 	}

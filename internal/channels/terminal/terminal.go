@@ -51,6 +51,9 @@ type Options struct {
 	// that is a file must be a terminal.
 	In  io.Reader
 	Out io.Writer
+	// Trusted, if set, are the broker's decision keys: a decided event none
+	// of them signed does not withdraw a request (docs/protocol.md).
+	Trusted *events.TrustedKeys
 	// Logger; nil logs nothing. The screen is the terminal's, so log to a
 	// file (or not at all) rather than to stderr.
 	Logger *zap.Logger
@@ -133,6 +136,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("terminal: %w", err)
 	}
 	f := newFeed(log, events.Codec{MaxSize: max(int(o.NATS.MaxPayload()), events.DefaultMaxEventSize)})
+	f.trusted = o.Trusted
 	cons, err := f.consumer(ctx, js, o.Agents, time.Now().Add(-Lookback))
 	if err != nil {
 		return fmt.Errorf("terminal: %w", streamAdvice(err, o.NATS))

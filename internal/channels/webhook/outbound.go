@@ -32,7 +32,7 @@ var contractFilters = []string{
 	events.RequestPrefix + "*",
 	events.PendingPrefix + "*",
 	events.ResponsePrefix + "*.*",
-	events.CancelPrefix + "*",
+	events.CancelPrefix + ">",
 	events.DecisionPrefix + "*",
 	events.RejectionPrefix + "*",
 }
@@ -96,9 +96,12 @@ type deliverer struct {
 	js     jetstream.JetStream
 	client *http.Client
 	codec  events.Codec
-	log    *zap.Logger
-	agents *agentCache
-	cons   jetstream.Consumer
+	// trusted, if set, are the broker's decision keys: a decided event none
+	// of them signed is not delivered (a forgery on the stream).
+	trusted *events.TrustedKeys
+	log     *zap.Logger
+	agents  *agentCache
+	cons    jetstream.Consumer
 }
 
 // fetchWait is how long one pull for the next event waits on the server. A
@@ -176,6 +179,13 @@ func (d *deliverer) handle(ctx context.Context, msg jetstream.Msg) {
 	if !d.ep.types[e.Type()] {
 		_ = msg.Ack()
 		return
+	}
+	if e.Type() == events.TypeDecided && d.trusted != nil {
+		if _, err := d.trusted.Verify(&e); err != nil {
+			d.log.Warn("not delivering a decided event no trusted key signed", zap.String("subject", msg.Subject()), zap.String("source", e.Source()), zap.Error(err))
+			_ = msg.Ack()
+			return
+		}
 	}
 	reqID, agent := describe(msg.Subject(), &e)
 	if len(d.ep.agents) > 0 {

@@ -188,7 +188,7 @@ func (a *Adapter) Start(ctx context.Context, rt channels.Runtime, mux *http.Serv
 				return fmt.Errorf("webhooks: endpoint %s: consumer: %w", ep.name, err)
 			}
 			deliverers = append(deliverers, &deliverer{
-				ep: ep, js: js, client: a.client, codec: codec, cons: cons, agents: newAgentCache(),
+				ep: ep, js: js, client: a.client, codec: codec, cons: cons, agents: newAgentCache(), trusted: a.env.Trusted,
 				log: a.log.With(zap.String("endpoint", ep.name)),
 			})
 		}

@@ -1,0 +1,357 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/assent-dev/assent/internal/app"
+	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/brokertest"
+	slackch "github.com/assent-dev/assent/internal/channels/slack"
+	"github.com/assent-dev/assent/internal/channels/webhook"
+	"github.com/assent-dev/assent/internal/creds"
+	"github.com/assent-dev/assent/internal/natsconn"
+	"github.com/assent-dev/assent/internal/natsembed"
+	"github.com/assent-dev/assent/internal/slacktest"
+	"github.com/assent-dev/assent/internal/testcerts"
+	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/handler"
+)
+
+// permsPolicy: alice and bob are ops.
+const permsPolicy = `version: 1
+principals:
+  alice: {roles: [ops]}
+  bob:   {roles: [ops]}
+rules:
+  - name: deploys
+    tools: [deploy]
+    action: require_approval
+    approvers: ["role:ops"]
+`
+
+// violations records the permission violations the server reports to a
+// connection.
+type violations struct {
+	mu   sync.Mutex
+	errs []string
+}
+
+func (v *violations) add(err error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.errs = append(v.errs, err.Error())
+}
+
+// wait waits until the server refused a publish on subject.
+func (v *violations) wait(t *testing.T, subject string) {
+	t.Helper()
+	eventually(t, patience, func() (bool, string) {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		for _, e := range v.errs {
+			if strings.Contains(e, "Permissions Violation for Publish") && strings.Contains(e, subject) {
+				return true, ""
+			}
+		}
+		return false, "no permissions violation for " + subject + " in " + strings.Join(v.errs, "; ")
+	})
+}
+
+// connectAs connects to ns with the credentials issued to who, recording the
+// permission violations the server reports.
+func connectAs(t *testing.T, ns *testenv.NATS, a *creds.Authority, who creds.Identity) (*nats.Conn, *violations) {
+	t.Helper()
+	data, err := a.Issue(who)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), who.Name+".creds")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v := &violations{}
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserCredentials(file), nats.MaxReconnects(-1),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { v.add(err) }))
+	if err != nil {
+		t.Fatalf("connect as %s %s: %v", who.Role, who.Name, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc, v
+}
+
+// TestServerEnforcesRoles runs the broker, an agent and an approver on an
+// operator-mode server, each with the credentials `broker creds` issues: the
+// round trip works, and the server itself refuses an agent publishing as
+// another agent, an approver answering as another principal, anyone but the
+// broker publishing a decision, and an agent cancelling another agent's
+// request; none of those reaches the stream.
+func TestServerEnforcesRoles(t *testing.T) {
+	a, made, err := creds.Init(filepath.Join(t.TempDir(), "keys"))
+	if err != nil || !made {
+		t.Fatalf("init: %v %v", made, err)
+	}
+	ns := testenv.OperatorServer(t, a.Embedded())
+	if _, err := nats.Connect(ns.ClientURL()); err == nil {
+		t.Fatal("a client without credentials connected")
+	}
+	brokerNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleBroker, Name: "broker-1"})
+	b, _ := runBroker(t, brokerNC, broker.Config{Name: "perms", Policy: mustPolicy(t, permsPolicy, "perms.yaml")})
+	js := newJS(t, brokerNC)
+
+	agentNC, agentV := connectAs(t, ns, a, creds.Identity{Role: creds.RoleAgent, Name: "coder"})
+	aliceNC, aliceV := connectAs(t, ns, a, creds.Identity{Role: creds.RoleApprover, Name: "alice"})
+	otherNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleAgent, Name: "other"})
+
+	// The round trip, each with its own credentials.
+	runApprover(t, aliceNC, "alice", "coder", func(_ context.Context, req handler.Request) (handler.Response, error) {
+		if req.Tool != "deploy" || string(req.Args) != `{"v":1}` {
+			return handler.Response{}, handler.ErrSkip
+		}
+		return handler.Response{Decision: events.Approve, Reason: "ok"}, nil
+	})
+	coder := newClient(t, agentNC, "coder")
+	d, err := coder.Request(testCtx(t, patience), handler.Request{Requested: events.Requested{Tool: "deploy", Args: json.RawMessage(`{"v":1}`), Timeout: events.Duration(time.Minute)}})
+	if err != nil || !d.Approved() || d.DecidedBy[0].Principal != "alice" {
+		t.Fatalf("round trip: %+v %v", d, err)
+	}
+
+	// A request of coder's that others try to touch.
+	victim := events.NewID()
+	req, _ := events.New(events.TypeRequested, victim, "agent/coder", events.Requested{Tool: "deploy", Args: json.RawMessage(`{"v":2}`), Timeout: events.Duration(time.Minute)})
+	h, body, _ := events.Encode(&req)
+	if _, err := newJS(t, agentNC).PublishMsg(testCtx(t, patience), &nats.Msg{Subject: events.RequestPrefix + "coder", Header: nats.Header(h), Data: body}); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, b, victim, broker.StatePending)
+
+	forged, _ := events.New(events.TypeDecided, "", "broker/evil", events.Decided{RequestID: victim, Outcome: events.Approved})
+	fh, fbody, _ := events.Encode(&forged)
+	answer, _ := events.New(events.TypeResponded, "", "approver/bob", events.Responded{Decision: events.Approve})
+	ah, abody, _ := events.Encode(&answer)
+	cancel, _ := events.New(events.TypeCancel, "", "agent/other", events.Cancel{Reason: "mine now"})
+	ch, cbody, _ := events.Encode(&cancel)
+	for _, c := range []struct {
+		what    string
+		nc      *nats.Conn
+		v       *violations
+		subject string
+		h       events.Header
+		body    []byte
+	}{
+		{"an agent asking as another", agentNC, agentV, events.RequestPrefix + "other", h, body},
+		{"an agent publishing a decision", agentNC, agentV, events.DecisionPrefix + victim, fh, fbody},
+		{"an approver publishing a decision", aliceNC, aliceV, events.DecisionPrefix + victim, fh, fbody},
+		{"an approver answering as another", aliceNC, aliceV, events.ResponsePrefix + "bob." + victim, ah, abody},
+		{"an approver asking", aliceNC, aliceV, events.RequestPrefix + "coder", h, body},
+		{"an agent answering", agentNC, agentV, events.ResponsePrefix + "alice." + victim, ah, abody},
+		{"an agent cancelling by id alone", agentNC, agentV, events.CancelPrefix + victim, ch, cbody},
+		{"an approver announcing another's presence", aliceNC, aliceV, "$KV." + events.PresenceBucket + ".bob.sdk", nil, []byte(`{"principal":"bob","channel":"sdk"}`)},
+		{"an approver deleting the broker's consumer", aliceNC, aliceV, "$JS.API.CONSUMER.DELETE.ASSENT.assent-broker-requests", nil, nil},
+		{"an agent reading the broker's consumer", agentNC, agentV, "$JS.API.CONSUMER.MSG.NEXT.ASSENT.assent-broker-requests", nil, []byte(`{"batch":1}`)},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			if err := c.nc.PublishMsg(&nats.Msg{Subject: c.subject, Header: nats.Header(c.h), Data: c.body}); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.nc.Flush()
+			c.v.wait(t, c.subject)
+		})
+	}
+	// Another agent cancelling coder's request on its own cancel subject:
+	// the server lets it publish there, the broker refuses it.
+	otherJS := newJS(t, otherNC)
+	if _, err := otherJS.PublishMsg(testCtx(t, patience), &nats.Msg{Subject: events.CancelPrefix + "other." + victim, Header: nats.Header(ch), Data: cbody}); err != nil {
+		t.Fatalf("cancel on its own subject: %v", err)
+	}
+	// ... and on coder's, the server refuses.
+	_, err = otherJS.PublishMsg(testCtx(t, 2*time.Second), &nats.Msg{Subject: events.CancelPrefix + "coder." + victim, Header: nats.Header(ch), Data: cbody})
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "ermission") && !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("cancel on another agent's subject: %v", err)
+	}
+	waitBrokerIdle(t, js)
+	if rec := waitState(t, b, victim, broker.StatePending); rec.Decision != nil {
+		t.Fatalf("the victim's request changed: %+v", rec.Decision)
+	}
+	if n := countDecisions(t, js, victim); n != 0 {
+		t.Fatalf("%d decisions on the stream for the untouched request", n)
+	}
+	// coder cancels its own, through the SDK (assent.cancel.coder.<id>).
+	if err := coder.Cancel(testCtx(t, patience), victim, "changed my mind"); err != nil {
+		t.Fatal(err)
+	}
+	if rec := waitState(t, b, victim, broker.StateCancelled); rec.Decision.DecidedBy[0].Principal != "agent/coder" {
+		t.Fatalf("cancelled by %+v", rec.Decision.DecidedBy)
+	}
+}
+
+// TestBotWithCredentials runs the approver bot (Slack, email, webhooks) with
+// the credentials `broker creds bot` issues, on an operator-mode server with
+// the agent and the broker on theirs: every channel shows requests, and an
+// answer through each decides as its principal.
+func TestBotWithCredentials(t *testing.T) {
+	a, _, err := creds.Init(filepath.Join(t.TempDir(), "keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.OperatorServer(t, a.Embedded())
+	brokerNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleBroker, Name: "broker-1"})
+	agentNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleAgent, Name: "coder"})
+	w := newChannelWorldOn(t, ns, brokerNC, agentNC, broker.Config{})
+	data, err := a.Issue(creds.Identity{Role: creds.RoleBot, Name: "bot-1", Principals: []string{"alice", "bob", "ci-bot"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.creds = filepath.Join(t.TempDir(), "bot.creds")
+	if err := os.WriteFile(w.creds, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bot := w.runBot(t, "bot")
+
+	// Slack: alice approves.
+	id, decided := w.ask(t, "slack")
+	m, _ := w.shown(t, id)
+	click := slacktest.Form(t, slacktest.Click("UALICE", "assent.approve", id, m))
+	if status, body := slacktest.Post(t, bot+slackch.InteractionsPath, click, slacktest.SignedHeader(itSlackSecret, time.Now(), click)); status != http.StatusOK {
+		t.Fatalf("click: %d %s", status, body)
+	}
+	if d := brokertest.Decision(t, decided); !d.Approved() || d.DecidedBy[0].Principal != "alice" {
+		t.Fatalf("Slack: %+v", d)
+	}
+	w.outcome(t, id, "alice via slack")
+	w.hooks.wait(t, id, events.TypeDecided)
+
+	// Email: bob denies.
+	id, decided = w.ask(t, "email")
+	_, mail := w.shown(t, id)
+	resp, err := http.PostForm(mail.Deny(t), url.Values{"reason": {"not today"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if d := brokertest.Decision(t, decided); d.Approved() || d.DecidedBy[0].Principal != "bob" {
+		t.Fatalf("email: %+v", d)
+	}
+
+	// Webhook: ci-bot approves.
+	id, decided = w.ask(t, "webhook")
+	w.shown(t, id)
+	body := []byte(`{"request_id":"` + id + `","decision":"approve"}`)
+	h := http.Header{"Content-Type": {"application/json"}}
+	now := time.Now()
+	h.Set(webhook.HeaderID, "msg-"+id)
+	h.Set(webhook.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+	h.Set(webhook.HeaderSignature, webhook.Sign(w.ciKey, "msg-"+id, now, body))
+	if r, err := doHTTPWith(testCtx(t, patience), http.MethodPost, bot+"/webhooks/in/ci", h, body); err != nil || r.status != http.StatusAccepted {
+		t.Fatalf("inbound webhook: %+v %v", r, err)
+	}
+	if d := brokertest.Decision(t, decided); !d.Approved() || d.DecidedBy[0].Principal != "ci-bot" {
+		t.Fatalf("webhook: %+v", d)
+	}
+}
+
+// TestEmbeddedTLS runs the broker process's embedded server over mutual TLS
+// and in operator mode: an agent with its credentials, the CA and a client
+// certificate gets its decision; without the certificate, or without TLS, it
+// cannot connect.
+func TestEmbeddedTLS(t *testing.T) {
+	certs := testcerts.New(t)
+	keys := filepath.Join(t.TempDir(), "keys")
+	a, _, err := creds.Init(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := startApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0",
+		NATSOperator: keys, NATSTLS: &natsembed.TLS{CertFile: certs.ServerCertFile, KeyFile: certs.ServerKey, ClientCAFile: certs.CAFile},
+		Broker: broker.Config{Mode: broker.ModeAutoApprove}})
+	data, err := a.Issue(creds.Identity{Role: creds.RoleAgent, Name: "coder"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "coder.creds")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url := strings.Replace(addrs.NATS, "nats://", "tls://", 1)
+	s := natsconn.Settings{URL: url, Creds: file, CAFile: certs.CAFile, CertFile: certs.ClientCertFile, KeyFile: certs.ClientKey}
+	nc, err := natsconn.Connect(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	d, err := newClient(t, nc, "coder").Request(testCtx(t, patience), handler.Request{Requested: events.Requested{Tool: "deploy"}})
+	if err != nil || !d.Approved() {
+		t.Fatalf("over mutual TLS: %+v %v", d, err)
+	}
+	for _, c := range []struct {
+		what string
+		s    natsconn.Settings
+	}{
+		{"no client certificate", natsconn.Settings{URL: url, Creds: file, CAFile: certs.CAFile}},
+		{"no TLS", natsconn.Settings{URL: addrs.NATS, Creds: file}},
+	} {
+		if nc, err := natsconn.Connect(c.s, nats.Timeout(5*time.Second)); err == nil {
+			nc.Close()
+			t.Errorf("%s: connected", c.what)
+		}
+	}
+	if r := call(t, http.MethodGet, addrs.HTTP+"/readyz", nil); r.status != http.StatusOK {
+		t.Fatalf("readyz: %d %s", r.status, r.body)
+	}
+}
+
+// TestChannelsSkipForgedDecision: with the broker signing its decisions and
+// the bot trusting its key, a decided event someone else publishes first
+// neither updates the Slack message nor reaches the webhook receiver; the
+// broker's own decision, after it, does both.
+func TestChannelsSkipForgedDecision(t *testing.T) {
+	key, err := events.NewDecisionKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := key.PublicKey()
+	ns := testenv.Server(t)
+	w := newChannelWorldOn(t, ns, testenv.Conn(t, ns), testenv.Conn(t, ns), broker.Config{DecisionKey: key})
+	w.trusted = []string{pub}
+	w.runBot(t, "bot")
+	id, decided := w.ask(t, "forged")
+	w.shown(t, id)
+
+	forged, _ := events.New(events.TypeDecided, "", "broker/evil", events.Decided{RequestID: id, Outcome: events.Approved, DecidedBy: []events.DecidedBy{{Principal: "mallory", Channel: "evil"}}})
+	mustPublish(t, w.js, events.DecisionPrefix+id, mustEncode(t, &forged), "")
+	approvalOf(t, call(t, http.MethodPost, w.api+"/v1/approvals/"+id+"/decision", `{"principal":"carol","decision":"deny","reason":"no"}`), http.StatusOK)
+	if d := brokertest.Decision(t, decided); d.Approved() || d.DecidedBy[0].Principal != "carol" {
+		t.Fatalf("the agent got %+v", d)
+	}
+	w.outcome(t, id, "carol via http")
+	got := w.hooks.wait(t, id, events.TypeDecided)
+	if m, _ := w.slack.Message(id); strings.Contains(m.Blocks, "mallory") {
+		t.Fatalf("the Slack message shows the forgery: %s", m.Blocks)
+	}
+	if n := len(w.hooks.events(id, events.TypeDecided)); n != 1 || strings.Contains(string(got.Data), "mallory") {
+		t.Fatalf("the webhook got %d decided events, the first %s", n, got.Data)
+	}
+}
+
+// mustEncode encodes e in structured mode.
+func mustEncode(t *testing.T, e *events.Event) []byte {
+	t.Helper()
+	_, body, err := events.Encode(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}

@@ -1,0 +1,71 @@
+package app_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/jwt/v2"
+)
+
+// TestCLICreds: `broker creds init` makes the authority once; `creds agent`,
+// `approver`, `bot` and `broker` issue credentials files whose user JWTs
+// carry their role's permissions; `creds server-config` prints a
+// configuration; mistakes say what to do.
+func TestCLICreds(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "keys")
+	code, out, errOut := run(t, "creds", "init", "--dir", dir)
+	if code != 0 || !strings.Contains(out, "credentials authority made in "+dir) {
+		t.Fatalf("init: %d %s %s", code, out, errOut)
+	}
+	if code, out, _ = run(t, "creds", "init", "--dir", dir); code != 0 || !strings.Contains(out, "already there") {
+		t.Fatalf("init again: %d %s", code, out)
+	}
+
+	file := filepath.Join(t.TempDir(), "coder.creds")
+	if code, _, errOut = run(t, "creds", "agent", "coder", "--dir", dir, "--out", file, "--expires", "1h"); code != 0 || !strings.Contains(errOut, "written to "+file) {
+		t.Fatalf("agent: %d %s", code, errOut)
+	}
+	fi, err := os.Stat(file)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("credentials file: %v %v", fi, err)
+	}
+	data, _ := os.ReadFile(file)
+	token, err := jwt.ParseDecoratedJWT(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uc, err := jwt.DecodeUserClaims(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !uc.Pub.Allow.Contains("assent.request.coder") || uc.Pub.Allow.Contains("assent.decision.>") || uc.Expires == 0 {
+		t.Fatalf("agent coder's JWT: pub %v, expires %d", uc.Pub.Allow, uc.Expires)
+	}
+
+	code, out, _ = run(t, "creds", "bot", "slack-bot", "--principals", "alice,bob", "--dir", dir)
+	if code != 0 || !strings.Contains(out, "-----BEGIN NATS USER JWT-----") || !strings.Contains(out, "SEED") {
+		t.Fatalf("bot to stdout: %d %s", code, out)
+	}
+	code, out, _ = run(t, "creds", "server-config", "--dir", dir, "--listen", "0.0.0.0:4222")
+	if code != 0 || !strings.Contains(out, "resolver: MEMORY") || !strings.Contains(out, `listen: "0.0.0.0:4222"`) {
+		t.Fatalf("server-config: %d %s", code, out)
+	}
+
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"creds", "agent", "coder"}, 2, "--dir"},
+		{[]string{"creds", "agent", "co.der", "--dir", dir}, 1, "agent name"},
+		{[]string{"creds", "bot", "b", "--dir", dir}, 1, "at least one"},
+		{[]string{"creds", "approver", "alice", "--dir", t.TempDir()}, 1, "broker creds init --dir"},
+	} {
+		code, _, errOut := run(t, c.args...)
+		if code != c.code || !strings.Contains(errOut, c.want) {
+			t.Errorf("%q: exit %d, stderr %s; want %d and %q", c.args, code, errOut, c.code, c.want)
+		}
+	}
+}

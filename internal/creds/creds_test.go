@@ -1,0 +1,116 @@
+package creds_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/assent-dev/assent/internal/creds"
+)
+
+// TestServerConfig: `broker creds server-config` output is a configuration
+// nats-server's own parser takes; a server started from it admits an issued
+// credential, bound by its permissions, and refuses a client without one.
+func TestServerConfig(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "keys")
+	a, made, err := creds.Init(dir)
+	if err != nil || !made {
+		t.Fatalf("init: %v %v", made, err)
+	}
+	for _, f := range []string{"operator.nk", "sys.nk", "assent.nk"} {
+		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v %v, want mode 0600", f, fi.Mode(), err)
+		}
+	}
+	again, made, err := creds.Init(dir)
+	if err != nil || made || again.Account != a.Account {
+		t.Fatalf("init again: made %v, account %s (was %s), %v", made, again.Account, a.Account, err)
+	}
+
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	src := a.ServerConfig(creds.ServerOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), Name: "assent-test"})
+	if err := os.WriteFile(conf, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatalf("nats-server refuses the configuration: %v\n%s", err, src)
+	}
+	opts.NoSigs = true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	if nc, err := nats.Connect(s.ClientURL()); err == nil {
+		nc.Close()
+		t.Fatal("a client without credentials connected")
+	}
+	file := filepath.Join(t.TempDir(), "coder.creds")
+	data, err := a.Issue(creds.Identity{Role: creds.RoleAgent, Name: "coder"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 4)
+	nc, err := nats.Connect(s.ClientURL(), nats.UserCredentials(file), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	if err != nil {
+		t.Fatalf("connect with issued credentials: %v", err)
+	}
+	defer nc.Close()
+	if err := nc.Publish("assent.decision.x", nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errs:
+		if !strings.Contains(err.Error(), "Permissions Violation for Publish to \"assent.decision.x\"") {
+			t.Fatalf("error: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server took an agent's decision")
+	}
+}
+
+// TestPermissionsRefuseBadIdentities: names must be subject tokens, roles
+// known, and a bot must name its principals.
+func TestPermissionsRefuseBadIdentities(t *testing.T) {
+	for _, c := range []struct {
+		who  creds.Identity
+		want string
+	}{
+		{creds.Identity{Role: creds.RoleAgent, Name: "a.b"}, "agent name"},
+		{creds.Identity{Role: creds.RoleApprover, Name: ">"}, "approver name"},
+		{creds.Identity{Role: creds.RoleBot, Name: "bot"}, "at least one"},
+		{creds.Identity{Role: creds.RoleBot, Name: "bot", Principals: []string{"al*ce"}}, "principal"},
+		{creds.Identity{Role: "admin", Name: "x"}, `role "admin"`},
+	} {
+		if _, err := c.who.Permissions(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want %q", c.who, err, c.want)
+		}
+	}
+	p, err := creds.Identity{Role: creds.RoleApprover, Name: "alice"}.Permissions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Pub.Allow.Contains("assent.response.alice.>") || p.Pub.Allow.Contains("assent.response.>") || p.Pub.Allow.Contains("assent.decision.>") {
+		t.Fatalf("approver alice may publish %v", p.Pub.Allow)
+	}
+}
+
+func TestOpenMissing(t *testing.T) {
+	_, err := creds.Open(t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "broker creds init --dir") {
+		t.Fatalf("open an empty dir: %v", err)
+	}
+}

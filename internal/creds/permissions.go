@@ -1,0 +1,173 @@
+package creds
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/jwt/v2"
+
+	"github.com/assent-dev/assent/internal/channels/email"
+	"github.com/assent-dev/assent/internal/channels/webhook"
+	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/handler"
+)
+
+// Role is what a credential is for.
+type Role string
+
+// The roles of DESIGN section 6.
+const (
+	// RoleAgent asks: it publishes its own requests and cancels, and reads
+	// decisions.
+	RoleAgent Role = "agent"
+	// RoleApprover answers as one principal: the approver runtime of
+	// pkg/handler, or `approver-bot cli`.
+	RoleApprover Role = "approver"
+	// RoleBot is an approver bot: it answers as each principal its channels
+	// map, and keeps its channels' buckets and webhook log.
+	RoleBot Role = "bot"
+	// RoleBroker runs the broker: it alone publishes decisions.
+	RoleBroker Role = "broker"
+)
+
+// Roles lists the roles, for messages.
+var Roles = []Role{RoleAgent, RoleApprover, RoleBot, RoleBroker}
+
+// Identity is who a credential is issued to.
+type Identity struct {
+	Role Role
+	// Name is the agent (RoleAgent), the principal (RoleApprover), or a
+	// name for the bot or broker (it names the user in the server's logs).
+	Name string
+	// Principals are the principals a bot answers as (RoleBot).
+	Principals []string
+	// Expires, if set, is when the credential stops working (Unix seconds).
+	Expires int64
+}
+
+// Permissions are the subjects who may publish on and subscribe to: exactly
+// what its role needs of the wire contract and of JetStream's API, and
+// nothing of another agent's, principal's or the broker's.
+func (who Identity) Permissions() (jwt.Permissions, error) {
+	if err := events.CheckToken(string(who.Role)+" name", who.Name); err != nil && who.Role != RoleBroker && who.Role != RoleBot {
+		return jwt.Permissions{}, err
+	}
+	var p perms
+	switch who.Role {
+	case RoleBroker:
+		// The broker owns the stream, its buckets and its consumers.
+		p.pub(">")
+		p.sub(">")
+		return p.jwt(), nil
+	case RoleAgent:
+		p.agent(who.Name)
+	case RoleApprover:
+		p.approver(who.Name)
+	case RoleBot:
+		if len(who.Principals) == 0 {
+			return jwt.Permissions{}, errors.New("a bot answers as the principals its channels map: name at least one")
+		}
+		for _, pr := range who.Principals {
+			if err := events.CheckToken("principal", pr); err != nil {
+				return jwt.Permissions{}, err
+			}
+			p.approver(pr)
+		}
+		for _, b := range []string{handler.ChannelBucket, email.LinkBucket, webhook.SeenBucket} {
+			p.bucket(b, true)
+		}
+		p.stream(webhook.LogStream, true)
+		p.pub(webhook.LogSubjectPrefix + ">")
+	default:
+		return jwt.Permissions{}, fmt.Errorf("role %q: want one of %v", who.Role, Roles)
+	}
+	return p.jwt(), nil
+}
+
+// perms collects allowed subjects.
+type perms struct{ pubs, subs []string }
+
+func (p *perms) pub(s ...string) {
+	for _, x := range s {
+		if !slices.Contains(p.pubs, x) {
+			p.pubs = append(p.pubs, x)
+		}
+	}
+}
+
+func (p *perms) sub(s ...string) {
+	for _, x := range s {
+		if !slices.Contains(p.subs, x) {
+			p.subs = append(p.subs, x)
+		}
+	}
+}
+
+func (p *perms) jwt() jwt.Permissions {
+	var out jwt.Permissions
+	out.Pub.Allow.Add(p.pubs...)
+	out.Sub.Allow.Add(p.subs...)
+	return out
+}
+
+// client is what every client of the contract needs: replies to its
+// requests (JetStream API answers and publish acknowledgements come to its
+// inbox), the stream's info and reads, decisions and rejections as they
+// happen, and the request state bucket (deadlines and digests).
+func (p *perms) client() {
+	p.sub("_INBOX.>", events.DecisionPrefix+"*", events.RejectionPrefix+"*")
+	p.pub("$JS.API.INFO")
+	p.stream(handler.StreamName, false)
+	p.bucket(events.StateBucket, false)
+}
+
+// agent may publish its own requests and cancels only.
+func (p *perms) agent(name string) {
+	p.client()
+	p.pub(events.RequestPrefix+name, events.CancelPrefix+name+".>")
+}
+
+// approver may answer as principal only, read the stream through consumers
+// (making, reading and acknowledging them; not deleting any), and announce
+// its own presence only.
+func (p *perms) approver(principal string) {
+	p.client()
+	p.pub(events.ResponsePrefix + principal + ".>")
+	name := handler.StreamName
+	p.pub("$JS.API.CONSUMER.CREATE."+name, "$JS.API.CONSUMER.CREATE."+name+".>", "$JS.API.CONSUMER.DURABLE.CREATE."+name+".>",
+		"$JS.API.CONSUMER.INFO."+name+".>", "$JS.API.CONSUMER.MSG.NEXT."+name+".>", "$JS.ACK."+name+".>", "$JS.FC."+name+".>")
+	p.pub("$JS.API.STREAM.INFO.KV_"+events.PresenceBucket, "$KV."+events.PresenceBucket+"."+principal+".>")
+}
+
+// stream grants reading stream name (info, single messages), and with admin
+// managing it (create, update, info, delete, purge) and its consumers: for
+// the buckets and streams a bot owns.
+// Subjects are kept few and short: a user JWT travels in the CONNECT line,
+// which servers bound (max_control_line).
+func (p *perms) stream(name string, admin bool) {
+	p.pub("$JS.API.STREAM.MSG.GET."+name, "$JS.API.DIRECT.GET."+name, "$JS.API.DIRECT.GET."+name+".>")
+	if !admin {
+		p.pub("$JS.API.STREAM.INFO." + name)
+		return
+	}
+	p.pub("$JS.API.STREAM.*." + name)
+	p.consumers(name)
+}
+
+// consumers grants managing the consumers of stream name, durable and
+// ordered: CREATE, INFO, DELETE (one token before the stream), MSG.NEXT and
+// DURABLE.CREATE (two), flow control and acks.
+func (p *perms) consumers(name string) {
+	p.pub("$JS.API.CONSUMER.*."+name, "$JS.API.CONSUMER.*."+name+".>", "$JS.API.CONSUMER.*.*."+name+".>",
+		"$JS.ACK."+name+".>", "$JS.FC."+name+".>")
+}
+
+// bucket grants reading key-value bucket name, and with write putting,
+// deleting and making it.
+func (p *perms) bucket(name string, write bool) {
+	p.stream("KV_"+name, write)
+	if write {
+		p.pub("$KV." + name + ".>")
+	}
+}
