@@ -355,3 +355,106 @@ func mustEncode(t *testing.T, e *events.Event) []byte {
 	}
 	return body
 }
+
+// connectPrivate connects as agent with --private credentials and its own
+// inbox prefix.
+func connectPrivate(t *testing.T, ns *testenv.NATS, a *creds.Authority, agent string) (*nats.Conn, *violations) {
+	t.Helper()
+	data, err := a.Issue(creds.Identity{Role: creds.RoleAgent, Name: agent, Private: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), agent+".creds")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v := &violations{}
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserCredentials(file), nats.CustomInboxPrefix(handler.PrivateInbox(agent)),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { v.add(err) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc, v
+}
+
+// TestPrivateReads: agents with --private credentials get their own
+// decisions (live, and looked up after the fact) through the broker, and the
+// server refuses them another agent's: the stream, the public decision
+// subjects, another agent's private subjects; the broker answers a lookup of
+// another agent's request as unknown.
+func TestPrivateReads(t *testing.T) {
+	a, _, err := creds.Init(filepath.Join(t.TempDir(), "keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.OperatorServer(t, a.Embedded())
+	brokerNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleBroker, Name: "broker-1"})
+	b, _ := runBroker(t, brokerNC, broker.Config{Name: "private", Policy: mustPolicy(t, permsPolicy, "perms.yaml")})
+	aliceNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleApprover, Name: "alice"})
+	runApprover(t, aliceNC, "alice", "coder", func(_ context.Context, req handler.Request) (handler.Response, error) {
+		return handler.Response{Decision: events.Approve, Reason: "fine"}, nil
+	})
+	coderNC, coderV := connectPrivate(t, ns, a, "coder")
+	otherNC, otherV := connectPrivate(t, ns, a, "other")
+
+	if _, err := handler.NewClient(otherNC, handler.Config{Agent: "coder", Private: true}); err == nil || !strings.Contains(err.Error(), "inbox prefix _INBOX_coder") {
+		t.Fatalf("a Private client on another agent's inbox: %v", err)
+	}
+	coder, err := handler.NewClient(coderNC, handler.Config{Agent: "coder", Private: true, Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := coder.Request(testCtx(t, patience), handler.Request{Requested: events.Requested{Tool: "deploy", Args: json.RawMessage(`{"v":1}`), Timeout: events.Duration(time.Minute)}})
+	if err != nil || !d.Approved() || d.DecidedBy[0].Principal != "alice" {
+		t.Fatalf("private round trip: %+v %v", d, err)
+	}
+	// Looked up after the fact, and a retry by id gets the same decision.
+	got, ok, err := coder.Decision(testCtx(t, patience), d.RequestID)
+	if err != nil || !ok || got.DecidedAt != d.DecidedAt {
+		t.Fatalf("Decision by lookup: %+v %v %v", got, ok, err)
+	}
+	again, err := coder.Request(testCtx(t, patience), handler.Request{ID: d.RequestID, Requested: events.Requested{Tool: "deploy", Args: json.RawMessage(`{"v":1}`), Timeout: events.Duration(time.Minute)}})
+	if err != nil || again.DecidedAt != d.DecidedAt {
+		t.Fatalf("retry by id: %+v %v", again, err)
+	}
+	waitState(t, b, d.RequestID, broker.StateApproved)
+
+	// other, for coder's request: the broker says unknown...
+	m, err := otherNC.Request(events.PrivatePrefix+"other.lookup."+d.RequestID, nil, patience)
+	if err != nil || m.Header.Get(events.LookupStatus) != events.LookupUnknown || len(m.Data) != 0 {
+		t.Fatalf("other's lookup of coder's request: %v %v", m, err)
+	}
+	// ... and the server refuses the rest.
+	if err := otherNC.Publish(events.PrivatePrefix+"coder.lookup."+d.RequestID, nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = otherNC.Flush()
+	otherV.wait(t, events.PrivatePrefix+"coder.lookup."+d.RequestID)
+	if err := otherNC.Publish("$JS.API.STREAM.MSG.GET.ASSENT", []byte(`{"last_by_subj":"assent.decision.`+d.RequestID+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	_ = otherNC.Flush()
+	otherV.wait(t, "$JS.API.STREAM.MSG.GET.ASSENT")
+	for _, subj := range []string{events.DecisionPrefix + d.RequestID, events.PrivatePrefix + "coder.decided." + d.RequestID} {
+		if _, err := otherNC.SubscribeSync(subj); err != nil {
+			t.Fatal(err)
+		}
+		_ = otherNC.Flush()
+		eventually(t, patience, func() (bool, string) {
+			otherV.mu.Lock()
+			defer otherV.mu.Unlock()
+			for _, e := range otherV.errs {
+				if strings.Contains(e, "Permissions Violation for Subscription") && strings.Contains(e, subj) {
+					return true, ""
+				}
+			}
+			return false, "no subscription violation for " + subj
+		})
+	}
+	coderV.mu.Lock()
+	defer coderV.mu.Unlock()
+	if len(coderV.errs) > 0 {
+		t.Fatalf("coder's own reads were refused: %v", coderV.errs)
+	}
+}

@@ -16,6 +16,9 @@ import (
 func credsCommands() []*command {
 	issue := func(role creds.Role, arg, about string) *command {
 		synopsis := arg + " --dir DIR [--out FILE] [--expires DURATION]"
+		if role == creds.RoleAgent {
+			synopsis = arg + " --dir DIR [--private] [--out FILE] [--expires DURATION]"
+		}
 		if role == creds.RoleBot {
 			synopsis = arg + " --principals P,Q --dir DIR [--out FILE] [--expires DURATION]"
 		}
@@ -32,12 +35,16 @@ func credsCommands() []*command {
 				if role == creds.RoleBot {
 					principals = fs.String("principals", "", "the `principals` the bot's channels answer as, comma-separated")
 				}
+				private := new(bool)
+				if role == creds.RoleAgent {
+					private = fs.Bool("private", false, "the agent reads its own decisions only, through the broker (the SDK's Config.Private; docs/security.md)")
+				}
 				return func(_ context.Context, c CLI, args []string) error {
 					a, err := creds.Open(*dir)
 					if err != nil {
 						return err
 					}
-					who := creds.Identity{Role: role, Name: args[0]}
+					who := creds.Identity{Role: role, Name: args[0], Private: *private}
 					if principals != nil && *principals != "" {
 						who.Principals = strings.Split(*principals, ",")
 					}
@@ -89,7 +96,8 @@ nats-server with the configuration "broker creds server-config" prints.`,
 		},
 		issue(creds.RoleAgent, "AGENT", `Issues credentials for AGENT: it may publish its own requests
 (assent.request.AGENT) and cancels (assent.cancel.AGENT.>), and read
-decisions; nothing else. docs/security.md lists every subject.`),
+decisions; nothing else. With --private it reads only its own decisions,
+through the broker. docs/security.md lists every subject.`),
 		issue(creds.RoleApprover, "PRINCIPAL", `Issues credentials for an approver answering as PRINCIPAL: it may publish
 answers on assent.response.PRINCIPAL.> only, read pending requests through its
 own consumers, and announce its presence.`),

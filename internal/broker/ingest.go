@@ -151,8 +151,11 @@ func (b *Broker) rejectConflict(ctx context.Context, id string, req events.Reque
 	if err != nil {
 		return err
 	}
-	_, err = b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("rejected-%d", o.seq)))
-	return err
+	if _, err = b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("rejected-%d", o.seq))); err != nil {
+		return err
+	}
+	b.copyToAgent(req.Agent, "rejected", id, msg)
+	return nil
 }
 
 // await starts a pending request's wait: local timer, durable schedule, and

@@ -198,11 +198,16 @@ func (b *Broker) complete(ctx context.Context, r *Record, o origin) error {
 // the same event (an earlier attempt whose acknowledgement was lost) or one
 // this broker did not make, and ErrForgedDecision is returned. A broker that
 // signs its decisions publishes after a forgery instead (publishSigned).
-func (b *Broker) publishDecision(ctx context.Context, r *Record, msg *nats.Msg) error {
+func (b *Broker) publishDecision(ctx context.Context, r *Record, msg *nats.Msg) (err error) {
+	defer func() {
+		if err == nil {
+			b.copyToAgent(r.Request.Agent, "decided", r.ID, msg)
+		}
+	}()
 	if b.signer != nil {
 		return b.publishSigned(ctx, r, msg)
 	}
-	_, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(0))
+	_, err = b.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	if !isWrongLastSeq(err) {
 		return err
 	}

@@ -18,8 +18,8 @@ func TestSecurityDocPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := regexp.MustCompile("(?s)```permissions ([a-z-]+) (\\S+)\n(.*?)```").FindAllStringSubmatch(string(doc), -1)
-	if len(blocks) != 3 {
-		t.Fatalf("docs/security.md has %d permissions blocks, want 3", len(blocks))
+	if len(blocks) != 4 {
+		t.Fatalf("docs/security.md has %d permissions blocks, want 4", len(blocks))
 	}
 	lines := func(pub, sub []string) []string {
 		var out []string
@@ -38,8 +38,12 @@ func TestSecurityDocPermissions(t *testing.T) {
 		slices.Sort(listed)
 		var want []string
 		switch role {
-		case "agent", "approver":
-			p, err := creds.Identity{Role: creds.Role(role), Name: name}.Permissions()
+		case "agent", "approver", "private-agent":
+			who := creds.Identity{Role: creds.Role(role), Name: name}
+			if role == "private-agent" {
+				who = creds.Identity{Role: creds.RoleAgent, Name: name, Private: true}
+			}
+			p, err := who.Permissions()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -44,6 +44,10 @@ type Identity struct {
 	Principals []string
 	// Expires, if set, is when the credential stops working (Unix seconds).
 	Expires int64
+	// Private (RoleAgent) keeps the agent from reading any other agent's
+	// decisions: it reads its own through assent-private.<agent>.> and its
+	// own inbox (_INBOX_<agent>), not the stream (handler.Config.Private).
+	Private bool
 }
 
 // Permissions are the subjects who may publish on and subscribe to: exactly
@@ -61,6 +65,10 @@ func (who Identity) Permissions() (jwt.Permissions, error) {
 		p.sub(">")
 		return p.jwt(), nil
 	case RoleAgent:
+		if who.Private {
+			p.privateAgent(who.Name)
+			break
+		}
 		p.agent(who.Name)
 	case RoleApprover:
 		p.approver(who.Name)
@@ -126,6 +134,14 @@ func (p *perms) client() {
 func (p *perms) agent(name string) {
 	p.client()
 	p.pub(events.RequestPrefix+name, events.CancelPrefix+name+".>")
+}
+
+// privateAgent may publish its own requests and cancels, and read only what
+// is its own: its decisions and rejections, copied to its private subjects,
+// and the broker's answers to its lookups, in its own inbox.
+func (p *perms) privateAgent(name string) {
+	p.pub(events.RequestPrefix+name, events.CancelPrefix+name+".>", events.PrivatePrefix+name+".lookup.>")
+	p.sub(handler.PrivateInbox(name)+".>", events.PrivatePrefix+name+".>")
 }
 
 // approver may answer as principal only, read the stream through consumers

@@ -230,3 +230,43 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "..."
 }
+
+// Private reads. An agent whose credentials keep it from reading other
+// agents' decisions (broker creds agent NAME --private) reads its own
+// through subjects under PrivatePrefix, which are not stored: the broker
+// sends a copy of each decision and rejection to
+// assent-private.<agent>.decided.<id> and .rejected.<id>, and answers a
+// request on assent-private.<agent>.lookup.<id> with what it stored of the
+// agent's request id. docs/protocol.md, "Private reads".
+const PrivatePrefix = "assent-private."
+
+// Headers of a lookup's answer: LookupStatus is LookupDecided (the body and
+// other headers are the stored decided event), LookupPending or
+// LookupUnknown (no request id of this agent); LookupDeadline (RFC 3339) and
+// LookupRequestDigest are set for a stored request.
+const (
+	LookupStatus        = "Assent-Lookup"
+	LookupDeadline      = "Assent-Deadline"
+	LookupRequestDigest = "Assent-Request-Digest"
+
+	LookupDecided = "decided"
+	LookupPending = "pending"
+	LookupUnknown = "unknown"
+)
+
+// PrivateSubject is assent-private.<agent>.<kind>.<id>, kind one of
+// "decided", "rejected" and "lookup".
+func PrivateSubject(agent, kind, id string) (string, error) {
+	if err := CheckToken("agent", agent); err != nil {
+		return "", err
+	}
+	if err := CheckToken("request id", id); err != nil {
+		return "", err
+	}
+	switch kind {
+	case "decided", "rejected", "lookup":
+	default:
+		return "", fmt.Errorf("%w: private subject kind %q (want decided, rejected or lookup)", ErrBadSubject, kind)
+	}
+	return PrivatePrefix + agent + "." + kind + "." + id, nil
+}

@@ -72,9 +72,19 @@ type Config struct {
 	// permissions let anyone publish on assent.decision.<id>, whoever
 	// publishes there first decides.
 	TrustedKeys []string
+	// Private reads decisions through the agent's own subjects
+	// (events.PrivatePrefix) and asks the broker for what it stored, instead
+	// of reading the stream: for credentials that keep an agent from reading
+	// other agents' decisions (broker creds agent NAME --private). It needs
+	// Agent, and a connection whose inbox prefix is "_INBOX_<Agent>"
+	// (nats.CustomInboxPrefix), the only inbox such credentials read.
+	Private bool
 	// Logger; nil logs nothing.
 	Logger *zap.Logger
 }
+
+// PrivateInbox is the inbox prefix of agent's connection with Config.Private.
+func PrivateInbox(agent string) string { return "_INBOX_" + agent }
 
 // Client asks for approvals. It is safe for concurrent use.
 type Client struct {
@@ -103,6 +113,14 @@ func NewClient(nc *nats.Conn, cfg Config) (*Client, error) {
 	}
 	if cfg.DefaultTimeout < 0 {
 		return nil, errors.New("handler: negative DefaultTimeout")
+	}
+	if cfg.Private {
+		if cfg.Agent == "" {
+			return nil, errors.New("handler: Private needs Agent: the agent whose own subjects it reads")
+		}
+		if want := PrivateInbox(cfg.Agent); nc.Opts.InboxPrefix != want {
+			return nil, fmt.Errorf("handler: Private needs a connection with inbox prefix %s: connect with nats.CustomInboxPrefix(%q)", want, want)
+		}
 	}
 	var trusted *events.TrustedKeys
 	if len(cfg.TrustedKeys) > 0 {
@@ -157,6 +175,9 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 	if err := req.Validate(); err != nil {
 		return Decision{}, err
 	}
+	if c.cfg.Private && req.Agent != c.cfg.Agent {
+		return Decision{}, fmt.Errorf("handler: a Private client asks as agent %s only, not %s", c.cfg.Agent, req.Agent)
+	}
 	digest, err := events.RequestDigest(req.Requested)
 	if err != nil {
 		return Decision{}, err
@@ -172,6 +193,14 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 	rejSubj, err := events.RejectionSubject(req.ID)
 	if err != nil {
 		return Decision{}, err
+	}
+	if c.cfg.Private {
+		if decSubj, err = events.PrivateSubject(req.Agent, "decided", req.ID); err != nil {
+			return Decision{}, err
+		}
+		if rejSubj, err = events.PrivateSubject(req.Agent, "rejected", req.ID); err != nil {
+			return Decision{}, err
+		}
 	}
 	source := c.cfg.Source
 	if source == "" {
@@ -355,6 +384,9 @@ func (c *Client) Decision(ctx context.Context, id string) (Decision, bool, error
 // decision is Decision that also checks the decision is about the request
 // with digest, when digest is set.
 func (c *Client) decision(ctx context.Context, id, digest string) (Decision, bool, error) {
+	if c.cfg.Private {
+		return c.privateDecision(ctx, id, digest)
+	}
 	subj, err := events.DecisionSubject(id)
 	if err != nil {
 		return Decision{}, false, err
@@ -398,6 +430,13 @@ type stored struct {
 // the request it stored, from its state entry; zero when the broker has not
 // stored the request yet.
 func (c *Client) state(ctx context.Context, id string) (stored, error) {
+	if c.cfg.Private {
+		m, err := c.lookup(ctx, id)
+		if err != nil {
+			return stored{}, err
+		}
+		return storedOf(m), nil
+	}
 	c.mu.Lock()
 	s := c.stateStream
 	c.mu.Unlock()
@@ -544,4 +583,57 @@ func check(d Decision, id, digest string) error {
 // already.
 func serverCodec(nc *nats.Conn) events.Codec {
 	return events.Codec{MaxSize: max(int(nc.MaxPayload()), events.DefaultMaxEventSize)}
+}
+
+// lookup asks the broker what it stored of this client's agent's request id
+// (Config.Private).
+func (c *Client) lookup(ctx context.Context, id string) (*nats.Msg, error) {
+	subj, err := events.PrivateSubject(c.cfg.Agent, "lookup", id)
+	if err != nil {
+		return nil, err
+	}
+	m, err := c.nc.RequestWithContext(ctx, subj, nil)
+	if err != nil {
+		return nil, fmt.Errorf("look up %s: %w", id, err)
+	}
+	switch st := m.Header.Get(events.LookupStatus); st {
+	case events.LookupDecided, events.LookupPending, events.LookupUnknown:
+		return m, nil
+	default:
+		return nil, fmt.Errorf("look up %s: the broker answered %q", id, st)
+	}
+}
+
+// storedOf reads a lookup's deadline and request digest.
+func storedOf(m *nats.Msg) stored {
+	var st stored
+	st.Deadline, _ = time.Parse(time.RFC3339Nano, m.Header.Get(events.LookupDeadline))
+	st.RequestDigest = m.Header.Get(events.LookupRequestDigest)
+	return st
+}
+
+// privateDecision is decision through a lookup (Config.Private).
+func (c *Client) privateDecision(ctx context.Context, id, digest string) (Decision, bool, error) {
+	m, err := c.lookup(ctx, id)
+	if err != nil || m.Header.Get(events.LookupStatus) != events.LookupDecided {
+		return Decision{}, false, err
+	}
+	h := nats.Header{}
+	for k, v := range m.Header {
+		if k != events.LookupStatus && k != events.LookupDeadline && k != events.LookupRequestDigest {
+			h[k] = v
+		}
+	}
+	d, err := c.read(h, m.Data)
+	if err != nil && c.trusted != nil {
+		c.log.Warn("the broker's answer holds a decided event no trusted key signed", zap.String("request_id", id), zap.Error(err))
+		return Decision{}, false, nil
+	}
+	if err == nil {
+		err = check(d, id, digest)
+	}
+	if err != nil {
+		return Decision{}, false, err
+	}
+	return d, true, nil
 }
