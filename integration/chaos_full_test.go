@@ -1,0 +1,8 @@
+//go:build chaos
+
+package integration
+
+// defaultChaosRequests is TestChaos's full size, with -tags chaos:
+//
+//	go test ./integration -run TestChaos -tags chaos -v -timeout 60m
+const defaultChaosRequests = 10000

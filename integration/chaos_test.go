@@ -1,0 +1,1332 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/time/rate"
+
+	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/clustertest"
+	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/handler"
+	"github.com/assent-dev/assent/pkg/policy"
+)
+
+// TestChaos's knobs. The default size is 1,000 requests (CI); -tags chaos
+// makes it 10,000, as does -chaos.requests=10000.
+var (
+	chaosRequests  = flag.Int("chaos.requests", defaultChaosRequests, "TestChaos: requests in the load")
+	chaosRate      = flag.Float64("chaos.rate", 40, "TestChaos: requests started per second")
+	chaosInFlight  = flag.Int("chaos.inflight", 256, "TestChaos: requests waiting for a decision at once, at most")
+	chaosReplicas  = flag.Int("chaos.replicas", 3, "TestChaos: broker replicas (processes); the last one reaches NATS through the fault proxy")
+	chaosKillEvery = flag.Duration("chaos.kill-every", 3*time.Second, "TestChaos: how often a broker replica is SIGKILLed and restarted")
+	chaosNodeEvery = flag.Duration("chaos.node-every", time.Minute, "TestChaos: how often a NATS node is stopped (first after 5s) and restarted")
+	chaosSettle    = flag.Duration("chaos.settle", 2*time.Second, "TestChaos: how long after a remembered approval its session's next requests are made")
+	chaosSeed      = flag.Uint64("chaos.seed", 0, "TestChaos: seed of the load's plan (0: from the clock)")
+	chaosLogs      = flag.String("chaos.logs", "", "TestChaos: keep the replicas' and clients' logs in this directory")
+	chaosStrict    = flag.Bool("chaos.strict", false, "TestChaos: fail on every timeout later than 2s and every remembered choice not honoured, not only past the known defects' bounds (docs/testing.md)")
+)
+
+// chaosLateBound is how late a timeout may fire without -chaos.strict: the
+// known causes of lateness past 2s (docs/testing.md, "Known defects": a
+// JetStream leader election after a node stops, a deadline whose replica
+// is cut off) stay well within it; only a lost timer would not.
+const chaosLateBound = 15 * time.Second
+
+// The kinds of request in the chaos load.
+type chaosKind string
+
+const (
+	kindAuto       chaosKind = "auto"       // allowed by a rule
+	kindApprove    chaosKind = "approve"    // approved by a person
+	kindDeny       chaosKind = "deny"       // denied by a person
+	kindEdit       chaosKind = "edit"       // approved by a person with edited args
+	kindTimeout    chaosKind = "timeout"    // nobody answers: expired at its deadline
+	kindCancel     chaosKind = "cancel"     // the agent stops waiting: cancelled
+	kindRemember   chaosKind = "remember"   // approved by a person who says "remember for this session"
+	kindRemembered chaosKind = "remembered" // a later request of that session: decided by the grant
+)
+
+var chaosKinds = []chaosKind{kindAuto, kindApprove, kindDeny, kindEdit, kindTimeout, kindCancel, kindRemember, kindRemembered}
+
+// chaosMix is the load's make-up per 100 requests; each remember is followed
+// by chaosFollowers remembered requests in its session.
+var chaosMix = map[chaosKind]int{kindAuto: 20, kindApprove: 14, kindDeny: 10, kindEdit: 10, kindTimeout: 10, kindCancel: 11, kindRemember: 5}
+
+const chaosFollowers = 4
+
+// chaosPolicy has a rule per kind; ops (alice and bob) answer. The tools say
+// what the approvers' handler does: approve deploy, deny drop_table, edit
+// transfer, approve write_file and remember it for the session, and leave
+// nightly_job and long_migration unanswered.
+const chaosPolicy = `version: 1
+mode: manual
+principals:
+  alice: {roles: [ops]}
+  bob:   {roles: [ops]}
+defaults:
+  timeout: 2m
+  rememberable: false
+rules:
+  - name: auto-read
+    tools: ["read_*"]
+    action: allow
+  - name: deploys
+    tools: [deploy]
+    action: require_approval
+    approvers: ["role:ops"]
+  - name: drops
+    tools: [drop_table]
+    action: require_approval
+    approvers: ["role:ops"]
+  - name: transfers
+    tools: [transfer]
+    action: require_approval
+    approvers: ["role:ops"]
+  - name: nightly
+    tools: [nightly_job]
+    action: require_approval
+    approvers: ["role:ops"]
+  - name: migrations
+    tools: [long_migration]
+    action: require_approval
+    approvers: ["role:ops"]
+  - name: file-writes
+    tools: [write_file]
+    action: require_approval
+    approvers: ["role:ops"]
+    rememberable: true
+    remember_scopes: [session]
+    max_remember: 1h
+`
+
+// chaosReq is one request of the load and what became of it on the agent's
+// side. Only the goroutine that runs it writes the fields below the line,
+// read after it returned.
+type chaosReq struct {
+	id      string
+	kind    chaosKind
+	agent   string
+	seed    *chaosReq     // for kindRemembered: the request whose answer was remembered
+	cancel  time.Duration // for kindCancel: when the agent stops waiting
+	request events.Requested
+
+	got          *handler.Decision // what the agent received, nil if nothing
+	err          error             // the last error Request returned
+	attempts     int               // Request calls (a retry reuses the id)
+	resentCancel bool              // still pending 10s after the SDK's cancel, so the agent cancelled again
+	neverStored  bool              // withdrawn before the stream acknowledged it, and never stored
+}
+
+// chaosEdit is what the approvers make of a transfer's args.
+func chaosEdit(args json.RawMessage) json.RawMessage {
+	var a map[string]any
+	_ = json.Unmarshal(args, &a)
+	a["amount"] = 100
+	a["note"] = "capped by ops"
+	out, _ := json.Marshal(a)
+	return out
+}
+
+// TestChaos runs the production topology (a three-node NATS JetStream cluster
+// with R3 stream and buckets, broker replicas as processes) under a mixed load
+// of requests from SDK agents, answered by approver runtimes, while things
+// fail: a broker replica is SIGKILLed and restarted every few seconds
+// (rotating), a NATS node is stopped and restarted, a fault proxy between
+// one replica and its node adds latency, drops traffic and cuts connections,
+// and the approver runtimes are restarted (one stopped cleanly, the other
+// losing its connection). Then it checks, from the stream itself:
+//
+//   - every request has exactly one decision;
+//   - what each agent received is what the stream holds (nothing lost or
+//     changed);
+//   - no guarded call ran without an approval, and each ran with the decided
+//     args (the agents' worker log);
+//   - every timeout fired within 2s of its deadline;
+//   - every request of a session with a remembered approval was decided by
+//     that grant.
+//
+// Sizes and fault rates are flags (chaos.*); docs/testing.md has the commands.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the chaos suite runs a NATS cluster and broker processes")
+	}
+	n := *chaosRequests
+	seed := *chaosSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	logDir := *chaosLogs
+	if logDir == "" {
+		logDir = t.TempDir()
+	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("chaos: %d requests at %.0f/s, %d replicas, seed %d, logs in %s", n, *chaosRate, *chaosReplicas, seed, logDir)
+
+	// The topology.
+	cl := clustertest.Start(t, clustertest.Config{})
+	bin := brokerBinary(t)
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policyFile, []byte(chaosPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	faulty := cl.Node(0) // the proxy fronts node1 for the last replica
+	downNode := cl.Node(len(cl.Nodes()) - 1)
+	proxy := clustertest.NewProxy(t, "faulty", faulty.ClientAddr())
+	var replicas []*clustertest.Replica
+	for i := range *chaosReplicas {
+		url := cl.URL()
+		if i == *chaosReplicas-1 {
+			url = proxy.URL()
+		}
+		replicas = append(replicas, clustertest.NewReplica(t, clustertest.ReplicaConfig{
+			Binary: bin, Name: fmt.Sprintf("replica-%d", i+1), NATSURL: url, LogDir: logDir,
+			Args: []string{"--policy", policyFile, "--log-level", "info", "--log-json"},
+		}))
+	}
+	startCtx := testCtx(t, 2*clustertest.Patience)
+	for _, r := range replicas {
+		if err := r.Start(startCtx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		if t.Failed() {
+			for _, r := range replicas {
+				t.Logf("%s: last lines of %s:\n%s", r.Name, r.LogFile, tail(r.Output(), 40))
+			}
+		}
+	}()
+
+	sdkLog, err := os.Create(filepath.Join(logDir, "test.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sdkLog.Close() })
+	ch := &chaos{
+		cluster: cl,
+		log:     zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.Lock(zapcore.AddSync(sdkLog)), zap.InfoLevel)),
+		reached: map[string]string{},
+	}
+	for i := range 8 {
+		ch.conns = append(ch.conns, cl.Conn(t, nats.Name(fmt.Sprintf("chaos-agents-%d", i))))
+	}
+	ch.js = newJS(t, cl.Conn(t, nats.Name("chaos-checks")))
+
+	// Approvers, restarted during the load.
+	ch.approvers = []*chaosApprover{{ch: ch, principal: "alice"}, {ch: ch, principal: "bob", crash: true}}
+	for _, a := range ch.approvers {
+		if err := a.start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, a := range ch.approvers {
+			a.stop(false)
+		}
+	})
+
+	plan := chaosPlan(n, rand.New(rand.NewPCG(seed, seed^0x5eed)))
+	loadCtx := testCtx(t, 5*time.Minute+time.Duration(n)*100*time.Millisecond)
+
+	// Faults, until the load is done.
+	faultCtx, stopFaults := context.WithCancel(loadCtx)
+	var faults sync.WaitGroup
+	f := &chaosFaults{log: ch.log.Named("fault")}
+	faults.Go(func() { f.killReplicas(faultCtx, replicas, *chaosKillEvery) })
+	faults.Go(func() { f.stopNode(faultCtx, downNode, *chaosNodeEvery) })
+	faults.Go(func() { f.disturb(faultCtx, proxy) })
+	for i, a := range ch.approvers {
+		faults.Go(func() { f.restartApprover(faultCtx, a, 4*time.Second, time.Duration(i)*2*time.Second) })
+	}
+
+	started := time.Now()
+	ch.runLoad(loadCtx, plan)
+	loadTime := time.Since(started)
+	stopFaults()
+	faults.Wait()
+
+	// Heal everything, then let the brokers finish what is in flight.
+	proxy.Clear()
+	if err := proxy.Up(); err != nil && !strings.Contains(err.Error(), "already started") {
+		t.Errorf("proxy up: %v", err)
+	}
+	if !downNode.Running() {
+		if err := downNode.Restart(startCtx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	healCtx := testCtx(t, 2*clustertest.Patience)
+	for _, r := range replicas {
+		if err := r.Start(healCtx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, err := range f.errs() {
+		t.Errorf("fault injection: %v", err)
+	}
+	check := cl.Conn(t)
+	js := newJS(t, check)
+	waitChaosIdle(t, js)
+
+	all := plan.requests()
+	counts := map[chaosKind]int{}
+	retried, resent := 0, 0
+	for _, r := range all {
+		counts[r.kind]++
+		if r.attempts > 1 {
+			retried++
+		}
+		if r.resentCancel {
+			resent++
+			t.Logf("chaos: DEFECT: request %s still pending 10s after its agent's cancel (the cancel was refused as naming no request); cancelled again", r.id)
+		}
+	}
+	var kinds []string
+	for _, k := range chaosKinds {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, counts[k]))
+	}
+	t.Logf("chaos: load: %d requests (%s) in %s, %.1f requests/s; %d retried by their agent, %d cancels lost and sent again",
+		len(all), strings.Join(kinds, ", "), loadTime.Round(100*time.Millisecond), float64(len(all))/loadTime.Seconds(), retried, resent)
+	kills := 0
+	for _, r := range replicas {
+		_, k := r.Counts()
+		kills += k
+	}
+	failures := int64(0)
+	for _, a := range ch.approvers {
+		failures += a.failures.Load()
+	}
+	t.Logf("chaos: faults: %d broker replica SIGKILLs and restarts, %d NATS node stops and restarts, proxy %v, %d approver restarts (%d losing their connection, %d more after a failed start)",
+		kills, f.nodeStops.Load(), proxy.Counts(), f.approverRestarts.Load(), f.approverCrashes.Load(), failures)
+
+	ch.check(t, js, all)
+}
+
+// chaos is the load's shared state.
+type chaos struct {
+	cluster   *clustertest.Cluster
+	conns     []*nats.Conn
+	js        jetstream.JetStream // the test's own, for looking at the stream and state
+	log       *zap.Logger
+	approvers []*chaosApprover
+
+	clientsMu sync.Mutex
+	clients   map[string]*handler.Client
+
+	workerMu sync.Mutex
+	worker   []execution // the worker log: every guarded call the agents ran
+
+	reachedMu sync.Mutex
+	reached   map[string]string // remembered requests that a person was asked about, by id: who
+}
+
+// execution is one guarded call an agent ran.
+type execution struct {
+	id   string
+	args json.RawMessage
+}
+
+// chaosUnit is a request on its own, or a remembered approval followed by
+// the requests of its session.
+type chaosUnit struct {
+	req       *chaosReq
+	followers []*chaosReq
+}
+
+type chaosLoad []chaosUnit
+
+func (l chaosLoad) requests() []*chaosReq {
+	var out []*chaosReq
+	for _, u := range l {
+		out = append(out, u.req)
+		out = append(out, u.followers...)
+	}
+	return out
+}
+
+// chaosPlan makes n requests in the proportions of chaosMix, in random order.
+func chaosPlan(n int, rng *rand.Rand) chaosLoad {
+	per := 0
+	for k, w := range chaosMix {
+		per += w
+		if k == kindRemember {
+			per += w * chaosFollowers
+		}
+	}
+	var load chaosLoad
+	made := 0
+	session := 0
+	mk := func(kind chaosKind, i int) *chaosReq {
+		made++
+		r := &chaosReq{id: events.NewID(), kind: kind, agent: fmt.Sprintf("agent-%d", i%16)}
+		r.request = events.Requested{User: "carol", Timeout: events.Duration(time.Minute), Session: fmt.Sprintf("s-%d", i)}
+		switch kind {
+		case kindAuto:
+			r.request.Tool, r.request.Args, r.request.Timeout = "read_file", fmt.Appendf(nil, `{"path":"/srv/%d"}`, i), events.Duration(30*time.Second)
+		case kindApprove:
+			r.request.Tool, r.request.Args = "deploy", fmt.Appendf(nil, `{"service":"svc-%d","version":"v%d"}`, i%7, i)
+		case kindDeny:
+			r.request.Tool, r.request.Args = "drop_table", fmt.Appendf(nil, `{"table":"t%d"}`, i)
+		case kindEdit:
+			r.request.Tool, r.request.Args = "transfer", fmt.Appendf(nil, `{"amount":%d,"to":"acct-%d"}`, 1000+i, i)
+		case kindTimeout:
+			// 2 to 4 seconds, in whole milliseconds: deadlines fall
+			// anywhere within a second.
+			r.request.Tool, r.request.Args = "nightly_job", fmt.Appendf(nil, `{"job":%d}`, i)
+			r.request.Timeout = events.Duration(2*time.Second + time.Duration(rng.IntN(2000))*time.Millisecond)
+		case kindCancel:
+			r.request.Tool, r.request.Args = "long_migration", fmt.Appendf(nil, `{"step":%d}`, i)
+			r.cancel = 300*time.Millisecond + time.Duration(rng.IntN(1200))*time.Millisecond
+		case kindRemember, kindRemembered:
+			r.request.Tool, r.request.Args = "write_file", fmt.Appendf(nil, `{"path":"/srv/out/%d","seed":%v}`, i, kind == kindRemember)
+			r.request.Session = fmt.Sprintf("mem-%d", session)
+		}
+		return r
+	}
+	for made < n {
+		for _, k := range chaosKinds {
+			w := chaosMix[k]
+			for j := 0; j < w*n/per+1 && made < n; j++ {
+				switch k {
+				case kindRemembered:
+				case kindRemember:
+					session++
+					u := chaosUnit{req: mk(kindRemember, made)}
+					for range chaosFollowers {
+						if made < n {
+							f := mk(kindRemembered, made)
+							f.seed = u.req
+							u.followers = append(u.followers, f)
+						}
+					}
+					load = append(load, u)
+				default:
+					load = append(load, chaosUnit{req: mk(k, made)})
+				}
+			}
+		}
+	}
+	rng.Shuffle(len(load), func(i, j int) { load[i], load[j] = load[j], load[i] })
+	return load
+}
+
+// client returns agent's SDK client, on one of the agents' connections.
+func (ch *chaos) client(agent string) *handler.Client {
+	ch.clientsMu.Lock()
+	defer ch.clientsMu.Unlock()
+	if ch.clients == nil {
+		ch.clients = map[string]*handler.Client{}
+	}
+	if c, ok := ch.clients[agent]; ok {
+		return c
+	}
+	c, err := handler.NewClient(ch.conns[len(ch.clients)%len(ch.conns)], handler.Config{Agent: agent, Logger: ch.log.With(zap.String("agent", agent))})
+	if err != nil {
+		panic(err) // the agent names are valid
+	}
+	ch.clients[agent] = c
+	return c
+}
+
+// runLoad starts the plan's requests at the rate asked for, at most
+// chaosInFlight at once, and returns once every one has returned.
+func (ch *chaos) runLoad(ctx context.Context, load chaosLoad) {
+	lim := rate.NewLimiter(rate.Limit(*chaosRate), chaosFollowers+1)
+	sem := make(chan struct{}, *chaosInFlight)
+	var wg sync.WaitGroup
+	for _, u := range load {
+		if err := lim.WaitN(ctx, 1+len(u.followers)); err != nil {
+			break
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			ch.run(ctx, u.req)
+			if len(u.followers) == 0 {
+				return
+			}
+			// The grant is stored before the approval is published, and
+			// reaches every replica's index through its watcher.
+			select {
+			case <-time.After(*chaosSettle):
+			case <-ctx.Done():
+				return
+			}
+			var fw sync.WaitGroup
+			for _, f := range u.followers {
+				fw.Go(func() { ch.run(ctx, f) })
+			}
+			fw.Wait()
+		})
+	}
+	wg.Wait()
+}
+
+// run is one agent making request r: it asks, retries with the same id
+// after an error, and runs the guarded call only on an approval, with the
+// decided args.
+func (ch *chaos) run(ctx context.Context, r *chaosReq) {
+	c := ch.client(r.agent)
+	req := handler.Request{ID: r.id, Requested: r.request}
+	for r.attempts < 4 && ctx.Err() == nil {
+		r.attempts++
+		rctx, cancel := context.WithCancel(ctx)
+		var withdrawn atomic.Bool
+		stop := func() bool { return false }
+		if r.kind == kindCancel {
+			stop = time.AfterFunc(r.cancel, func() { withdrawn.Store(true); cancel() }).Stop
+		}
+		d, err := c.Request(rctx, req)
+		stop()
+		cancel()
+		switch {
+		case err == nil:
+			r.got, r.err = &d, nil
+			if d.Approved() {
+				ch.execute(r.id, d.Args)
+			}
+			return
+		case withdrawn.Load() && ctx.Err() == nil:
+			// The SDK published a cancel as the agent stopped waiting; the
+			// decision is on the stream for whoever looks.
+			r.err = err
+			ch.awaitCancelled(ctx, c, r)
+			return
+		}
+		r.err = err
+		if ctx.Err() == nil {
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+}
+
+// awaitCancelled reads the decision of a request its agent withdrew. The
+// SDK published a cancel; if the request is still pending 10s later, that
+// cancel was lost and the agent cancels again. A request withdrawn before
+// the stream acknowledged it may never have been stored: then there is
+// nothing to decide.
+func (ch *chaos) awaitCancelled(ctx context.Context, c *handler.Client, r *chaosReq) {
+	since := time.Now()
+	for ctx.Err() == nil {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		d, ok, err := c.Decision(octx, r.id)
+		if err == nil && ok {
+			cancel()
+			r.got = &d
+			return
+		}
+		if time.Since(since) > 10*time.Second {
+			switch state, err := ch.state(octx, r.id); {
+			case err != nil:
+			case state == "" && !ch.stored(octx, r.agent, r.id):
+				cancel()
+				r.neverStored = true
+				return
+			case state == string(broker.StatePending) && !r.resentCancel:
+				if err := c.Cancel(octx, r.id, "agent stopped waiting (again)"); err == nil {
+					r.resentCancel = true
+				}
+			}
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// state reads request id's state from the broker's bucket: "" if there is
+// no entry.
+func (ch *chaos) state(ctx context.Context, id string) (string, error) {
+	kv, err := ch.js.KeyValue(ctx, events.StateBucket)
+	if err != nil {
+		return "", err
+	}
+	e, err := kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var st struct {
+		State string `json:"state"`
+	}
+	err = json.Unmarshal(e.Value(), &st)
+	return st.State, err
+}
+
+// stored reports whether the stream holds request id of agent (or could not
+// tell).
+func (ch *chaos) stored(ctx context.Context, agent, id string) bool {
+	s, err := ch.js.Stream(ctx, broker.StreamName)
+	if err != nil {
+		return true
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.RequestPrefix + agent}})
+	if err != nil {
+		return true
+	}
+	for {
+		batch, err := cons.FetchNoWait(500)
+		if err != nil {
+			return true
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			if m.Headers().Get(jetstream.MsgIDHeader) == id {
+				return true
+			}
+		}
+		if batch.Error() != nil {
+			return true
+		}
+		if got == 0 {
+			return false
+		}
+	}
+}
+
+// execute writes a guarded call to the worker log.
+func (ch *chaos) execute(id string, args json.RawMessage) {
+	ch.workerMu.Lock()
+	defer ch.workerMu.Unlock()
+	ch.worker = append(ch.worker, execution{id: id, args: args})
+}
+
+// answer is the approvers' handler (both run it): what a person would do
+// with each tool.
+func (ch *chaos) answer(principal string) handler.Handler {
+	return func(ctx context.Context, req handler.Request) (handler.Response, error) {
+		select { // a person reads the request
+		case <-time.After(time.Duration(rand.IntN(50)) * time.Millisecond):
+		case <-ctx.Done():
+			return handler.Response{}, ctx.Err()
+		}
+		switch req.Tool {
+		case "deploy":
+			return handler.Response{Decision: events.Approve, Reason: "ship it"}, nil
+		case "drop_table":
+			return handler.Response{Decision: events.Deny, Reason: "not without a backup"}, nil
+		case "transfer":
+			return handler.Response{Decision: events.Approve, Reason: "capped", Args: chaosEdit(req.Args)}, nil
+		case "write_file":
+			var a struct {
+				Seed bool `json:"seed"`
+			}
+			_ = json.Unmarshal(req.Args, &a)
+			if a.Seed {
+				return handler.Response{Decision: events.Approve, Reason: "fine for this session",
+					Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour)}}, nil
+			}
+			// A later request of a remembered session should never get
+			// here; note it and approve, so it does not hang.
+			ch.reachedMu.Lock()
+			ch.reached[req.ID] = principal
+			ch.reachedMu.Unlock()
+			return handler.Response{Decision: events.Approve, Reason: "asked again"}, nil
+		}
+		return handler.Response{}, handler.ErrSkip // nightly_job, long_migration: nobody answers
+	}
+}
+
+// chaosApprover is one principal's approver runtime, restarted during the
+// load: cleanly, or (crash) by losing its connection first, so that what it
+// held comes back to its next run only after the consumer's ack wait.
+type chaosApprover struct {
+	ch        *chaos
+	principal string
+	crash     bool
+
+	failures atomic.Int64 // runs that failed and were started again
+
+	mu     sync.Mutex
+	nc     *nats.Conn
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// start runs the approver's runtime on a connection of its own until stop.
+// A runtime that fails (its consumer cannot be made while JetStream elects
+// a leader, say) is started again, as a supervisor would.
+func (a *chaosApprover) start() error {
+	nc, err := nats.Connect(a.ch.cluster.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.Name("chaos-approver-"+a.principal))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		for {
+			ap, err := handler.NewApprover(nc, handler.ApproverConfig{
+				Principal: a.principal, Channel: "sdk", Durable: "approver-" + a.principal, Concurrency: 64,
+				Logger: a.ch.log.With(zap.String("approver", a.principal)),
+			}, a.ch.answer(a.principal))
+			if err != nil {
+				done <- err
+				return
+			}
+			err = ap.Run(ctx)
+			if ctx.Err() != nil {
+				done <- err
+				return
+			}
+			a.failures.Add(1)
+			a.ch.log.Warn("approver runtime failed; starting it again", zap.String("approver", a.principal), zap.Error(err))
+			sleep(ctx, 500*time.Millisecond)
+		}
+	}()
+	a.mu.Lock()
+	a.nc, a.cancel, a.done = nc, cancel, done
+	a.mu.Unlock()
+	return nil
+}
+
+// stop stops the runtime and waits for it; with crash, its connection is
+// closed under it first.
+func (a *chaosApprover) stop(crash bool) error {
+	a.mu.Lock()
+	nc, cancel, done := a.nc, a.cancel, a.done
+	a.nc, a.cancel, a.done = nil, nil, nil
+	a.mu.Unlock()
+	if nc == nil {
+		return nil
+	}
+	if crash {
+		nc.Close()
+	}
+	cancel()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(clustertest.Patience):
+		err = fmt.Errorf("approver %s: Run did not return %s after its context ended", a.principal, clustertest.Patience)
+	}
+	nc.Close()
+	if crash || errors.Is(err, context.Canceled) {
+		return nil // Run may report the closed connection, or a start cut short
+	}
+	return err
+}
+
+// chaosFaults injects the faults and counts them.
+type chaosFaults struct {
+	log *zap.Logger // when each fault began and ended
+
+	nodeStops        atomic.Int64
+	approverRestarts atomic.Int64
+	approverCrashes  atomic.Int64
+
+	mu     sync.Mutex
+	failed []error
+}
+
+func (f *chaosFaults) fail(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failed = append(f.failed, err)
+}
+
+func (f *chaosFaults) errs() []error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.failed)
+}
+
+// sleep waits d or until ctx ends, and reports whether ctx is still on.
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// killReplicas SIGKILLs a replica every period, rotating, and starts it
+// again at once.
+func (f *chaosFaults) killReplicas(ctx context.Context, replicas []*clustertest.Replica, every time.Duration) {
+	for i := 0; sleep(ctx, every); i++ {
+		r := replicas[i%len(replicas)]
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), clustertest.Patience)
+		f.log.Info("kill replica", zap.String("replica", r.Name))
+		if err := r.Restart(rctx); err != nil {
+			f.fail(err)
+		}
+		f.log.Info("replica ready", zap.String("replica", r.Name))
+		cancel()
+	}
+}
+
+// stopNode stops node 5s into the load and every period after, for 5s each
+// time, and restarts it on its ports and store.
+func (f *chaosFaults) stopNode(ctx context.Context, node *clustertest.Node, every time.Duration) {
+	wait := 5 * time.Second
+	for sleep(ctx, wait) {
+		f.log.Info("stop node", zap.String("node", node.Name))
+		node.Stop()
+		f.nodeStops.Add(1)
+		sleep(ctx, 5*time.Second)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), clustertest.Patience)
+		f.log.Info("restart node", zap.String("node", node.Name))
+		if err := node.Restart(rctx); err != nil {
+			f.fail(err)
+		}
+		f.log.Info("cluster formed", zap.String("node", node.Name))
+		cancel()
+		wait = every
+	}
+}
+
+// disturb cycles the proxy through its faults, with calm in between: 3s of
+// latency, traffic dropped until the connections are closed 1.5s later,
+// connections cut for 1s, the node gone for 1s.
+func (f *chaosFaults) disturb(ctx context.Context, proxy *clustertest.Proxy) {
+	steps := []struct {
+		hold   time.Duration
+		inject func() error
+	}{
+		{3 * time.Second, func() error { return proxy.Latency(80, 40) }},
+		{1500 * time.Millisecond, func() error { return proxy.Drop(1500 * time.Millisecond) }},
+		{time.Second, proxy.Cut},
+		{time.Second, func() error { proxy.Down(); return nil }},
+	}
+	for i := 0; sleep(ctx, 2*time.Second); i++ {
+		s := steps[i%len(steps)]
+		f.log.Info("proxy fault", zap.Int("step", i%len(steps)))
+		if err := s.inject(); err != nil {
+			f.fail(err)
+		}
+		sleep(ctx, s.hold)
+		f.log.Info("proxy clear")
+		proxy.Clear()
+		if err := proxy.Up(); err != nil && !strings.Contains(err.Error(), "already started") {
+			f.fail(fmt.Errorf("proxy up: %w", err))
+		}
+	}
+}
+
+// restartApprover restarts a's runtime every period, after offset.
+func (f *chaosFaults) restartApprover(ctx context.Context, a *chaosApprover, every, offset time.Duration) {
+	if !sleep(ctx, offset) {
+		return
+	}
+	for sleep(ctx, every) {
+		if err := a.stop(a.crash); err != nil {
+			f.fail(err)
+		}
+		if a.crash {
+			f.approverCrashes.Add(1)
+		}
+		sleep(ctx, 300*time.Millisecond)
+		if err := a.start(); err != nil {
+			f.fail(fmt.Errorf("restart approver %s: %w", a.principal, err))
+		}
+		f.approverRestarts.Add(1)
+	}
+}
+
+// waitChaosIdle waits until the brokers have settled every message of their
+// consumers: nothing pending, nothing awaiting an ack. Redeliveries after
+// the kills can take a few ack waits.
+func waitChaosIdle(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	eventuallyWithin(t, 2*time.Minute, func() (bool, string) {
+		for _, name := range brokerConsumers {
+			ctx, cancel := opCtx()
+			defer cancel()
+			cons, err := js.Consumer(ctx, broker.StreamName, name)
+			if err != nil {
+				return false, fmt.Sprintf("consumer %s: %v", name, err)
+			}
+			info, err := cons.Info(ctx)
+			if err != nil {
+				return false, fmt.Sprintf("consumer %s: %v", name, err)
+			}
+			if info.NumPending != 0 || info.NumAckPending != 0 {
+				return false, fmt.Sprintf("consumer %s: %d pending, %d awaiting ack", name, info.NumPending, info.NumAckPending)
+			}
+		}
+		return true, ""
+	})
+}
+
+// eventuallyWithin is eventually with a poll of 200ms, for slow waits.
+func eventuallyWithin(t *testing.T, within time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still not true after %s: %s", within, why)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// streamDecision is a request's decision subject as the stream holds it.
+type streamDecision struct {
+	first events.Decided // the decision: the first message on the subject
+	count int            // messages on the subject
+}
+
+// readDecisions reads every message on assent.decision.* with an ordered
+// consumer, and checks the per-subject counts against the stream's own. A
+// read that fails (a node that just came back, a leader just elected) is
+// tried again from the start.
+func readDecisions(t *testing.T, js jetstream.JetStream) map[string]*streamDecision {
+	t.Helper()
+	var err error
+	for attempt := 1; attempt <= 5; attempt++ {
+		var out map[string]*streamDecision
+		if out, err = tryReadDecisions(js); err == nil {
+			return out
+		}
+		t.Logf("chaos: read the decisions (attempt %d): %v", attempt, err)
+		time.Sleep(2 * time.Second)
+	}
+	t.Fatalf("read the decisions: %v", err)
+	return nil
+}
+
+func tryReadDecisions(js jetstream.JetStream) (map[string]*streamDecision, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	s, err := js.Stream(ctx, broker.StreamName)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(events.DecisionPrefix+"*"))
+	if err != nil {
+		return nil, err
+	}
+	total := uint64(0)
+	for _, c := range info.State.Subjects {
+		total += c
+	}
+	cons, err := s.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.DecisionPrefix + "*"}})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*streamDecision{}
+	codec := events.Codec{MaxSize: 2 << 20}
+	read := uint64(0)
+	for read < total {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("fetch: %w", err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			read++
+			id := strings.TrimPrefix(m.Subject(), events.DecisionPrefix)
+			sd := out[id]
+			if sd == nil {
+				sd = &streamDecision{}
+				out[id] = sd
+			}
+			sd.count++
+			if sd.count > 1 {
+				continue
+			}
+			e, err := codec.Decode(events.Header(m.Headers()), m.Data())
+			if err != nil {
+				return nil, fmt.Errorf("decision of %s: %w", id, err)
+			}
+			if sd.first, err = events.DecodeDecided(&e); err != nil {
+				return nil, fmt.Errorf("decision of %s: %w", id, err)
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, fmt.Errorf("fetch: %w", err)
+		}
+		if got == 0 {
+			return nil, fmt.Errorf("read %d of %d decision messages, then nothing", read, total)
+		}
+	}
+	for subj, c := range info.State.Subjects {
+		id := strings.TrimPrefix(subj, events.DecisionPrefix)
+		if out[id] == nil || uint64(out[id].count) != c {
+			return nil, fmt.Errorf("stream info counts %d messages on %s, the consumer read %v", c, subj, out[id])
+		}
+	}
+	return out, nil
+}
+
+// check runs the suite's checks over the stream, the state and the agents'
+// worker log, printing one line per check.
+func (ch *chaos) check(t *testing.T, js jetstream.JetStream, all []*chaosReq) {
+	t.Helper()
+	stream := readDecisions(t, js)
+	byID := map[string]*chaosReq{}
+	for _, r := range all {
+		byID[r.id] = r
+	}
+
+	// 1. Exactly one decision per request.
+	none, many, strangers, withdrawn := 0, 0, 0, 0
+	for _, r := range all {
+		switch sd := stream[r.id]; {
+		case sd == nil && r.neverStored && !ch.stored(context.Background(), r.agent, r.id):
+			withdrawn++ // no request, so no decision
+		case sd == nil:
+			none++
+			t.Errorf("request %s (%s): no decision on the stream; agent: %v after %d attempts", r.id, r.kind, r.err, r.attempts)
+		case sd.count > 1:
+			many++
+			t.Errorf("request %s (%s): %d decisions on the stream", r.id, r.kind, sd.count)
+		}
+	}
+	for id := range stream {
+		if byID[id] == nil {
+			strangers++
+			t.Errorf("a decision for %s, which no agent asked for", id)
+		}
+	}
+	t.Logf("chaos: check exactly one decision: %d requests, %d decision subjects; %d without a decision, %d with more than one, %d unknown; %d withdrawn by their agent before the stream stored them (neither request nor decision stored)",
+		len(all), len(stream), none, many, strangers, withdrawn)
+
+	// 2. Nothing lost or changed between the stream and the agents.
+	received, lost, changed := 0, 0, 0
+	for _, r := range all {
+		sd := stream[r.id]
+		if sd == nil {
+			continue
+		}
+		if r.got == nil {
+			lost++
+			t.Errorf("request %s (%s): the stream holds %s, the agent received nothing (%d attempts, last error %v)", r.id, r.kind, sd.first.Outcome, r.attempts, r.err)
+			continue
+		}
+		received++
+		a, _ := json.Marshal(r.got)
+		b, _ := json.Marshal(sd.first)
+		if string(a) != string(b) {
+			changed++
+			t.Errorf("request %s (%s): the agent received %s, the stream holds %s", r.id, r.kind, a, b)
+		}
+	}
+	t.Logf("chaos: check no decision lost or changed: %d received by their agents, equal to the stream; %d lost, %d changed", received-changed, lost, changed)
+
+	// 3. No guarded call without approval.
+	ch.workerMu.Lock()
+	worker := slices.Clone(ch.worker)
+	ch.workerMu.Unlock()
+	ran := map[string]int{}
+	unapproved := 0
+	for _, x := range worker {
+		ran[x.id]++
+		sd := stream[x.id]
+		switch {
+		case sd == nil || sd.first.Outcome != events.Approved:
+			unapproved++
+			t.Errorf("guarded call %s ran, but its decision is %+v", x.id, sd)
+		case !sameJSON(x.args, sd.first.Args):
+			unapproved++
+			t.Errorf("guarded call %s ran with %s, the approval says %s", x.id, x.args, sd.first.Args)
+		}
+	}
+	approvedNotRun := 0
+	for _, r := range all {
+		if sd := stream[r.id]; sd != nil && sd.first.Outcome == events.Approved && r.got != nil && ran[r.id] != 1 {
+			approvedNotRun++
+			t.Errorf("request %s (%s) approved and received, run %d times", r.id, r.kind, ran[r.id])
+		}
+	}
+	t.Logf("chaos: check no guarded call without approval: %d guarded calls ran, each once and with the approved args; %d without an approval, %d approved calls not run once", len(worker), unapproved, approvedNotRun)
+
+	// 4. Every timeout fired within 2s of its deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	kv := retrying(t, "state bucket", func() (jetstream.KeyValue, error) { return js.KeyValue(ctx, events.StateBucket) })
+	var lateness []time.Duration
+	late := 0
+	for _, r := range all {
+		sd := stream[r.id]
+		if sd == nil || sd.first.Outcome != events.Expired {
+			continue
+		}
+		entry := retrying(t, "state of "+r.id, func() (jetstream.KeyValueEntry, error) { return kv.Get(ctx, r.id) })
+		var st struct {
+			Deadline time.Time `json:"deadline"`
+		}
+		if err := json.Unmarshal(entry.Value(), &st); err != nil {
+			t.Fatalf("state of %s: %v", r.id, err)
+		}
+		l := sd.first.DecidedAt.Sub(st.Deadline)
+		lateness = append(lateness, l)
+		if l < 0 || l > 2*time.Second {
+			late++
+			by, _ := pendingOf(t, js, r.agent, r.id)
+			report := t.Logf
+			if *chaosStrict || l < 0 || l > chaosLateBound {
+				report = t.Errorf
+			}
+			report("chaos: DEFECT: request %s (%s), announced by %s, expired %s after its deadline %s", r.id, r.kind, by, l.Round(time.Millisecond), st.Deadline.Format(time.RFC3339Nano))
+		}
+	}
+	sort.Slice(lateness, func(i, j int) bool { return lateness[i] < lateness[j] })
+	t.Logf("chaos: check timeouts within 2s of the deadline: %d expired; lateness p50 %s, p99 %s, max %s; %d outside [0, 2s] (DEFECT lines above; fatal with -chaos.strict, or past 15s)",
+		len(lateness), quantile(lateness, 0.5), quantile(lateness, 0.99), quantile(lateness, 1), late)
+
+	// 5. Every remembered choice honoured.
+	grants := readGrants(t, js)
+	followers, honoured, notHonoured, unseeded := 0, 0, 0, 0
+	for _, r := range all {
+		if r.kind != kindRemembered {
+			continue
+		}
+		followers++
+		seed := stream[r.seed.id]
+		if seed == nil || seed.first.Outcome != events.Approved {
+			unseeded++ // its session's approval was not given: nothing to honour
+			continue
+		}
+		sd := stream[r.id]
+		gid, ok := strings.CutPrefix(sdRule(sd), "remembered:")
+		gr, found := grants[gid]
+		if ok && found && sd.first.Auto && sd.first.Outcome == events.Approved && gr.RequestID == r.seed.id && gr.ScopeValue == r.request.Session {
+			honoured++
+			continue
+		}
+		notHonoured++
+		ch.reachedMu.Lock()
+		who := ch.reached[r.id]
+		ch.reachedMu.Unlock()
+		by, at := pendingOf(t, js, r.agent, r.id)
+		d, _ := json.Marshal(sdFirst(sd))
+		report := t.Logf
+		if *chaosStrict {
+			report = t.Errorf
+		}
+		report("chaos: DEFECT: request %s of session %s was not decided by the grant of %s (approved at %s, grant %+v): %s announced it as pending at %s, and %q answered: %s",
+			r.id, r.request.Session, r.seed.id, seed.first.DecidedAt.Format(time.RFC3339Nano), grants[grantOf(grants, r.seed.id)], by, at.Format(time.RFC3339Nano), who, d)
+	}
+	t.Logf("chaos: check remembered choices honoured: %d requests of %d remembered sessions, %d decided by their session's grant, %d not (DEFECT lines above; fatal with -chaos.strict); %d whose session's approval was not given",
+		followers, len(grants), honoured, notHonoured, unseeded)
+
+	// Outcomes by kind, which must be what the kind makes.
+	type key struct {
+		kind    chaosKind
+		outcome events.Outcome
+	}
+	byKind := map[key]int{}
+	wrong := 0
+	for _, r := range all {
+		sd := stream[r.id]
+		if sd == nil {
+			continue
+		}
+		d := sd.first
+		byKind[key{r.kind, d.Outcome}]++
+		if why := chaosExpect(r, d); why != "" {
+			wrong++
+			t.Errorf("request %s (%s): %s: %+v", r.id, r.kind, why, d)
+		}
+	}
+	var parts []string
+	for _, k := range chaosKinds {
+		for _, o := range []events.Outcome{events.Approved, events.Denied, events.Expired, events.Cancelled} {
+			if c := byKind[key{k, o}]; c > 0 {
+				parts = append(parts, fmt.Sprintf("%s→%s %d", k, o, c))
+			}
+		}
+	}
+	t.Logf("chaos: decisions by kind: %s; %d not what the kind makes", strings.Join(parts, ", "), wrong)
+}
+
+// chaosExpect says what is wrong with decision d of r for its kind, or "".
+func chaosExpect(r *chaosReq, d events.Decided) string {
+	human := len(d.DecidedBy) > 0 && !d.Auto
+	switch r.kind {
+	case kindAuto:
+		if d.Outcome != events.Approved || !d.Auto || d.Rule != "auto-read" {
+			return "want approved by rule auto-read"
+		}
+	case kindApprove, kindRemember:
+		if d.Outcome != events.Approved || !human || d.Edited {
+			return "want approved by a person, unedited"
+		}
+	case kindDeny:
+		if d.Outcome != events.Denied || !human {
+			return "want denied by a person"
+		}
+	case kindEdit:
+		if d.Outcome != events.Approved || !human || !d.Edited || !sameJSON(d.Args, chaosEdit(r.request.Args)) {
+			return "want approved by a person with the edited args"
+		}
+	case kindTimeout:
+		if d.Outcome != events.Expired {
+			return "want expired"
+		}
+	case kindCancel:
+		if d.Outcome != events.Cancelled {
+			return "want cancelled"
+		}
+	case kindRemembered:
+		if d.Outcome != events.Approved {
+			return "want approved"
+		}
+	}
+	return ""
+}
+
+func sdRule(sd *streamDecision) string {
+	if sd == nil {
+		return ""
+	}
+	return sd.first.Rule
+}
+
+func sdFirst(sd *streamDecision) any {
+	if sd == nil {
+		return nil
+	}
+	return sd.first
+}
+
+// grantOf returns the id of the grant that request id's answer made.
+func grantOf(grants map[string]policy.Grant, id string) string {
+	for gid, g := range grants {
+		if g.RequestID == id {
+			return gid
+		}
+	}
+	return ""
+}
+
+// pendingOf finds the pending event of request id of agent on the stream:
+// which broker announced it, and when the stream stored it.
+func pendingOf(t *testing.T, js jetstream.JetStream, agent, id string) (string, time.Time) {
+	t.Helper()
+	ctx, cancel := opCtx()
+	defer cancel()
+	cons, err := streamOf(t, js).OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.PendingPrefix + agent}})
+	if err != nil {
+		return "(" + err.Error() + ")", time.Time{}
+	}
+	for {
+		batch, err := cons.FetchNoWait(500)
+		if err != nil {
+			return "(" + err.Error() + ")", time.Time{}
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			e, err := events.Decode(events.Header(m.Headers()), m.Data())
+			if err != nil {
+				continue
+			}
+			if p, err := events.DecodePending(&e); err == nil && p.RequestID == id {
+				md, _ := m.Metadata()
+				return e.Source(), md.Timestamp
+			}
+		}
+		if got == 0 {
+			return "(no pending event)", time.Time{}
+		}
+	}
+}
+
+// readGrants reads every remembered choice in the bucket, by grant id.
+func readGrants(t *testing.T, js jetstream.JetStream) map[string]policy.Grant {
+	t.Helper()
+	return retrying(t, "remembered choices", func() (map[string]policy.Grant, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		kv, err := js.KeyValue(ctx, broker.GrantBucket)
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]policy.Grant{}
+		keys, err := kv.ListKeys(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for k := range keys.Keys() {
+			e, err := kv.Get(ctx, k)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			var g policy.Grant
+			if err := json.Unmarshal(e.Value(), &g); err != nil {
+				return nil, fmt.Errorf("grant %s: %w", k, err)
+			}
+			out[g.ID] = g
+		}
+		return out, nil
+	})
+}
+
+// retrying calls f until it succeeds, five times at most: a read right
+// after the faults may meet a node that just came back or a leader just
+// elected.
+func retrying[T any](t *testing.T, what string, f func() (T, error)) T {
+	t.Helper()
+	var err error
+	for attempt := 1; attempt <= 5; attempt++ {
+		var v T
+		if v, err = f(); err == nil {
+			return v
+		}
+		t.Logf("chaos: %s (attempt %d): %v", what, attempt, err)
+		time.Sleep(2 * time.Second)
+	}
+	t.Fatalf("%s: %v", what, err)
+	var zero T
+	return zero
+}
+
+// quantile returns the q-quantile of sorted ds (nearest rank), 0 if empty.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(ds))+0.5) - 1
+	i = max(0, min(i, len(ds)-1))
+	return ds[i].Round(time.Millisecond)
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
