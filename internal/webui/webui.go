@@ -33,6 +33,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -165,6 +166,12 @@ func (u *UI) Register(mux interface {
 	static, _ := fs.Sub(staticFS, "static")
 	files := http.StripPrefix("/static/", http.FileServerFS(static))
 	mux.Handle("GET /static/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !utf8.ValidString(r.URL.Path) {
+			// No file has such a name; fs.Sub calls it invalid, which the
+			// file server would answer 500.
+			http.NotFound(w, r)
+			return
+		}
 		if r.URL.Query().Get("v") == u.etag {
 			w.Header().Set("Cache-Control", "public, max-age=31536000, immutable")
 		} else {
