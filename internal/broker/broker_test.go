@@ -187,3 +187,45 @@ func TestGrantStoredWhenAnswerReturns(t *testing.T) {
 		}
 	}
 }
+
+// TestGrantsReadFromBucket: a remembered choice counts as the bucket holds
+// it, not as this replica's watcher last saw it: one made elsewhere decides at
+// once, one revoked elsewhere no longer does.
+func TestGrantsReadFromBucket(t *testing.T) {
+	ns := testenv.Server(t)
+	b := start(t, testenv.Conn(t, ns), broker.Config{})
+	remember := &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour)}
+
+	rec, err := b.Submit(ctx(t), "", "test/t", events.Requested{Tool: "deploy", Agent: "a1", Session: "made-elsewhere"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Respond(ctx(t), "alice", rec.ID, events.Responded{Decision: events.Approve, Remember: remember}); err != nil {
+		t.Fatal(err)
+	}
+	grants := b.Remembered()
+	if len(grants) != 1 {
+		t.Fatalf("%d remembered choices, want 1", len(grants))
+	}
+	b.ForgetLocalGrants()
+	again, err := b.Submit(ctx(t), "", "test/t", events.Requested{Tool: "deploy", Agent: "a1", Session: "made-elsewhere"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.State != broker.StateApproved || again.Decision == nil || !again.Decision.Auto {
+		t.Fatalf("with the grant in the bucket but not in this replica's copy, the request is %s (%+v)", again.State, again.Decision)
+	}
+
+	b.KeepLocalGrant(grants[0])
+	if _, err := b.Forget(ctx(t), grants[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	b.KeepLocalGrant(grants[0]) // the watcher has not seen the revocation yet
+	revoked, err := b.Submit(ctx(t), "", "test/t", events.Requested{Tool: "deploy", Agent: "a1", Session: "made-elsewhere"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if revoked.State != broker.StatePending {
+		t.Fatalf("after the grant was revoked in the bucket, the request is %s (%+v), want pending", revoked.State, revoked.Decision)
+	}
+}

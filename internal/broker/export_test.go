@@ -1,6 +1,10 @@
 package broker
 
-import "context"
+import (
+	"context"
+
+	"github.com/assent-dev/assent/pkg/policy"
+)
 
 // SetCommitHook makes b call fn right after it stores an outcome and before it
 // publishes the decided event: the window a crash test aims at.
@@ -15,3 +19,15 @@ func (b *Broker) Published(ctx context.Context, id string) (bool, error) {
 	}
 	return b.published(ctx, &rec)
 }
+
+// ForgetLocalGrants empties this replica's copy of the remembered choices, as
+// a watcher that fell behind would leave it; the bucket keeps them.
+func (b *Broker) ForgetLocalGrants() {
+	for _, gr := range b.grants.list() {
+		b.grants.remove(gr.Key())
+	}
+}
+
+// KeepLocalGrant puts gr into this replica's copy only, as a watcher that has
+// not yet seen its revocation would keep it.
+func (b *Broker) KeepLocalGrant(gr policy.Grant) { b.grants.put(gr.Key(), gr) }

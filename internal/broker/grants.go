@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -32,8 +33,8 @@ func grantBucketConfig(c Config) jetstream.KeyValueConfig {
 }
 
 // grants is this replica's copy of the remembered choices, kept current by a
-// watcher on the bucket, so that a lookup costs no round trip and a revocation
-// on any replica reaches every replica as soon as the watcher delivers it.
+// watcher on the bucket, for listing and revoking them. Judging a request
+// reads the bucket itself (grantReader).
 type grants struct {
 	mu       sync.RWMutex
 	byPrefix map[string]map[string]policy.Grant // GrantKey prefix -> key -> grant
@@ -117,6 +118,105 @@ func (g *grants) remove(key string) {
 	delete(g.byPrefix[p], key)
 	if len(g.byPrefix[p]) == 0 {
 		delete(g.byPrefix, p)
+	}
+}
+
+// grantReader gives the policy the remembered choices that may apply to a
+// request as the bucket's stream leader has them, not as this replica's
+// watcher last saw them: a watcher on a stopped node falls behind for seconds,
+// and a grant made or revoked meanwhile must still count at once everywhere.
+// It reads only when the policy consults remembered choices (a rememberable
+// approval). A failed read is kept in err, and the request is retried.
+type grantReader struct {
+	ctx  context.Context
+	b    *Broker
+	err  error
+	seen map[string][]policy.Grant // prefix -> grants, read once per request
+}
+
+// Grants implements policy.Remembered.
+func (r *grantReader) Grants(in policy.Input) []policy.Grant {
+	var out []policy.Grant
+	for _, prefix := range policy.GrantKeys(in) {
+		gs, ok := r.seen[prefix]
+		if !ok {
+			var err error
+			if gs, err = r.b.readGrants(r.ctx, prefix); err != nil {
+				r.err = err
+				return nil
+			}
+			if r.seen == nil {
+				r.seen = make(map[string][]policy.Grant)
+			}
+			r.seen[prefix] = gs
+		}
+		out = append(out, gs...)
+	}
+	return out
+}
+
+// msgGetResponse is the JetStream API's answer to STREAM.MSG.GET.
+type msgGetResponse struct {
+	Message *struct {
+		Subject string `json:"subject"`
+		Seq     uint64 `json:"seq"`
+		Header  []byte `json:"hdrs,omitempty"`
+		Data    []byte `json:"data,omitempty"`
+	} `json:"message"`
+	Error *struct {
+		Code        int    `json:"code"`
+		ErrCode     int    `json:"err_code"`
+		Description string `json:"description"`
+	} `json:"error"`
+}
+
+// errNoMessage is JetStream's error code for "no message found".
+const errNoMessage = 10037
+
+// readGrants returns the live grants stored under key prefix, read from the
+// stream leader (STREAM.MSG.GET, never a direct get that a follower still
+// catching up may answer), one key after another by subject.
+func (b *Broker) readGrants(ctx context.Context, prefix string) ([]policy.Grant, error) {
+	api := "$JS.API.STREAM.MSG.GET.KV_" + GrantBucket
+	filter := "$KV." + GrantBucket + "." + prefix + ".*"
+	var out []policy.Grant
+	for seq := uint64(1); ; {
+		req, _ := json.Marshal(map[string]any{"seq": seq, "next_by_subj": filter})
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		msg, err := b.nc.RequestWithContext(rctx, api, req)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("read remembered choices %s: %w", prefix, err)
+		}
+		var resp msgGetResponse
+		if err := json.Unmarshal(msg.Data, &resp); err != nil {
+			return nil, fmt.Errorf("read remembered choices %s: %w", prefix, err)
+		}
+		switch {
+		case resp.Error != nil && resp.Error.ErrCode == errNoMessage:
+			return out, nil
+		case resp.Error != nil:
+			return nil, fmt.Errorf("read remembered choices %s: %s (%d)", prefix, resp.Error.Description, resp.Error.ErrCode)
+		case resp.Message == nil:
+			return nil, fmt.Errorf("read remembered choices %s: empty answer", prefix)
+		}
+		m := resp.Message
+		seq = m.Seq + 1
+		if len(m.Header) > 0 {
+			h, err := nats.DecodeHeadersMsg(m.Header)
+			if err != nil {
+				return nil, fmt.Errorf("read remembered choice %s: %w", m.Subject, err)
+			}
+			if h.Get("KV-Operation") != "" || h.Get(jetstream.MarkerReasonHeader) != "" {
+				continue // revoked, or expired
+			}
+		}
+		var gr policy.Grant
+		if err := json.Unmarshal(m.Data, &gr); err != nil {
+			b.log.Error("skip corrupt remembered choice", zap.String("subject", m.Subject), zap.Error(err))
+			continue
+		}
+		out = append(out, gr)
 	}
 }
 

@@ -59,12 +59,16 @@ func (b *Broker) evaluate(ctx context.Context, r *Record, now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	res := b.Policy().Evaluate(in, now, b.grants)
+	rem := &grantReader{ctx: ctx, b: b}
+	res := b.Policy().Evaluate(in, now, rem)
+	if rem.err != nil {
+		return rem.err
+	}
 	for _, cerr := range res.Errors {
 		b.log.Warn("policy condition failed; applied fail-closed", zap.String("request_id", r.ID), zap.String("tool", r.Request.Tool), zap.Error(cerr))
 	}
 	if shadow := b.shadow.Load(); shadow != nil {
-		b.compareShadow(ctx, r, in, res, shadow.Evaluate(in, now, b.grants))
+		b.compareShadow(ctx, r, in, res, shadow.Evaluate(in, now, rem))
 	}
 	if res.Action == policy.Allow && len(res.Limits) > 0 {
 		// Charge a request once: not again when it is delivered again.

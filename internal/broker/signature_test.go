@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -194,7 +195,13 @@ func TestSignedDecisionAfterForgery(t *testing.T) {
 			if got.State != broker.StateDenied {
 				t.Fatalf("state %s", got.State)
 			}
+			// Respond returns once the state is decided; the broker's own
+			// event follows the forgery just after.
 			stored := storedDecisions(t, js, rec.ID)
+			for deadline := time.Now().Add(10 * time.Second); len(stored) < 2 && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+				stored = storedDecisions(t, js, rec.ID)
+			}
 			if len(stored) != 2 || stored[0].ID() != e.ID() {
 				t.Fatalf("%d events on the decision subject, want the forgery then the decision", len(stored))
 			}
