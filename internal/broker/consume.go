@@ -204,7 +204,7 @@ func (b *Broker) handleResponse(ctx context.Context, msg jetstream.Msg) error {
 	if err == nil {
 		b.log.Info("answer applied", zap.String("request_id", rec.ID), zap.String("state", string(rec.State)), zap.String("principal", sub.Principal))
 	}
-	return refusal(msg, err)
+	return b.refusal(ctx, msg, err)
 }
 
 // handleCancel applies assent.cancel.<id>, and assent.cancel.<agent>.<id>,
@@ -225,7 +225,7 @@ func (b *Broker) handleCancel(ctx context.Context, msg jetstream.Msg) error {
 	o.answer = true
 	o.agent = sub.Agent
 	_, err = b.cancel(ctx, sub.RequestID, e.Source(), c, o)
-	return refusal(msg, err)
+	return b.refusal(ctx, msg, err)
 }
 
 // refusal maps the result of applying an answer or cancel to how its message
@@ -233,7 +233,7 @@ func (b *Broker) handleCancel(ctx context.Context, msg jetstream.Msg) error {
 // decided, expired, forbidden or malformed one never will (terminated), a
 // decision whose publishing is under way is looked at again later, and
 // anything else is transient.
-func refusal(msg jetstream.Msg, err error) error {
+func (b *Broker) refusal(ctx context.Context, msg jetstream.Msg, err error) error {
 	var retry *retryError
 	switch {
 	case err == nil:
@@ -241,7 +241,7 @@ func refusal(msg jetstream.Msg, err error) error {
 	case errors.As(err, &retry):
 		return err
 	case errors.Is(err, ErrNotFound):
-		return notYet(msg, err)
+		return b.notYet(ctx, msg, err)
 	case errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrExpired), errors.Is(err, ErrNotEligible), errors.Is(err, ErrInvalid),
 		errors.Is(err, ErrBeforeRequest), errors.Is(err, ErrForgedDecision):
 		return permanent(err)
@@ -249,15 +249,39 @@ func refusal(msg jetstream.Msg, err error) error {
 	return err
 }
 
-// notYet handles an answer or cancel for a request the broker has not stored:
-// it may have overtaken its request (published on another connection, or
-// ingested by another replica), so it is retried a few times before it is
-// rejected as unknown.
-func notYet(msg jetstream.Msg, err error) error {
-	if md, mdErr := msg.Metadata(); mdErr == nil && md.NumDelivered < 4 {
-		return &retryError{err, 500 * time.Millisecond}
+// notYet handles an answer or cancel for a request the broker has not stored.
+// It may have overtaken its request: published on another connection, or its
+// request's replica died while ingesting it, and the request comes back only
+// once its ack wait has passed. So it is rejected as unknown only when the
+// requests consumer has handled every request the stream stored before it, or
+// on its last delivery; until then it is looked at again, less and less often.
+func (b *Broker) notYet(ctx context.Context, msg jetstream.Msg, err error) error {
+	md, mdErr := msg.Metadata()
+	if mdErr != nil || md.NumDelivered >= maxDeliver {
+		return permanent(err)
 	}
-	return permanent(err)
+	if md.NumDelivered < 3 {
+		return &retryError{err, 250 * time.Millisecond}
+	}
+	delay := min(time.Second<<(md.NumDelivered-3), 10*time.Second)
+	passed, ierr := b.requestsPassed(ctx, md.Sequence.Stream)
+	switch {
+	case ierr != nil:
+		return &retryError{fmt.Errorf("%w (and the requests consumer could not be read: %w)", err, ierr), delay}
+	case passed:
+		return permanent(err)
+	}
+	return &retryError{err, delay}
+}
+
+// requestsPassed reports whether the requests consumer has handled every
+// request stored before stream sequence seq.
+func (b *Broker) requestsPassed(ctx context.Context, seq uint64) (bool, error) {
+	info, err := b.res.requests.Info(ctx)
+	if err != nil {
+		return false, err
+	}
+	return info.AckFloor.Stream >= seq || info.NumPending == 0 && info.NumAckPending == 0, nil
 }
 
 // handleTimeout expires a request whose durable schedule or local timer fired.

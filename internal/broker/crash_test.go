@@ -253,3 +253,51 @@ func waitState(t *testing.T, b *broker.Broker, id string, ok func(broker.State) 
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestCancelWhileRequestHeld: a replica takes a request and dies before it
+// stores it; the agent's cancel, stored after the request, comes to a live
+// replica first. The cancel waits until the request comes back (its ack
+// wait, longer than the first few retries) and then cancels it, rather than
+// being dropped as a cancel of an unknown request.
+func TestCancelWhileRequestHeld(t *testing.T) {
+	ns := testenv.Server(t)
+	nc := testenv.Conn(t, ns)
+	cfg := broker.Config{AckWait: 4 * time.Second}
+	_, stop := brokertest.Run(t, nc, cfg)
+	stop() // resources provisioned; nobody consumes
+
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := events.NewID()
+	publishEvent(t, js, events.RequestPrefix+"a1", events.TypeRequested, "agent/a1", events.Requested{Tool: "deploy", Agent: "a1"}, id)
+	cons, err := js.Consumer(tctx(t), events.StreamName, broker.ConsumerRequests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(patience))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := <-batch.Messages() // taken by a replica that dies: never acknowledged
+	if held == nil {
+		t.Fatal("the request was not handed out")
+	}
+	cancelSubj, err := events.AgentCancelSubject("a1", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishEvent(t, js, cancelSubj, events.TypeCancel, "agent/a1", events.Cancel{Reason: "stopped waiting"})
+
+	b, _ := brokertest.Run(t, nc, cfg)
+	wctx, cancel := context.WithTimeout(context.Background(), 4*patience)
+	defer cancel()
+	rec, err := b.Wait(wctx, id)
+	if err != nil {
+		t.Fatalf("request %s: %v (state %s)", id, err, rec.State)
+	}
+	if rec.State != broker.StateCancelled {
+		t.Fatalf("request %s is %s, want cancelled", id, rec.State)
+	}
+}

@@ -31,3 +31,6 @@ func (b *Broker) ForgetLocalGrants() {
 // KeepLocalGrant puts gr into this replica's copy only, as a watcher that has
 // not yet seen its revocation would keep it.
 func (b *Broker) KeepLocalGrant(gr policy.Grant) { b.grants.put(gr.Key(), gr) }
+
+// ConsumerRequests names the durable consumer the replicas take requests from.
+const ConsumerRequests = consumerRequests

@@ -59,6 +59,10 @@ func stateBucketConfig(c Config) jetstream.KeyValueConfig {
 	}
 }
 
+// maxDeliver is how many times a consumer hands out one message; the broker
+// settles it for good on the last.
+const maxDeliver = 20
+
 func consumerConfig(c Config, name, filter string) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       name,
@@ -67,7 +71,7 @@ func consumerConfig(c Config, name, filter string) jetstream.ConsumerConfig {
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       c.AckWait,
-		MaxDeliver:    20,
+		MaxDeliver:    maxDeliver,
 		MaxAckPending: 4 * c.Workers,
 		Replicas:      c.Replicas,
 	}

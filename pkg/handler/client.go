@@ -230,7 +230,7 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 	log := c.log.With(zap.String("request_id", req.ID), zap.String("tool", req.Tool))
 	// withdraw cancels the request when the caller stops waiting.
 	withdraw := func() error {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawTimeout)
 		defer cancel()
 		if err := c.cancel(cctx, req.Agent, source, req.ID, "requester stopped waiting: "+ctx.Err().Error()); err != nil {
 			log.Warn("publish cancel", zap.Error(err))
@@ -329,7 +329,12 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 // leader being elected, the connection lost with the answer in flight).
 const opTimeout = 5 * time.Second
 
-// publish publishes the request msg with its id as Nats-Msg-Id until the
+// withdrawTimeout bounds how long Request keeps trying to publish the cancel
+// of a request its caller stopped waiting for (a stream leader being elected
+// answers nothing for a few seconds).
+const withdrawTimeout = 15 * time.Second
+
+// publish publishes msg (a request or a cancel) with id as Nats-Msg-Id until the
 // stream acknowledges it, ctx ends, or until passes. Each attempt waits
 // opTimeout at most, and the next one sends the same message again: the
 // stream stores it once.
@@ -345,7 +350,7 @@ func (c *Client) publish(ctx context.Context, msg *nats.Msg, id string, until ti
 		if err == nil || !retry || ctx.Err() != nil || time.Now().After(until) {
 			return ack, err
 		}
-		c.log.Debug("publish request again", zap.String("request_id", id), zap.Error(err))
+		c.log.Debug("publish again", zap.String("msg_id", id), zap.Error(err))
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -507,7 +512,13 @@ func (c *Client) cancel(ctx context.Context, agent, source, id, reason string) e
 	if err != nil {
 		return err
 	}
-	_, err = c.js.PublishMsg(ctx, &nats.Msg{Subject: subj, Header: nats.Header(h), Data: body})
+	// Published under its event id, so a retry after a lost acknowledgement
+	// stores it once.
+	until := time.Now().Add(withdrawTimeout)
+	if d, ok := ctx.Deadline(); ok {
+		until = d
+	}
+	_, err = c.publish(ctx, &nats.Msg{Subject: subj, Header: nats.Header(h), Data: body}, e.ID(), until)
 	return err
 }
 
