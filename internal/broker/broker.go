@@ -170,10 +170,12 @@ func (b *Broker) Run(ctx context.Context) error {
 		case <-gctx.Done():
 		}
 	}
-	g.Go(func() error { return b.consume(gctx, res.requests, "requests", b.handleRequest) })
-	g.Go(func() error { return b.consume(gctx, res.responses, "responses", b.handleResponse) })
-	g.Go(func() error { return b.consume(gctx, res.cancels, "cancels", b.handleCancel) })
-	g.Go(func() error { return b.consume(gctx, res.timeouts, "timeouts", b.handleTimeout) })
+	g.Go(func() error { return b.consume(gctx, res.requests, "requests", b.cfg.AckWait, b.handleRequest) })
+	g.Go(func() error { return b.consume(gctx, res.responses, "responses", b.cfg.AckWait, b.handleResponse) })
+	g.Go(func() error { return b.consume(gctx, res.cancels, "cancels", b.cfg.AckWait, b.handleCancel) })
+	g.Go(func() error {
+		return b.consume(gctx, res.timeouts, "timeouts", b.cfg.timeoutAckWait(), b.handleTimeout)
+	})
 	g.Go(func() error { return b.expiryLoop(gctx) })
 	g.Go(func() error { return b.runFeed(gctx) })
 	b.ready.Store(true)
@@ -220,21 +222,48 @@ func (b *Broker) follow(ctx context.Context, kv jetstream.KeyValue, what string,
 }
 
 // expiryLoop hands requests whose local timers fired to the timeouts consumer.
+// Triggers are published concurrently, so that one held up by a connection
+// being replaced does not hold up the rest; one that fails is tried again
+// shortly while the request is still pending here.
 func (b *Broker) expiryLoop(ctx context.Context) error {
+	sem := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case id := <-b.timers.due:
-			// The expiry (or escalation) is made by whichever replica takes
-			// this message, like one the durable schedule fires, so that an
-			// outcome is always chosen while handling a stored message.
-			octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			if _, err := b.js.PublishMsg(octx, &nats.Msg{Subject: TimeoutPrefix + id, Data: []byte(id)}); err != nil {
-				b.log.Warn("publish timeout failed; the durable schedule will fire", zap.String("request_id", id), zap.Error(err))
+			if rec, _, ok := b.index.get(id); ok && rec.State != StatePending {
+				continue // decided meanwhile
 			}
-			cancel()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return nil
+			}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				b.fire(ctx, id)
+			})
 		}
+	}
+}
+
+// fire publishes the timeout trigger of request id. The expiry (or
+// escalation) is made by whichever replica takes the message, like one the
+// durable schedule fires, so that an outcome is always chosen while handling
+// a stored message.
+func (b *Broker) fire(ctx context.Context, id string) {
+	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_, err := b.js.PublishMsg(octx, &nats.Msg{Subject: TimeoutPrefix + id, Data: []byte(id)})
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	if rec, _, ok := b.index.get(id); ok && rec.State == StatePending {
+		b.log.Warn("publish timeout failed; trying again", zap.String("request_id", id), zap.Error(err))
+		b.timers.arm(id, time.Now().Add(250*time.Millisecond))
 	}
 }
 

@@ -229,3 +229,40 @@ func TestGrantsReadFromBucket(t *testing.T) {
 		t.Fatalf("after the grant was revoked in the bucket, the request is %s (%+v), want pending", revoked.State, revoked.Decision)
 	}
 }
+
+// TestEveryReplicaHoldsTimers: a replica arms a timer for every pending
+// request, also those another replica took, so that a request whose replica
+// stops still expires from a local timer, not only from the durable schedule.
+func TestEveryReplicaHoldsTimers(t *testing.T) {
+	ns := testenv.Server(t)
+	a, stopA := brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Name: "a"})
+	b := start(t, testenv.Conn(t, ns), broker.Config{Name: "b"})
+	const n = 20
+	var ids []string
+	for i := range n {
+		rec, err := a.Submit(ctx(t), "", "test/t", events.Requested{Tool: "rm", Agent: fmt.Sprintf("a%d", i), Timeout: events.Duration(3 * time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, rec.ID)
+	}
+	deadline := time.Now().Add(patience)
+	for a.Stats().Timers != n || b.Stats().Timers != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("timers armed: %d on a, %d on b; want %d on each", a.Stats().Timers, b.Stats().Timers, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stopA()
+	for _, id := range ids {
+		wctx, cancel := context.WithTimeout(context.Background(), patience)
+		rec, err := b.Wait(wctx, id)
+		cancel()
+		if err != nil || rec.State != broker.StateExpired {
+			t.Fatalf("request %s: %s, %v; want expired", id, rec.State, err)
+		}
+	}
+	if got := b.Stats().Timers; got != 0 {
+		t.Fatalf("%d timers left on b after every request expired", got)
+	}
+}

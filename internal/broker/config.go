@@ -196,3 +196,8 @@ func (c Config) clamp(asked time.Duration) time.Duration {
 	}
 	return asked
 }
+
+// timeoutAckWait is the timeouts consumer's ack wait: expiring a request is
+// quick, and a trigger held by a replica that died or was cut off must come
+// back well within the 2 seconds a deadline may be missed by.
+func (c Config) timeoutAckWait() time.Duration { return min(c.AckWait, time.Second) }

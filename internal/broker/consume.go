@@ -37,7 +37,8 @@ func (e *retryError) Unwrap() error { return e.err }
 
 // consume feeds cons's messages to handle on cfg.Workers goroutines until ctx
 // ends, then drains: no new messages, in-flight ones finish and are settled.
-func (b *Broker) consume(ctx context.Context, cons jetstream.Consumer, name string, handle func(context.Context, jetstream.Msg) error) error {
+// ackWait is the consumer's.
+func (b *Broker) consume(ctx context.Context, cons jetstream.Consumer, name string, ackWait time.Duration, handle func(context.Context, jetstream.Msg) error) error {
 	log := b.log.With(zap.String("consumer", name))
 	work := make(chan jetstream.Msg)
 	var wg sync.WaitGroup
@@ -45,7 +46,7 @@ func (b *Broker) consume(ctx context.Context, cons jetstream.Consumer, name stri
 		wg.Go(func() {
 			for msg := range work {
 				hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handleTimeout)
-				stop := b.keepAlive(msg)
+				stop := keepAlive(msg, ackWait)
 				err := handle(hctx, msg)
 				stop()
 				b.settle(log, msg, err)
@@ -78,9 +79,9 @@ func (b *Broker) consume(ctx context.Context, cons jetstream.Consumer, name stri
 }
 
 // keepAlive tells the server, while a slow handler runs, that msg is still being
-// worked on, so the short AckWait redelivers only messages whose replica died.
-func (b *Broker) keepAlive(msg jetstream.Msg) (stop func()) {
-	every := b.cfg.AckWait / 2
+// worked on, so the short ack wait redelivers only messages whose replica died.
+func keepAlive(msg jetstream.Msg, ackWait time.Duration) (stop func()) {
+	every := ackWait / 2
 	var t *time.Timer
 	var mu sync.Mutex
 	stopped := false
@@ -295,11 +296,18 @@ func (b *Broker) handleTimeout(ctx context.Context, msg jetstream.Msg) error {
 		return permanent(err)
 	}
 	_, err = b.expire(ctx, id, b.now(), o)
+	var retry *retryError
 	switch {
+	case err == nil:
+		return nil
 	case errors.Is(err, ErrNotFound):
 		return nil
 	case errors.Is(err, ErrForgedDecision):
 		return permanent(err)
+	case errors.As(err, &retry):
+		return err
 	}
-	return err
+	// A deadline is missed by as long as this takes: look again soon (the
+	// state bucket's leader being elected, a connection being replaced).
+	return &retryError{err, min(time.Duration(o.delivery)*250*time.Millisecond, 2*time.Second)}
 }

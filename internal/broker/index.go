@@ -177,7 +177,8 @@ func (x *index) list(f Filter) (out []*indexed, total int) {
 // losing compare-and-set is never mistaken for one. On its first pass over the
 // bucket it arms a local timer for every pending request (those whose
 // deadline passed while no broker ran expire at once), then reports the index
-// ready.
+// ready. After that, a pending request another replica took gets a backup
+// timer here (backupDelay), and a decided one loses its timer.
 func (b *Broker) watchState(ctx context.Context) error {
 	loaded := false
 	n := 0
@@ -193,9 +194,18 @@ func (b *Broker) watchState(ctx context.Context) error {
 			return
 		}
 		b.index.put(rec)
-		if !loaded && rec.State == StatePending {
+		switch cur, _, ok := b.index.get(rec.ID); {
+		case ok && cur.revision > rec.revision:
+			// An older revision than one read already: that one counts.
+		case rec.State != StatePending:
+			b.timers.stop(rec.ID)
+		case !loaded:
 			b.timers.arm(rec.ID, b.wakeAt(&rec))
 			n++
+		default:
+			// Another replica took it (or moved its deadline): fire a
+			// little after it would, should it be gone by then.
+			b.timers.backup(rec.ID, b.wakeAt(&rec))
 		}
 		b.records.deliver(e.Key())
 	}, func() {

@@ -118,7 +118,11 @@ func provision(ctx context.Context, js jetstream.JetStream, c Config) (*resource
 		{&r.cancels, consumerCancels, events.CancelPrefix + ">"}, // <id>, and <agent>.<id>
 		{&r.timeouts, consumerTimeouts, TimeoutPrefix + "*"},
 	} {
-		if *cc.dst, err = r.stream.CreateOrUpdateConsumer(ctx, consumerConfig(c, cc.name, cc.subjects)); err != nil {
+		cfg := consumerConfig(c, cc.name, cc.subjects)
+		if cc.name == consumerTimeouts {
+			cfg.AckWait = c.timeoutAckWait()
+		}
+		if *cc.dst, err = r.stream.CreateOrUpdateConsumer(ctx, cfg); err != nil {
 			return nil, fmt.Errorf("consumer %s: %w", cc.name, err)
 		}
 	}
