@@ -151,7 +151,7 @@ func (b *Broker) Run(ctx context.Context) error {
 		return errors.New("broker: Run called twice")
 	}
 	defer b.timers.close()
-	res, err := provision(ctx, b.js, b.cfg)
+	res, err := b.provision(ctx)
 	if err != nil {
 		return fmt.Errorf("broker: provision: %w", err)
 	}
@@ -187,6 +187,38 @@ func (b *Broker) Run(ctx context.Context) error {
 	}
 	b.log.Info("broker stopped")
 	return err
+}
+
+// provision creates or updates the JetStream resources. While the cluster
+// cannot answer (its leaders being elected, a node restarting, the connection
+// being replaced) it tries again until ctx ends; an answer that refuses the
+// configuration is returned at once.
+func (b *Broker) provision(ctx context.Context) (*resources, error) {
+	delay := 250 * time.Millisecond
+	for {
+		res, err := provision(ctx, b.js, b.cfg)
+		if err == nil || !unavailable(err) || ctx.Err() != nil {
+			return res, err
+		}
+		b.log.Warn("JetStream not answering while provisioning; trying again", zap.Duration("in", delay), zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// unavailable reports whether err says JetStream could not answer at that
+// moment (no answer, or a 5xx: no leader, a raft group busy), rather than that
+// it refused what was asked.
+func unavailable(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrDisconnected) ||
+		errors.As(err, &apiErr) && apiErr.Code >= 500
 }
 
 // follow feeds every entry of kv (per opts) to apply until ctx ends, and

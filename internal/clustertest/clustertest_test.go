@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap/zaptest"
 
+	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/clustertest"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
@@ -193,5 +195,54 @@ func waitReady(t *testing.T, r *clustertest.Replica) {
 			t.Fatalf("%s not ready after %s", r.Name, clustertest.Patience)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestProvisionWaitsForQuorum: a broker started while the cluster has no
+// quorum (two of three nodes down) keeps trying to provision, rather than
+// exiting, and becomes ready once the nodes are back.
+func TestProvisionWaitsForQuorum(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Config{})
+	c.Node(1).Stop()
+	c.Node(2).Stop()
+
+	b, err := broker.New(c.Conn(t), broker.Config{Name: "early", Replicas: 3}, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Run(ctx)
+		close(done)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+
+	// Long enough for several provisioning attempts to time out.
+	select {
+	case err := <-done:
+		t.Fatalf("the broker stopped while the cluster had no quorum: %v", err) // done is closed now
+	case <-time.After(12 * time.Second):
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), clustertest.Patience)
+	defer rcancel()
+	for _, n := range []int{1, 2} {
+		if err := c.Node(n).Restart(rctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for !b.Ready() {
+		select {
+		case err := <-done:
+			t.Fatalf("the broker stopped: %v", err)
+		case <-rctx.Done():
+			t.Fatal("the broker was not ready after the nodes came back")
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
