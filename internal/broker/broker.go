@@ -211,15 +211,19 @@ func (b *Broker) provision(ctx context.Context) (*resources, error) {
 }
 
 // unavailable reports whether err says JetStream could not answer at that
-// moment (no answer, or a 5xx: no leader, a raft group busy), rather than that
-// it refused what was asked.
+// moment (no answer, a 5xx: no leader, a raft group busy; or too few peers
+// online to place the replicas), rather than that it refused what was asked.
 func unavailable(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrDisconnected) ||
-		errors.As(err, &apiErr) && apiErr.Code >= 500
+		errors.As(err, &apiErr) && (apiErr.Code >= 500 || apiErr.ErrorCode == errNoPeers)
 }
+
+// errNoPeers is JetStream's "no suitable peers for placement": too few
+// servers online for the replicas asked for.
+const errNoPeers = 10005
 
 // follow feeds every entry of kv (per opts) to apply until ctx ends, and
 // calls caughtUp once the first watcher has delivered the bucket's current
