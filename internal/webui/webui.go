@@ -229,9 +229,13 @@ func (u *UI) fragment(fn func(w http.ResponseWriter, r *http.Request, v viewer) 
 		w.Header().Set("Cache-Control", "no-store")
 		if err := fn(w, r, v); err != nil {
 			status := http.StatusInternalServerError
-			if errors.Is(err, broker.ErrNotFound) {
+			var bad *badInput
+			switch {
+			case errors.Is(err, broker.ErrNotFound):
 				status = http.StatusNotFound
-			} else {
+			case errors.As(err, &bad):
+				status = http.StatusBadRequest
+			default:
 				u.log.Error("render fragment", zap.String("path", r.URL.Path), zap.Error(err))
 			}
 			http.Error(w, err.Error(), status)
