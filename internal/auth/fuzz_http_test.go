@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"html"
 	"io"
@@ -21,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/zitadel/oidc/v3/example/server/exampleop"
 	"github.com/zitadel/oidc/v3/example/server/storage"
@@ -69,11 +67,7 @@ func (e *authFuzz) clock() time.Time {
 
 func newAuthFuzz(f *testing.F) *authFuzz {
 	ns := testenv.Server(f)
-	nc, err := nats.Connect("", nats.InProcessServer(ns.Server))
-	if err != nil {
-		f.Fatalf("connect nats in process: %v", err)
-	}
-	f.Cleanup(nc.Close)
+	nc := testenv.InProcessConn(f, ns)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		f.Fatal(err)
@@ -274,7 +268,7 @@ func FuzzAuth(f *testing.F) {
 		for line := range strings.Lines(header) {
 			line = strings.TrimRight(line, "\r\n")
 			k, v, ok := strings.Cut(line, ":")
-			if !ok || k == "" || strings.EqualFold(k, "Host") || strings.EqualFold(k, "Content-Length") || strings.EqualFold(k, "Transfer-Encoding") || !validHeader(k, v) {
+			if !ok || k == "" || strings.EqualFold(k, "Host") || strings.EqualFold(k, "Content-Length") || strings.EqualFold(k, "Transfer-Encoding") || !testenv.ValidHeaderName(k) || !testenv.ValidHeaderValue(v) {
 				return // not a header line the server takes
 			}
 			fmt.Fprintf(&raw, "%s:%s\r\n", k, v)
@@ -306,7 +300,7 @@ func FuzzAuth(f *testing.F) {
 			var v struct {
 				Error *struct{ Code, Message string } `json:"error"`
 			}
-			if err := strictJSON(out, &v); err != nil || v.Error == nil || v.Error.Code == "" || v.Error.Message == "" {
+			if err := testenv.StrictJSON([]byte(out), &v); err != nil || v.Error == nil || v.Error.Code == "" || v.Error.Message == "" {
 				t.Fatalf("%s: %d with body %q, want {\"error\": {\"code\", \"message\"}} (%v)", input, status, out, err)
 			}
 		}
@@ -398,32 +392,4 @@ func (e *authFuzz) checkSignedIn(t *testing.T, input string, w *httptest.Respons
 	if u, err := browserURL(base, done.Header().Get("Location")); done.Code != http.StatusSeeOther || err != nil || u.Host != fuzzHost {
 		t.Fatalf("%s: after the sign-in, %d to %q, which a browser opens as %v (%v)", input, done.Code, done.Header().Get("Location"), u, err)
 	}
-}
-
-// strictJSON decodes s into v, refusing unknown fields and trailing data.
-func strictJSON(s string, v any) error {
-	dec := json.NewDecoder(strings.NewReader(s))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return fmt.Errorf("more after the value")
-	}
-	return nil
-}
-
-// validHeader is what net/http's server accepts as a header line.
-func validHeader(k, v string) bool {
-	for i := 0; i < len(k); i++ {
-		if c := k[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
-			return false
-		}
-	}
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/internal/broker"
@@ -60,9 +59,10 @@ type apiFuzz struct {
 	// documented lists the statuses openapi.json gives each operation.
 	documented map[string]map[int]bool
 	// written receives what a request could put on the stream: requests,
-	// answers and cancels.
-	written chan *nats.Msg
-	wconn   *nats.Conn
+	// answers and cancels. Only the gateway writes those here (and
+	// pendingID, before each count starts); the broker's own events may
+	// follow an input's answer later, so they are not counted.
+	written *testenv.Tap
 	pending string // the request placeholder stands for, while pending
 	made    int
 }
@@ -75,7 +75,7 @@ func newAPIFuzz(f testing.TB) *apiFuzz {
 	}
 	// Deadlines an hour away: no request expires while the fuzzer runs, so
 	// nothing but the gateway writes answers to the stream.
-	b, _ := brokertest.RunLogged(f, inProcessConn(f, ns), broker.Config{Name: "fuzz", Policy: pol, MinTimeout: time.Hour, DefaultTimeout: time.Hour}, zap.NewNop())
+	b, _ := brokertest.RunLogged(f, testenv.InProcessConn(f, ns), broker.Config{Name: "fuzz", Policy: pol, MinTimeout: time.Hour, DefaultTimeout: time.Hour}, zap.NewNop())
 	e := &apiFuzz{
 		b:    b,
 		open: httpapi.New(b, httpapi.Config{}, zap.NewNop()),
@@ -90,8 +90,7 @@ func newAPIFuzz(f testing.TB) *apiFuzz {
 		}}, zap.NewNop()),
 		routes:     http.NewServeMux(),
 		documented: documentedStatuses(f),
-		written:    make(chan *nats.Msg, 4096),
-		wconn:      inProcessConn(f, ns),
+		written:    testenv.NewTap(f, ns, events.RequestPrefix+">", events.ResponsePrefix+">", events.CancelPrefix+">"),
 	}
 	for _, op := range e.open.Routes() {
 		e.routes.HandleFunc(op, func(http.ResponseWriter, *http.Request) {})
@@ -99,26 +98,7 @@ func newAPIFuzz(f testing.TB) *apiFuzz {
 			f.Fatalf("%s is not in openapi.json", op)
 		}
 	}
-	// Only the gateway writes requests, answers and cancels here (and
-	// pendingID, before each count starts); the broker's own events may
-	// follow an input's answer later, so they are not counted.
-	for _, subj := range []string{events.RequestPrefix + ">", events.ResponsePrefix + ">", events.CancelPrefix + ">"} {
-		if _, err := e.wconn.ChanSubscribe(subj, e.written); err != nil {
-			f.Fatal(err)
-		}
-	}
 	return e
-}
-
-// inProcessConn connects to ns in process, as the broker binary does to its
-// embedded server: no sockets, so that an input costs less.
-func inProcessConn(tb testing.TB, ns *testenv.NATS) *nats.Conn {
-	nc, err := nats.Connect("", nats.InProcessServer(ns.Server))
-	if err != nil {
-		tb.Fatalf("connect nats in process: %v", err)
-	}
-	tb.Cleanup(nc.Close)
-	return nc
 }
 
 // documentedStatuses reads the statuses of each operation from openapi.json.
@@ -210,23 +190,6 @@ func (e *apiFuzz) tidy(t testing.TB) {
 	}
 }
 
-// drain empties the subscription, after a round trip to the server so that
-// whatever was published before is in, and returns the subjects it held.
-func (e *apiFuzz) drain(t testing.TB) []string {
-	if err := e.wconn.Flush(); err != nil {
-		t.Fatalf("flush: %v", err)
-	}
-	var subjects []string
-	for {
-		select {
-		case m := <-e.written:
-			subjects = append(subjects, m.Subject)
-		default:
-			return subjects
-		}
-	}
-}
-
 // apiRequest makes the request a server would hand the gateway for this
 // input, as net/http parses it off the wire; false if it would not get that
 // far.
@@ -255,14 +218,10 @@ func apiRequest(method, target, contentType, accept, lastEventID, who string, bo
 	return r, true
 }
 
-// validHeaderValue is what net/http's server accepts as a header value.
+// validHeaderValue is what net/http's server accepts as a header value,
+// and keeps as it is (it trims spaces around a value).
 func validHeaderValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return strings.TrimSpace(v) == v
+	return testenv.ValidHeaderValue(v) && strings.TrimSpace(v) == v
 }
 
 // apiError is the one shape of every error the gateway answers.
@@ -360,10 +319,10 @@ func FuzzAPI(f *testing.F) {
 			ctx, cancel = context.WithTimeout(ctx, 10*time.Millisecond)
 			defer cancel()
 		}
-		e.drain(t)
+		e.written.Drain(t)
 		w := httptest.NewRecorder()
 		srv.ServeHTTP(w, r.WithContext(ctx))
-		written := e.drain(t)
+		written := e.written.Drain(t)
 
 		input := fmt.Sprintf("%s %q (operation %q, who %q, Content-Type %q, Accept %q, Last-Event-ID %q) body %q", method, target, op, who, contentType, accept, lastEventID, body)
 		status, ct, out := w.Code, w.Header().Get("Content-Type"), w.Body.Bytes()
@@ -372,9 +331,7 @@ func FuzzAPI(f *testing.F) {
 			if ct != "application/json" {
 				t.Fatalf("%s: %d with Content-Type %q, want application/json", input, status, ct)
 			}
-			dec := json.NewDecoder(bytes.NewReader(out))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&errBody); err != nil || dec.More() || errBody.Error == nil || errBody.Error.Code == "" || errBody.Error.Message == "" {
+			if err := testenv.StrictJSON(out, &errBody); err != nil || errBody.Error == nil || errBody.Error.Code == "" || errBody.Error.Message == "" {
 				t.Fatalf("%s: %d with body %q, want {\"error\": {\"code\", \"message\"}} (%v)", input, status, out, err)
 			}
 		}

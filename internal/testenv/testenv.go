@@ -1,11 +1,16 @@
 // Package testenv starts real NATS servers and connections for tests: an
-// embedded server per test on a free port with storage in t.TempDir().
+// embedded server per test on a free port with storage in t.TempDir(). It
+// also holds the small checks the HTTP fuzz targets share.
 package testenv
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,4 +102,101 @@ func Program(t testing.TB, pkg string, names ...string) string {
 	}
 	t.Skipf("no %s on PATH (apt-get install -y %s); this test needs it", names[0], pkg)
 	return ""
+}
+
+// InProcessConn connects to s in process, as the broker binary does to its
+// embedded server: no sockets, so that a fuzz input costs less. The
+// connection is closed when the test ends.
+func InProcessConn(t testing.TB, s *NATS) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect("", nats.InProcessServer(s.Server))
+	if err != nil {
+		t.Fatalf("connect nats in process: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// Tap records the subjects of the messages published on some subjects, for
+// a test to read between its steps.
+type Tap struct {
+	nc  *nats.Conn
+	got chan *nats.Msg
+}
+
+// NewTap subscribes, on a connection of its own to s, to each of subjects.
+func NewTap(t testing.TB, s *NATS, subjects ...string) *Tap {
+	t.Helper()
+	tp := &Tap{nc: InProcessConn(t, s), got: make(chan *nats.Msg, 4096)}
+	for _, subj := range subjects {
+		if _, err := tp.nc.ChanSubscribe(subj, tp.got); err != nil {
+			t.Fatalf("subscribe %s: %v", subj, err)
+		}
+	}
+	return tp
+}
+
+// Drain returns the subjects of what the tap received since the last call,
+// after a round trip to the server so that whatever was published before is
+// in.
+func (tp *Tap) Drain(t testing.TB) []string {
+	t.Helper()
+	if err := tp.nc.Flush(); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	var subjects []string
+	for {
+		select {
+		case m := <-tp.got:
+			subjects = append(subjects, m.Subject)
+		default:
+			return subjects
+		}
+	}
+}
+
+// StrictJSON decodes data into v, refusing unknown fields and anything after
+// the value.
+func StrictJSON(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("more after the value")
+	}
+	return nil
+}
+
+// Next waits up to d for one more message and returns its subject.
+func (tp *Tap) Next(d time.Duration) (string, bool) {
+	select {
+	case m := <-tp.got:
+		return m.Subject, true
+	case <-time.After(d):
+		return "", false
+	}
+}
+
+// ValidHeaderValue reports whether net/http's server accepts v as a header
+// value: no control characters but tab.
+func ValidHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidHeaderName reports whether net/http's server accepts k as a header
+// name: a token.
+func ValidHeaderName(k string) bool {
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/internal/broker"
@@ -48,11 +47,7 @@ func newUIFuzz(f *testing.F) *uiFuzz {
 		f.Fatal(err)
 	}
 	ns := testenv.Server(f)
-	nc, err := nats.Connect("", nats.InProcessServer(ns.Server))
-	if err != nil {
-		f.Fatalf("connect nats in process: %v", err)
-	}
-	f.Cleanup(nc.Close)
+	nc := testenv.InProcessConn(f, ns)
 	// Deadlines an hour away: nothing changes but what the inputs make.
 	b, _ := brokertest.RunLogged(f, nc, broker.Config{Name: "fuzz", Policy: p, MinTimeout: time.Hour, DefaultTimeout: time.Hour}, zap.NewNop())
 	ui, err := webui.New(b, webui.Config{

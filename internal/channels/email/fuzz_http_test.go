@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/internal/broker"
@@ -36,8 +35,7 @@ type linksFuzz struct {
 	rt      *handler.Channel
 	mux     *http.ServeMux
 	// answers receives every answer put on the stream.
-	answers chan *nats.Msg
-	nc      *nats.Conn
+	answers *testenv.Tap
 	// current is the request links are made for: pending when it was made.
 	current string
 	made    time.Time
@@ -55,20 +53,12 @@ func newLinksFuzz(f *testing.F) *linksFuzz {
 		f.Fatal(err)
 	}
 	ns := testenv.Server(f)
-	connect := func() *nats.Conn {
-		nc, err := nats.Connect("", nats.InProcessServer(ns.Server))
-		if err != nil {
-			f.Fatalf("connect nats in process: %v", err)
-		}
-		f.Cleanup(nc.Close)
-		return nc
-	}
 	// Deadlines an hour away and no reminders: nothing expires or is mailed
 	// again while the fuzzer runs.
-	b, _ := brokertest.RunLogged(f, connect(), broker.Config{Name: "fuzz", Policy: p, MinTimeout: time.Hour, DefaultTimeout: time.Hour}, zap.NewNop())
+	b, _ := brokertest.RunLogged(f, testenv.InProcessConn(f, ns), broker.Config{Name: "fuzz", Policy: p, MinTimeout: time.Hour, DefaultTimeout: time.Hour}, zap.NewNop())
 	mail := smtptest.Start(f)
-	nc := connect()
-	e := &linksFuzz{b: b, mux: http.NewServeMux(), answers: make(chan *nats.Msg, 4096), nc: connect()}
+	nc := testenv.InProcessConn(f, ns)
+	e := &linksFuzz{b: b, mux: http.NewServeMux(), answers: testenv.NewTap(f, ns, events.ResponsePrefix+">")}
 	e.adapter, err = email.New(email.Config{
 		SMTP: email.SMTPConfig{Host: mail.Host, Port: mail.Port, Username: smtptest.User, CAFile: mail.CAFile},
 		From: "Assent <assent@example.com>",
@@ -77,9 +67,6 @@ func newLinksFuzz(f *testing.F) *linksFuzz {
 		f.Fatal(err)
 	}
 	e.rt, _ = brokertest.RunAdapter(f, nc, handler.ChannelConfig{Logger: zap.NewNop()}, e.adapter, e.mux)
-	if _, err := e.nc.ChanSubscribe(events.ResponsePrefix+">", e.answers); err != nil {
-		f.Fatal(err)
-	}
 	return e
 }
 
@@ -137,23 +124,6 @@ func (e *linksFuzz) token(t *testing.T, kind string) (tok, principal string, d e
 	u := e.adapter.LinkForTest(id, principal, addr, d, args, expires)
 	_, tok, _ = strings.Cut(u, "/email/a/")
 	return tok, principal, d
-}
-
-// drain empties the answers channel, after a round trip to the server so
-// that whatever was published before is in, and returns their subjects.
-func (e *linksFuzz) drain(t *testing.T) []string {
-	if err := e.nc.Flush(); err != nil {
-		t.Fatalf("flush: %v", err)
-	}
-	var subjects []string
-	for {
-		select {
-		case m := <-e.answers:
-			subjects = append(subjects, m.Subject)
-		default:
-			return subjects
-		}
-	}
 }
 
 // linkPlaceholders stand, in a fuzzed token, for a link to the current
@@ -223,7 +193,7 @@ func FuzzLinkPages(f *testing.F) {
 			if h[1] == "" {
 				continue
 			}
-			if !validHeaderValue(h[1]) {
+			if !testenv.ValidHeaderValue(h[1]) {
 				return // the server answers 400 itself
 			}
 			fmt.Fprintf(&raw, "%s: %s\r\n", h[0], h[1])
@@ -241,10 +211,10 @@ func FuzzLinkPages(f *testing.F) {
 			return // not a link page
 		}
 		r.RemoteAddr = "192.0.2.7:40000"
-		e.drain(t)
+		e.answers.Drain(t)
 		w := httptest.NewRecorder()
 		e.mux.ServeHTTP(w, r)
-		answers := e.drain(t)
+		answers := e.answers.Drain(t)
 
 		input := fmt.Sprintf("%s %q (Content-Type %q, Sec-Fetch-Site %q) form %q", method, token, contentType, site, form)
 		status, h, body := w.Code, w.Header(), w.Body.String()
@@ -286,14 +256,4 @@ func FuzzLinkPages(f *testing.F) {
 			t.Fatalf("%s: a cross-site POST got %d", input, status)
 		}
 	})
-}
-
-// validHeaderValue is what net/http's server accepts as a header value.
-func validHeaderValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }

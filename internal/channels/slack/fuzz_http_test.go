@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/slack-go/slack"
 	"go.uber.org/zap"
 
@@ -38,8 +37,7 @@ type interactionsFuzz struct {
 	rt  *handler.Channel
 	mux *http.ServeMux
 	// answers receives every answer put on the stream.
-	answers chan *nats.Msg
-	nc      *nats.Conn
+	answers *testenv.Tap
 	// signed holds the signatures of the interactions taken so far, lower
 	// case: a replay is one of them.
 	signed  map[string]bool
@@ -56,31 +54,20 @@ func newInteractionsFuzz(f *testing.F) *interactionsFuzz {
 		f.Fatal(err)
 	}
 	ns := testenv.Server(f)
-	connect := func() *nats.Conn {
-		nc, err := nats.Connect("", nats.InProcessServer(ns.Server))
-		if err != nil {
-			f.Fatalf("connect nats in process: %v", err)
-		}
-		f.Cleanup(nc.Close)
-		return nc
-	}
 	// Deadlines an hour away and no reminders: nothing but the inputs
 	// makes the channel act.
-	b, _ := brokertest.RunLogged(f, connect(), broker.Config{Name: "fuzz", Policy: p, MinTimeout: time.Hour, DefaultTimeout: time.Hour}, zap.NewNop())
+	b, _ := brokertest.RunLogged(f, testenv.InProcessConn(f, ns), broker.Config{Name: "fuzz", Policy: p, MinTimeout: time.Hour, DefaultTimeout: time.Hour}, zap.NewNop())
 	local := slacktest.New(f, botToken, appToken)
 	f.Setenv(envBot, botToken)
 	f.Setenv(envSecret, signingSecret)
-	nc := connect()
+	nc := testenv.InProcessConn(f, ns)
 	a, err := slackch.New(slackch.Config{BotTokenEnv: envBot, SigningSecretEnv: envSecret, Mode: slackch.ModeHTTP, Channel: slackChannel, APIURL: local.URL()},
 		channels.Env{NATS: nc, Directory: channels.NewDirectory(p), WebUI: webUI, Logger: zap.NewNop()})
 	if err != nil {
 		f.Fatal(err)
 	}
-	e := &interactionsFuzz{b: b, mux: http.NewServeMux(), answers: make(chan *nats.Msg, 4096), nc: connect(), signed: map[string]bool{}}
+	e := &interactionsFuzz{b: b, mux: http.NewServeMux(), answers: testenv.NewTap(f, ns, events.ResponsePrefix+">"), signed: map[string]bool{}}
 	e.rt, _ = brokertest.RunAdapter(f, nc, handler.ChannelConfig{Logger: zap.NewNop()}, a, e.mux)
-	if _, err := e.nc.ChanSubscribe(events.ResponsePrefix+">", e.answers); err != nil {
-		f.Fatal(err)
-	}
 	return e
 }
 
@@ -128,23 +115,6 @@ func (e *interactionsFuzz) pendingID(t *testing.T) string {
 	}
 	e.pending = id
 	return id
-}
-
-// drain empties the answers channel, after a round trip to the server so
-// that whatever was published before is in, and returns their subjects.
-func (e *interactionsFuzz) drain(t *testing.T) []string {
-	if err := e.nc.Flush(); err != nil {
-		t.Fatalf("flush: %v", err)
-	}
-	var subjects []string
-	for {
-		select {
-		case m := <-e.answers:
-			subjects = append(subjects, m.Subject)
-		default:
-			return subjects
-		}
-	}
 }
 
 // slackValid is Slack's signature check, written from Slack's documentation
@@ -270,17 +240,17 @@ func FuzzInteractions(f *testing.F) {
 			if v == "" {
 				continue
 			}
-			if !validHeaderValue(v) {
+			if !testenv.ValidHeaderValue(v) {
 				return // the server answers 400 itself
 			}
 			r.Header.Set(k, strings.Trim(v, " \t"))
 		}
-		e.drain(t)
+		e.answers.Drain(t)
 		before := time.Now()
 		w := httptest.NewRecorder()
 		e.mux.ServeHTTP(w, r)
 		after := time.Now()
-		answers := e.drain(t)
+		answers := e.answers.Drain(t)
 
 		input := fmt.Sprintf("(mode %d) X-Slack-Request-Timestamp %q X-Slack-Signature %q body %q", mode%(2*signModes), ts, sig, body)
 		status, out := w.Code, w.Body.String()
@@ -291,12 +261,10 @@ func FuzzInteractions(f *testing.F) {
 			} `json:"error"`
 		}
 		if status != http.StatusOK {
-			dec := json.NewDecoder(strings.NewReader(out))
-			dec.DisallowUnknownFields()
 			if ct := w.Header().Get("Content-Type"); ct != "application/json" {
 				t.Fatalf("%s: %d with Content-Type %q, want application/json", input, status, ct)
 			}
-			if err := dec.Decode(&refused); err != nil || dec.More() || refused.Error == nil || refused.Error.Message == "" {
+			if err := testenv.StrictJSON([]byte(out), &refused); err != nil || refused.Error == nil || refused.Error.Message == "" {
 				t.Fatalf("%s: %d with body %q, want {\"error\": {\"code\", \"message\"}} (%v)", input, status, out, err)
 			}
 			if len(answers) > 0 {
@@ -357,14 +325,4 @@ func FuzzInteractions(f *testing.F) {
 			t.Fatalf("%s: one interaction put %d answers on the stream: %v", input, len(answers), answers)
 		}
 	})
-}
-
-// validHeaderValue is what net/http's server accepts as a header value.
-func validHeaderValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }

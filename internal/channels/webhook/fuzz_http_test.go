@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/internal/broker"
@@ -38,8 +37,7 @@ type inboundFuzz struct {
 	keys       map[string][]byte
 	principals map[string]string
 	// answers receives every answer put on the stream.
-	answers chan *nats.Msg
-	nc      *nats.Conn
+	answers *testenv.Tap
 	pending string // the request $PENDING stands for, while pending
 	made    int
 }
@@ -53,19 +51,11 @@ func fuzzKey(name string) []byte {
 
 func newInboundFuzz(f *testing.F) *inboundFuzz {
 	ns := testenv.Server(f)
-	connect := func() *nats.Conn {
-		nc, err := nats.Connect("", nats.InProcessServer(ns.Server))
-		if err != nil {
-			f.Fatalf("connect nats in process: %v", err)
-		}
-		f.Cleanup(nc.Close)
-		return nc
-	}
 	pol := testPolicy(f)
 	// Deadlines an hour away: nothing expires while the fuzzer runs.
-	b, _ := brokertest.RunLogged(f, connect(), broker.Config{Name: "fuzz", Policy: pol, MinTimeout: time.Hour, DefaultTimeout: time.Hour}, zap.NewNop())
+	b, _ := brokertest.RunLogged(f, testenv.InProcessConn(f, ns), broker.Config{Name: "fuzz", Policy: pol, MinTimeout: time.Hour, DefaultTimeout: time.Hour}, zap.NewNop())
 	e := &inboundFuzz{b: b, mux: http.NewServeMux(), keys: map[string][]byte{}, principals: map[string]string{},
-		answers: make(chan *nats.Msg, 4096), nc: connect()}
+		answers: testenv.NewTap(f, ns, events.ResponsePrefix+">")}
 	cfg := webhook.Config{}
 	for name, principal := range map[string]string{"ci": "ci-bot", "intern": "mallory"} {
 		env := "FUZZ_WH_" + strings.ToUpper(name)
@@ -73,15 +63,12 @@ func newInboundFuzz(f *testing.F) *inboundFuzz {
 		f.Setenv(env, webhook.SecretPrefix+base64.StdEncoding.EncodeToString(e.keys[name]))
 		cfg.Inbound = append(cfg.Inbound, webhook.Inbound{Name: name, SecretEnv: env, Principal: principal})
 	}
-	nc := connect()
+	nc := testenv.InProcessConn(f, ns)
 	a, err := webhook.New(cfg, channels.Env{NATS: nc, Directory: channels.NewDirectory(pol), Logger: zap.NewNop()})
 	if err != nil {
 		f.Fatal(err)
 	}
 	brokertest.RunAdapter(f, nc, handler.ChannelConfig{Logger: zap.NewNop()}, a, e.mux)
-	if _, err := e.nc.ChanSubscribe(events.ResponsePrefix+">", e.answers); err != nil {
-		f.Fatal(err)
-	}
 	return e
 }
 
@@ -103,23 +90,6 @@ func (e *inboundFuzz) pendingID(t *testing.T) string {
 	}
 	e.pending = id
 	return id
-}
-
-// drain empties the answers channel, after a round trip to the server so
-// that whatever was published before is in, and returns their subjects.
-func (e *inboundFuzz) drain(t *testing.T) []string {
-	if err := e.nc.Flush(); err != nil {
-		t.Fatalf("flush: %v", err)
-	}
-	var subjects []string
-	for {
-		select {
-		case m := <-e.answers:
-			subjects = append(subjects, m.Subject)
-		default:
-			return subjects
-		}
-	}
 }
 
 // How FuzzInbound signs an input.
@@ -211,7 +181,7 @@ func FuzzInbound(f *testing.F) {
 			if h[1] == "" {
 				continue
 			}
-			if !validHeaderValue(h[1]) {
+			if !testenv.ValidHeaderValue(h[1]) {
 				return // the server answers 400 itself
 			}
 			fmt.Fprintf(&raw, "%s: %s\r\n", h[0], h[1])
@@ -232,19 +202,17 @@ func FuzzInbound(f *testing.F) {
 		ctx, cancel := context.WithTimeout(context.Background(), patience)
 		defer cancel()
 		r = r.WithContext(ctx)
-		e.drain(t)
+		e.answers.Drain(t)
 		before := time.Now()
 		w := httptest.NewRecorder()
 		e.mux.ServeHTTP(w, r)
 		after := time.Now()
-		answers := e.drain(t)
+		answers := e.answers.Drain(t)
 		if w.Code == http.StatusAccepted && len(answers) == 0 {
 			// The server may copy the answer to this subscription a moment
 			// after it acknowledged it to the publisher.
-			select {
-			case m := <-e.answers:
-				answers = append(answers, m.Subject)
-			case <-time.After(patience):
+			if subj, ok := e.answers.Next(patience); ok {
+				answers = append(answers, subj)
 			}
 		}
 
@@ -256,17 +224,6 @@ func FuzzInbound(f *testing.F) {
 		if ct := w.Header().Get("Content-Type"); ct != "application/json" {
 			t.Fatalf("%s: %d with Content-Type %q, want application/json", input, status, ct)
 		}
-		strict := func(v any) error {
-			dec := json.NewDecoder(bytes.NewReader(out))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(v); err != nil {
-				return err
-			}
-			if dec.More() {
-				return fmt.Errorf("more after the value")
-			}
-			return nil
-		}
 		inName := r.PathValue("name")
 		principal, known := e.principals[inName]
 		if status == http.StatusAccepted {
@@ -275,7 +232,7 @@ func FuzzInbound(f *testing.F) {
 			sent, _ := json.Marshal(id)
 			var echoed string
 			_ = json.Unmarshal(sent, &echoed)
-			if err := strict(&acc); err != nil || acc.Status != "accepted" || acc.Principal != principal || acc.WebhookID != echoed || acc.RequestID == "" || acc.Decision == "" {
+			if err := testenv.StrictJSON(out, &acc); err != nil || acc.Status != "accepted" || acc.Principal != principal || acc.WebhookID != echoed || acc.RequestID == "" || acc.Decision == "" {
 				t.Fatalf("%s: 202 %q (%v)", input, out, err)
 			}
 			if want := events.ResponsePrefix + principal + "." + acc.RequestID; len(answers) != 1 || answers[0] != want {
@@ -289,7 +246,7 @@ func FuzzInbound(f *testing.F) {
 				} `json:"error"`
 				Decision *handler.Decision `json:"decision"`
 			}
-			if err := strict(&refused); err != nil || refused.Error == nil || refused.Error.Message == "" || inboundStatus[refused.Error.Code] != status {
+			if err := testenv.StrictJSON(out, &refused); err != nil || refused.Error == nil || refused.Error.Message == "" || inboundStatus[refused.Error.Code] != status {
 				t.Fatalf("%s: %d %q, want an error code of inbound.go with its status (%v)", input, status, out, err)
 			}
 			if code := refused.Error.Code; refused.Decision != nil && code != webhook.CodeAlreadyDecided && code != webhook.CodeExpired {
@@ -316,14 +273,4 @@ func FuzzInbound(f *testing.F) {
 			t.Fatalf("%s: a message that verifies got %d %q", input, status, out)
 		}
 	})
-}
-
-// validHeaderValue is what net/http's server accepts as a header value.
-func validHeaderValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }
