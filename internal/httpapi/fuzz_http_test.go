@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -194,34 +193,17 @@ func (e *apiFuzz) tidy(t testing.TB) {
 // input, as net/http parses it off the wire; false if it would not get that
 // far.
 func apiRequest(method, target, contentType, accept, lastEventID, who string, body []byte) (*http.Request, bool) {
-	var raw bytes.Buffer
-	fmt.Fprintf(&raw, "%s %s HTTP/1.1\r\nHost: assent.test\r\n", method, target)
-	for _, h := range [][2]string{{"Content-Type", contentType}, {"Accept", accept}, {"Last-Event-ID", lastEventID}, {"Authorization", who}} {
-		if h[1] == "" {
-			continue
+	header := [][2]string{{"Content-Type", contentType}, {"Accept", accept}, {"Last-Event-ID", lastEventID}, {"Authorization", who}}
+	for _, h := range header {
+		if strings.TrimSpace(h[1]) != h[1] {
+			return nil, false // the server would trim it: not what was sent
 		}
-		if !validHeaderValue(h[1]) {
-			return nil, false // the server answers 400 itself
-		}
-		fmt.Fprintf(&raw, "%s: %s\r\n", h[0], h[1])
 	}
-	fmt.Fprintf(&raw, "Content-Length: %d\r\n\r\n", len(body))
-	raw.Write(body)
-	if strings.ContainsAny(method+target, "\r\n") {
-		return nil, false
+	r, ok := testenv.WireRequest(method, target, "assent.test", header, body)
+	if ok {
+		r.RemoteAddr = "192.0.2.7:40000"
 	}
-	r, err := http.ReadRequest(bufio.NewReader(&raw))
-	if err != nil {
-		return nil, false
-	}
-	r.RemoteAddr = "192.0.2.7:40000"
-	return r, true
-}
-
-// validHeaderValue is what net/http's server accepts as a header value,
-// and keeps as it is (it trims spaces around a value).
-func validHeaderValue(v string) bool {
-	return testenv.ValidHeaderValue(v) && strings.TrimSpace(v) == v
+	return r, ok
 }
 
 // apiError is the one shape of every error the gateway answers.

@@ -4,10 +4,13 @@
 package testenv
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -199,4 +202,33 @@ func ValidHeaderName(k string) bool {
 		}
 	}
 	return true
+}
+
+// WireRequest makes the request net/http's server would hand a handler for
+// these parts, by writing it out as HTTP/1.1 and reading it back: false if
+// the server would answer it itself (a line break in the method or target, a
+// header value it refuses) or not read it at all. A header with an empty
+// value is left out; Content-Length is the body's.
+func WireRequest(method, target, host string, header [][2]string, body []byte) (*http.Request, bool) {
+	if strings.ContainsAny(method+target, "\r\n") {
+		return nil, false
+	}
+	var raw bytes.Buffer
+	fmt.Fprintf(&raw, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, target, host)
+	for _, h := range header {
+		if h[1] == "" {
+			continue
+		}
+		if !ValidHeaderValue(h[1]) {
+			return nil, false
+		}
+		fmt.Fprintf(&raw, "%s: %s\r\n", h[0], h[1])
+	}
+	fmt.Fprintf(&raw, "Content-Length: %d\r\n\r\n", len(body))
+	raw.Write(body)
+	r, err := http.ReadRequest(bufio.NewReader(&raw))
+	if err != nil {
+		return nil, false
+	}
+	return r, true
 }

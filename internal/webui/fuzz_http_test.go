@@ -1,8 +1,6 @@
 package webui_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -158,20 +156,8 @@ func FuzzUI(f *testing.F) {
 			}
 		}
 		target = strings.ReplaceAll(target, "$ID", id)
-		var raw bytes.Buffer
-		fmt.Fprintf(&raw, "GET %s HTTP/1.1\r\nHost: %s\r\n", target, uiHost)
-		if who != "" {
-			if strings.ContainsFunc(who, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
-				return // the server answers 400 itself
-			}
-			fmt.Fprintf(&raw, "X-Fuzz-User: %s\r\n", who)
-		}
-		raw.WriteString("\r\n")
-		if strings.ContainsAny(target, "\r\n") {
-			return
-		}
-		r, err := http.ReadRequest(bufio.NewReader(&raw))
-		if err != nil {
+		r, ok := testenv.WireRequest(http.MethodGet, target, uiHost, [][2]string{{"X-Fuzz-User", who}}, nil)
+		if !ok {
 			return // not a request net/http would serve
 		}
 		_, pattern := e.mux.Handler(r)

@@ -1,8 +1,6 @@
 package email_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -187,24 +185,8 @@ func FuzzLinkPages(f *testing.F) {
 		if post {
 			method = http.MethodPost
 		}
-		var raw bytes.Buffer
-		fmt.Fprintf(&raw, "%s /email/a/%s HTTP/1.1\r\nHost: bot.example.com\r\n", method, token)
-		for _, h := range [][2]string{{"Content-Type", contentType}, {"Sec-Fetch-Site", site}} {
-			if h[1] == "" {
-				continue
-			}
-			if !testenv.ValidHeaderValue(h[1]) {
-				return // the server answers 400 itself
-			}
-			fmt.Fprintf(&raw, "%s: %s\r\n", h[0], h[1])
-		}
-		fmt.Fprintf(&raw, "Content-Length: %d\r\n\r\n", len(form))
-		raw.Write(form)
-		if strings.ContainsAny(token, "\r\n") {
-			return
-		}
-		r, err := http.ReadRequest(bufio.NewReader(&raw))
-		if err != nil {
+		r, ok := testenv.WireRequest(method, "/email/a/"+token, "bot.example.com", [][2]string{{"Content-Type", contentType}, {"Sec-Fetch-Site", site}}, form)
+		if !ok {
 			return // not a request net/http would serve
 		}
 		if _, pattern := e.mux.Handler(r); pattern != method+" /email/a/{token}" {
