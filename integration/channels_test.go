@@ -30,6 +30,7 @@ import (
 	"github.com/assent-dev/assent/internal/brokertest"
 	slackch "github.com/assent-dev/assent/internal/channels/slack"
 	"github.com/assent-dev/assent/internal/channels/webhook"
+	"github.com/assent-dev/assent/internal/clustertest"
 	"github.com/assent-dev/assent/internal/slacktest"
 	"github.com/assent-dev/assent/internal/smtptest"
 	"github.com/assent-dev/assent/internal/testenv"
@@ -202,7 +203,7 @@ func (w *channelWorld) runBot(t testing.TB, name string) string {
 	for k, v := range w.env {
 		t.Setenv(k, v)
 	}
-	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(clustertest.FreePort(t)))
 	cfg, err := bot.LoadConfig(w.config(t, name, listen))
 	if err != nil {
 		t.Fatal(err)
@@ -530,7 +531,7 @@ func (w *channelWorld) startBotProc(t *testing.T, bin, name, listen string, log 
 func TestBotRestart(t *testing.T) {
 	bin := binary(t, "approver-bot")
 	w := newChannelWorld(t)
-	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(clustertest.FreePort(t)))
 	var log lockedBuffer
 	p := w.startBotProc(t, bin, "bot", listen, &log)
 

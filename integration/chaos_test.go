@@ -862,7 +862,7 @@ func (f *chaosFaults) restartApprover(ctx context.Context, a *chaosApprover, eve
 // the kills can take a few ack waits.
 func waitChaosIdle(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
-	eventuallyWithin(t, 2*time.Minute, func() (bool, string) {
+	pollEvery(t, 2*time.Minute, 200*time.Millisecond, func() (bool, string) {
 		for _, name := range brokerConsumers {
 			ctx, cancel := opCtx()
 			defer cancel()
@@ -880,22 +880,6 @@ func waitChaosIdle(t *testing.T, js jetstream.JetStream) {
 		}
 		return true, ""
 	})
-}
-
-// eventuallyWithin is eventually with a poll of 200ms, for slow waits.
-func eventuallyWithin(t *testing.T, within time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still not true after %s: %s", within, why)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 // streamDecision is a request's decision subject as the stream holds it.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -200,6 +199,12 @@ func runApprover(t *testing.T, nc *nats.Conn, principal, agent string, h handler
 // with cond's last explanation after within.
 func eventually(t testing.TB, within time.Duration, cond func() (bool, string)) {
 	t.Helper()
+	pollEvery(t, within, 20*time.Millisecond, cond)
+}
+
+// pollEvery is eventually with a poll of every, for slow waits.
+func pollEvery(t testing.TB, within, every time.Duration, cond func() (bool, string)) {
+	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
 		ok, why := cond()
@@ -209,7 +214,7 @@ func eventually(t testing.TB, within time.Duration, cond func() (bool, string)) 
 		if time.Now().After(deadline) {
 			t.Fatalf("still not true after %s: %s", within, why)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 
@@ -584,15 +589,4 @@ func sameJSON(a, b []byte) bool {
 	xa, _ := json.Marshal(x)
 	ya, _ := json.Marshal(y)
 	return bytes.Equal(xa, ya)
-}
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/clustertest"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -202,7 +203,7 @@ func (b *lockedBuffer) String() string {
 func TestBrokerKill9(t *testing.T) {
 	bin := brokerBinary(t)
 	dir := filepath.Join(t.TempDir(), "data")
-	natsPort, httpPort := freePort(t), freePort(t)
+	natsPort, httpPort := clustertest.FreePort(t), clustertest.FreePort(t)
 	api := "http://127.0.0.1:" + strconv.Itoa(httpPort)
 	var out lockedBuffer
 	defer func() {
@@ -292,7 +293,7 @@ func TestBrokerKill9WithRequestInFlight(t *testing.T) {
 	// freeze JetStream.
 	ns := testenv.Server(t)
 	args := []string{"--nats-url", ns.ClientURL()}
-	httpPort := freePort(t)
+	httpPort := clustertest.FreePort(t)
 	var out lockedBuffer
 	defer func() {
 		if t.Failed() {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/brokertest"
+	"github.com/assent-dev/assent/internal/clustertest"
 	"github.com/assent-dev/assent/pkg/events"
 )
 
@@ -123,7 +124,7 @@ func BenchmarkEventStream(b *testing.B) {
 
 func benchEventStream(b *testing.B, agents int) {
 	bin := brokerBinary(b)
-	natsPort, httpPort := freePort(b), freePort(b)
+	natsPort, httpPort := clustertest.FreePort(b), clustertest.FreePort(b)
 	var log lockedBuffer
 	p := startBrokerProc(b, bin, append(embeddedArgs(b.TempDir(), natsPort), "--mode", "auto-approve", "--sync", "2m"), httpPort, &log)
 	base := "http://127.0.0.1:" + strconv.Itoa(httpPort)
