@@ -25,10 +25,9 @@ type timers struct {
 
 type timer struct {
 	t *time.Timer
-	// at is the moment the timer stands for, and backup whether it fires
-	// backupDelay after it.
-	at     time.Time
-	backup bool
+	// at is the moment the timer stands for (a backup fires backupDelay
+	// after it).
+	at time.Time
 }
 
 func newTimers() *timers {
@@ -40,15 +39,7 @@ func (t *timers) arm(id string, at time.Time) { t.set(id, at, false) }
 
 // backup sets id's timer to fire backupDelay after at, unless id's timer
 // already stands for at.
-func (t *timers) backup(id string, at time.Time) {
-	t.mu.Lock()
-	old, ok := t.m[id]
-	t.mu.Unlock()
-	if ok && old.at.Equal(at) {
-		return
-	}
-	t.set(id, at, true)
-}
+func (t *timers) backup(id string, at time.Time) { t.set(id, at, true) }
 
 func (t *timers) set(id string, at time.Time, backup bool) {
 	t.mu.Lock()
@@ -57,6 +48,9 @@ func (t *timers) set(id string, at time.Time, backup bool) {
 		return
 	}
 	if old, ok := t.m[id]; ok {
+		if backup && old.at.Equal(at) {
+			return
+		}
 		old.t.Stop()
 	}
 	fire := at
@@ -75,7 +69,7 @@ func (t *timers) set(id string, at time.Time, backup bool) {
 		case <-t.done:
 		}
 	})
-	t.m[id] = timer{t: tm, at: at, backup: backup}
+	t.m[id] = timer{t: tm, at: at}
 }
 
 // stop forgets id's timer.
