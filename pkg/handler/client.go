@@ -513,12 +513,8 @@ func (c *Client) cancel(ctx context.Context, agent, source, id, reason string) e
 		return err
 	}
 	// Published under its event id, so a retry after a lost acknowledgement
-	// stores it once.
-	until := time.Now().Add(withdrawTimeout)
-	if d, ok := ctx.Deadline(); ok {
-		until = d
-	}
-	_, err = c.publish(ctx, &nats.Msg{Subject: subj, Header: nats.Header(h), Data: body}, e.ID(), until)
+	// stores it once; retries stop when ctx ends too.
+	_, err = c.publish(ctx, &nats.Msg{Subject: subj, Header: nats.Header(h), Data: body}, e.ID(), time.Now().Add(withdrawTimeout))
 	return err
 }
 
