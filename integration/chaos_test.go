@@ -285,7 +285,8 @@ func TestChaos(t *testing.T) {
 	}
 	check := cl.Conn(t)
 	js := newJS(t, check)
-	waitChaosIdle(t, js)
+	// Redeliveries after the kills can take a few ack waits.
+	waitIdleWithin(t, js, 2*time.Minute, 200*time.Millisecond, false, brokerConsumers...)
 
 	all := plan.requests()
 	counts := map[chaosKind]int{}
@@ -855,31 +856,6 @@ func (f *chaosFaults) restartApprover(ctx context.Context, a *chaosApprover, eve
 		}
 		f.approverRestarts.Add(1)
 	}
-}
-
-// waitChaosIdle waits until the brokers have settled every message of their
-// consumers: nothing pending, nothing awaiting an ack. Redeliveries after
-// the kills can take a few ack waits.
-func waitChaosIdle(t *testing.T, js jetstream.JetStream) {
-	t.Helper()
-	pollEvery(t, 2*time.Minute, 200*time.Millisecond, func() (bool, string) {
-		for _, name := range brokerConsumers {
-			ctx, cancel := opCtx()
-			defer cancel()
-			cons, err := js.Consumer(ctx, broker.StreamName, name)
-			if err != nil {
-				return false, fmt.Sprintf("consumer %s: %v", name, err)
-			}
-			info, err := cons.Info(ctx)
-			if err != nil {
-				return false, fmt.Sprintf("consumer %s: %v", name, err)
-			}
-			if info.NumPending != 0 || info.NumAckPending != 0 {
-				return false, fmt.Sprintf("consumer %s: %d pending, %d awaiting ack", name, info.NumPending, info.NumAckPending)
-			}
-		}
-		return true, ""
-	})
 }
 
 // streamDecision is a request's decision subject as the stream holds it.

@@ -398,8 +398,14 @@ func waitBrokerIdle(t *testing.T, js jetstream.JetStream) map[string]*jetstream.
 // unless allowUnacked, settled every one.
 func waitIdle(t *testing.T, js jetstream.JetStream, allowUnacked bool, names ...string) map[string]*jetstream.ConsumerInfo {
 	t.Helper()
+	return waitIdleWithin(t, js, patience, 20*time.Millisecond, allowUnacked, names...)
+}
+
+// waitIdleWithin is waitIdle polling every every, for within.
+func waitIdleWithin(t *testing.T, js jetstream.JetStream, within, every time.Duration, allowUnacked bool, names ...string) map[string]*jetstream.ConsumerInfo {
+	t.Helper()
 	infos := map[string]*jetstream.ConsumerInfo{}
-	eventually(t, patience, func() (bool, string) {
+	pollEvery(t, within, every, func() (bool, string) {
 		for _, name := range names {
 			ctx, cancel := opCtx()
 			defer cancel()

@@ -192,3 +192,27 @@ func background(ctx context.Context, t testing.TB, what string, run func(context
 	t.Cleanup(stop)
 	return stop, fin
 }
+
+// SubmitPending submits req to b under ids from newID until the request is
+// pending, and returns its id. Remembered choices are revoked before each
+// attempt, since one would decide the request at once (the broker lists one
+// a moment after the answer that made it).
+func SubmitPending(ctx context.Context, t testing.TB, b *broker.Broker, newID func() string, req events.Requested) string {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		for _, g := range b.Remembered() {
+			if _, err := b.Forget(ctx, g.ID); err != nil {
+				t.Fatalf("forget %s: %v", g.ID, err)
+			}
+		}
+		id := newID()
+		rec, err := b.Submit(ctx, id, "fuzz", req)
+		if err == nil && rec.State == broker.StatePending {
+			return id
+		}
+		if err != nil || attempt == 100 {
+			t.Fatalf("make a pending request: %v (state %q)", err, rec.State)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -141,27 +141,12 @@ func (e *apiFuzz) pendingID(t testing.TB) string {
 			return e.pending
 		}
 	}
-	// A remembered choice would decide the new request at once; the
-	// broker lists one a moment after the answer that made it.
-	var id string
-	for attempt := 0; ; attempt++ {
-		for _, g := range e.b.Remembered() {
-			if _, err := e.b.Forget(ctx, g.ID); err != nil {
-				t.Fatalf("forget %s: %v", g.ID, err)
-			}
-		}
+	newID := func() string {
 		e.made++
-		id = fmt.Sprintf("fuzz-%d-%d", os.Getpid(), e.made)
-		rec, err := e.b.Submit(ctx, id, "fuzz", events.Requested{Tool: "deploy", Agent: "coder", Session: "s1", User: "carol",
-			Args: json.RawMessage(`{"env":"prod"}`), ResponseSchema: json.RawMessage(`{"type":"object","properties":{"ticket":{"type":"string"}}}`)})
-		if err == nil && rec.State == broker.StatePending {
-			break
-		}
-		if err != nil || attempt == 100 {
-			t.Fatalf("make a pending request: %v (state %q)", err, rec.State)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return fmt.Sprintf("fuzz-%d-%d", os.Getpid(), e.made)
 	}
+	id := brokertest.SubmitPending(ctx, t, e.b, newID, events.Requested{Tool: "deploy", Agent: "coder", Session: "s1", User: "carol",
+		Args: json.RawMessage(`{"env":"prod"}`), ResponseSchema: json.RawMessage(`{"type":"object","properties":{"ticket":{"type":"string"}}}`)})
 	e.pending = id
 	return id
 }

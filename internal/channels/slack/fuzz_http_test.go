@@ -81,28 +81,13 @@ func (e *interactionsFuzz) pendingID(t *testing.T) string {
 			return e.pending
 		}
 	}
-	// A remembered choice would decide the new request at once; the
-	// broker lists one a moment after the answer that made it.
-	var id string
-	for attempt := 0; ; attempt++ {
-		for _, g := range e.b.Remembered() {
-			if _, err := e.b.Forget(ctx, g.ID); err != nil {
-				t.Fatalf("forget %s: %v", g.ID, err)
-			}
-		}
+	newID := func() string {
 		e.made++
-		id = fmt.Sprintf("fuzz-%d-%d", os.Getpid(), e.made)
-		// Reads may be remembered, in the session or for the user.
-		rec, err := e.b.Submit(ctx, id, "fuzz", events.Requested{Tool: "read_file", Agent: "coder", User: "dan", Session: "s-1",
-			Args: json.RawMessage(`{"path":"/etc/hosts"}`)})
-		if err == nil && rec.State == broker.StatePending {
-			break
-		}
-		if err != nil || attempt == 100 {
-			t.Fatalf("make a pending request: %v (state %q)", err, rec.State)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return fmt.Sprintf("fuzz-%d-%d", os.Getpid(), e.made)
 	}
+	// Reads may be remembered, in the session or for the user.
+	id := brokertest.SubmitPending(ctx, t, e.b, newID, events.Requested{Tool: "read_file", Agent: "coder", User: "dan", Session: "s-1",
+		Args: json.RawMessage(`{"path":"/etc/hosts"}`)})
 	for {
 		if n, _, ok, err := e.rt.Lookup(ctx, id); err == nil && ok && n.Ref != nil {
 			break
