@@ -1,0 +1,437 @@
+// An agent that asks Assent for approval before it deletes a file, speaking
+// the wire contract (CloudEvents on NATS JetStream, docs/protocol.md):
+//
+//   node dist/agent.js /tmp/reports/q3.csv
+//
+// It publishes a `requested` event for the tool call delete_file {"path"},
+// reads the broker's `decided` event, checks that the decision belongs to its
+// request, and deletes a file only when the outcome is "approved", and then
+// the file named by the decision's args: an approver may have edited them.
+// Ctrl-C withdraws the request. Exit status: 0 approved and done, 1 error
+// (nothing ran), 2 bad usage, 3 denied, 4 expired, 5 cancelled.
+
+import { createHash, randomBytes } from "node:crypto";
+import { unlink } from "node:fs/promises";
+import { resolve } from "node:path";
+import { parseArgs } from "node:util";
+
+import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
+import { fromPublic } from "@nats-io/nkeys";
+import { connect, headers, type MsgHdrs } from "@nats-io/transport-node";
+
+const EXIT = { approved: 0, error: 1, usage: 2, denied: 3, expired: 4, cancelled: 5 } as const;
+const STREAM = "ASSENT"; // the broker's stream: every assent.> subject
+const TOKEN = /^[A-Za-z0-9_-]{1,128}$/; // agent names and request ids are subject tokens
+
+async function main(): Promise<number> {
+  // 1. Where the broker is and what to ask, from flags or the environment.
+  const { values: flags, positionals } = parseArgs({
+    allowPositionals: true,
+    options: {
+      "nats-url": { type: "string", default: process.env.NATS_URL ?? "nats://127.0.0.1:4222" },
+      agent: { type: "string", default: process.env.ASSENT_AGENT ?? "file-manager" },
+      user: { type: "string", default: process.env.ASSENT_USER ?? "" },
+      id: { type: "string" }, // reuse an id to retry the same request
+      timeout: { type: "string", default: "120" }, // seconds
+      "trust-decision-key": { type: "string", multiple: true, default: [] },
+    },
+  });
+  const timeout = Number(flags.timeout);
+  const id = flags.id ?? uuidv7();
+  const trusted = new Set(
+    [...flags["trust-decision-key"], ...(process.env.ASSENT_TRUST_DECISION_KEY ?? "").split(",")]
+      .flatMap((k) => k.split(","))
+      .map((k) => k.trim())
+      .filter((k) => k !== ""),
+  );
+  if (positionals.length !== 1 || !TOKEN.test(flags.agent) || !TOKEN.test(id) || !(timeout > 0)) {
+    console.error(
+      "usage: node dist/agent.js [--nats-url URL] [--agent NAME] [--user NAME] [--id ID]\n" +
+        "                          [--timeout SECONDS] [--trust-decision-key A...] FILE",
+    );
+    return EXIT.usage;
+  }
+  for (const key of trusted) {
+    if (!isAccountKey(key)) {
+      console.error(`--trust-decision-key ${key}: not an nkeys account public key (A...)`);
+      return EXIT.usage;
+    }
+  }
+
+  // 2. The request: the requested event's data. Its digest is what the
+  // broker's decision must name (docs/protocol.md, "The request digest").
+  const data: Requested = {
+    agent: flags.agent,
+    tool: "delete_file",
+    args: { path: resolve(positionals[0]) },
+    hint: `Delete ${resolve(positionals[0])}?`,
+    timeout: `${timeout}s`,
+  };
+  if (flags.user !== "") data.user = flags.user;
+  const digest = requestDigest(data);
+
+  // 3. Connect, and get ready for Ctrl-C: once the request is published, a
+  // Ctrl-C publishes a cancel for it; a second one leaves at once.
+  const nc = await connect({ servers: flags["nats-url"], name: `assent-example-${flags.agent}` });
+  const js = jetstream(nc);
+  let interrupted = false;
+  let published = false;
+  const cancel = () =>
+    publishCancel(js, flags.agent, id).catch((err) => console.error(`could not cancel ${id}: ${err}`));
+  process.on("SIGINT", () => {
+    if (interrupted) process.exit(130);
+    interrupted = true;
+    console.log(`interrupted: cancelling request ${id} (Ctrl-C again to quit at once)`);
+    if (published) void cancel();
+  });
+
+  try {
+    if (interrupted) return EXIT.cancelled; // Ctrl-C before anything was asked
+    // 4. Publish the request on assent.request.<agent> through JetStream,
+    // with the event id as Nats-Msg-Id: publishing the same id again is a
+    // retry of the same request, never a second one.
+    const event = cloudEvent(id, "dev.assent.approval.requested", `agent/${flags.agent}`, data);
+    console.log(`asking for approval of delete_file ${JSON.stringify(data.args)} as request ${id} (agent ${flags.agent}, ${flags["nats-url"]})`);
+    let ack;
+    try {
+      ack = await js.publish(`assent.request.${flags.agent}`, JSON.stringify(event), { msgID: id, headers: ceHeaders() });
+    } catch (err) {
+      console.error(`could not publish request ${id} (is the broker running?): ${err}; rerun with --id ${id} to retry it`);
+      return EXIT.error;
+    }
+    published = true;
+    if (ack.duplicate) console.log(`the stream already holds request ${id}: this is a retry of it`);
+    if (interrupted) await cancel(); // Ctrl-C came while publishing
+    console.log(`waiting up to ${timeout}s for a decision (Ctrl-C cancels the request)`);
+
+    // 5. Read the decision: the first event on assent.decision.<id> (with
+    // trusted keys, the first one a trusted key signed). It may exist
+    // already, when this is a retry of a decided request.
+    const decision = await waitForDecision(js, id, digest, trusted, (timeout + 30) * 1000);
+    if (decision === undefined) {
+      console.error(`no decision for request ${id} within ${timeout + 30}s; nothing was deleted`);
+      return EXIT.error;
+    }
+
+    // 6. Check the decision belongs to this request before trusting it.
+    check(decision, id, digest);
+
+    // 7. Act on it: delete only when approved, and then the decided args.
+    const who = (decision.decided_by ?? []).map((d) => d.principal).join(", ");
+    const by = who === "" ? "" : ` by ${who}`;
+    if (interrupted) {
+      console.error(`request ${id} ${decision.outcome}${by} after the interrupt; nothing was deleted`);
+      return decision.outcome === "cancelled" ? EXIT.cancelled : EXIT.error;
+    }
+    if (decision.outcome !== "approved") {
+      console.error(`request ${id} ${decision.outcome}${by}: ${decision.reason || "no reason given"}; nothing was deleted`);
+      return EXIT[decision.outcome] ?? EXIT.error;
+    }
+    const path = decision.args?.path;
+    if (typeof path !== "string") throw new Error(`the approved args have no path: ${canonical(decision.args)}`);
+    if (decision.edited) console.log(`the approver edited the arguments to ${canonical(decision.args)}`);
+    console.log(`approved${by}: deleting ${path}`);
+    await unlink(path);
+    console.log(`deleted ${path}`);
+    return EXIT.approved;
+  } catch (err) {
+    console.error(`request ${id}: ${err instanceof Error ? err.message : err}; nothing was deleted`);
+    return EXIT.error;
+  } finally {
+    await nc.close();
+  }
+}
+
+// The data of the events this agent reads and writes (docs/protocol.md).
+type Requested = { agent: string; tool: string; args: Record<string, unknown>; hint: string; timeout: string; user?: string };
+type Decided = {
+  request_id: string;
+  outcome: "approved" | "denied" | "expired" | "cancelled";
+  reason?: string;
+  args?: Record<string, Json>;
+  edited?: boolean;
+  args_digest?: string;
+  request_digest?: string;
+  decided_by?: { principal: string }[];
+};
+
+// waitForDecision reads the request's decision with a JetStream ordered
+// consumer on its decision subject, from the first message stored there,
+// and on its rejection subject (a rejected event says the id belongs to
+// another request). It returns undefined if nothing came within ms.
+async function waitForDecision(js: JetStreamClient, id: string, digest: string, trusted: Set<string>, ms: number): Promise<Decided | undefined> {
+  const decisionSubject = `assent.decision.${id}`;
+  const consumer = await js.consumers.get(STREAM, { filter_subjects: [decisionSubject, `assent.rejection.${id}`] });
+  const messages = await consumer.consume();
+  const timer = setTimeout(() => void messages.stop(), ms);
+  try {
+    for await (const m of messages) {
+      let event: Record<string, Json>;
+      try {
+        event = parseExact(new TextDecoder("utf-8", { fatal: true }).decode(m.data)) as Record<string, Json>;
+      } catch (err) {
+        if (trusted.size > 0 || m.subject !== decisionSubject) continue; // not the broker's
+        throw new Error(`the message on ${m.subject} is not JSON: ${err}`);
+      }
+      const data = event.data as Record<string, Json> | undefined;
+      if (m.subject !== decisionSubject) {
+        if (data?.request_digest === digest) throw new Error(`id ${id} is already used by a different request: ${data.reason}`);
+        continue; // some other request's rejection under this id
+      }
+      if (trusted.size > 0 && !signedByTrusted(event, trusted)) {
+        console.log(`skipping a message on ${m.subject} that no trusted key signed`);
+        continue;
+      }
+      if (event.type !== "dev.assent.approval.decided" || typeof data !== "object" || data === null) {
+        throw new Error(`the first message on ${m.subject} is not a decided event`);
+      }
+      return data as unknown as Decided;
+    }
+    return undefined;
+  } finally {
+    clearTimeout(timer);
+    await messages.stop();
+  }
+}
+
+// check refuses a decision that is not about this request: another request
+// id, args that do not hash to args_digest, or a request digest other than
+// this request's (its id was used by a different request). An approval must
+// name its request digest.
+function check(d: Decided, id: string, digest: string): void {
+  if (d.request_id !== id) throw new Error(`the decision names request ${d.request_id}`);
+  if (argsDigest(d.args) !== d.args_digest) throw new Error(`the decided args do not match args_digest ${d.args_digest}`);
+  if (d.request_digest !== undefined ? d.request_digest !== digest : d.outcome === "approved") {
+    throw new Error(`the decision is for request digest ${d.request_digest}, this request is ${digest}: the id was used by a different request`);
+  }
+}
+
+// publishCancel withdraws the request: a cancel event on the agent's own
+// cancel subject, assent.cancel.<agent>.<id>.
+async function publishCancel(js: JetStreamClient, agent: string, id: string): Promise<void> {
+  const event = cloudEvent(uuidv7(), "dev.assent.approval.cancel", `agent/${agent}`, { reason: "the agent was interrupted (Ctrl-C)" });
+  await js.publish(`assent.cancel.${agent}.${id}`, JSON.stringify(event), { msgID: event.id, headers: ceHeaders() });
+  console.log(`published a cancel for request ${id}`);
+}
+
+// cloudEvent is a CloudEvents 1.0 event in structured mode: the whole event,
+// data inlined, is the message body.
+function cloudEvent(id: string, type: string, source: string, data: object) {
+  return { specversion: "1.0", id, type, source, datacontenttype: "application/json", time: new Date().toISOString(), data };
+}
+
+function ceHeaders(): MsgHdrs {
+  const h = headers();
+  h.set("Content-Type", "application/cloudevents+json");
+  return h;
+}
+
+// ---- Signed decisions (docs/protocol.md, "Signed decisions") ----
+
+// isAccountKey reports whether key is an nkeys account public key: "A", 55
+// more base32 characters, and a valid checksum (fromPublic checks it).
+function isAccountKey(key: string): boolean {
+  try {
+    return /^A[A-Z2-7]{55}$/.test(key) && fromPublic(key) !== undefined;
+  } catch {
+    return false;
+  }
+}
+
+// signedByTrusted verifies the event's assentsig, "v1.<key>.<signature>":
+// the key must be trusted, and the Ed25519 signature must cover the
+// canonical text, seven lines joined by "\n".
+function signedByTrusted(event: Record<string, Json>, trusted: Set<string>): boolean {
+  const parts = typeof event.assentsig === "string" ? event.assentsig.split(".") : [];
+  if (parts.length !== 3 || parts[0] !== "v1" || !trusted.has(parts[1]) || !/^[A-Za-z0-9_-]{86}$/.test(parts[2])) return false;
+  const d = (event.data ?? {}) as Record<string, Json>;
+  const lines = ["assent-decision-v1", event.id, d.request_id, d.outcome, d.args_digest ?? "", d.request_digest ?? "", d.decided_at];
+  if (!lines.every((l) => typeof l === "string" && !/[\r\n]/.test(l))) return false;
+  try {
+    return fromPublic(parts[1]).verify(new TextEncoder().encode(lines.join("\n")), Buffer.from(parts[2], "base64url"));
+  } catch {
+    return false;
+  }
+}
+
+// ---- Digests (docs/protocol.md, "The args digest", "The request digest") ----
+
+// argsDigest is "sha256:" and the hex SHA-256 of the canonical form of args
+// ({} when absent or null).
+function argsDigest(args: unknown): string {
+  if (args !== undefined && args !== null && (typeof args !== "object" || Array.isArray(args))) {
+    throw new Error("the decided args are not an object");
+  }
+  return sha256(canonical(args ?? {}));
+}
+
+// requestDigest is the digest of the request's canonical form: agent, args,
+// call_id, labels, response_schema, session, tool and user, each left out
+// when empty but args. This agent sends no call_id, labels or schema.
+function requestDigest(r: Requested): string {
+  const form: Record<string, unknown> = { agent: r.agent, args: r.args, tool: r.tool };
+  if (r.user) form.user = r.user;
+  return sha256(canonical(form));
+}
+
+function sha256(text: string): string {
+  return "sha256:" + createHash("sha256").update(text, "utf8").digest("hex");
+}
+
+// canonical writes a JSON value in the canonical form: object keys sorted by
+// their UTF-8 bytes at every depth, no white space, numbers exactly as they
+// were written, strings escaped as below.
+function canonical(v: unknown): string {
+  if (v instanceof JsonNumber) return v.text;
+  if (v === null || typeof v === "boolean") return String(v);
+  if (typeof v === "number" && Number.isFinite(v)) return JSON.stringify(v);
+  if (typeof v === "string") return quote(v);
+  if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`;
+  if (typeof v === "object") {
+    const o = v as Record<string, unknown>;
+    const keys = Object.keys(o).sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+    return `{${keys.map((k) => `${quote(k)}:${canonical(o[k])}`).join(",")}}`;
+  }
+  throw new Error(`${String(v)} has no canonical JSON form`);
+}
+
+// quote escapes " and \, writes \n \r \t \b \f as such, other control
+// characters as \u00xx, U+2028 and U+2029 as \u2028 and \u2029, and every
+// other character as itself (raw UTF-8, no HTML escaping).
+const SHORT_ESCAPES: Record<string, string> = { '"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f", "\u2028": "\\u2028", "\u2029": "\\u2029" };
+function quote(s: string): string {
+  let out = '"';
+  for (const ch of s) {
+    const code = ch.codePointAt(0)!;
+    if (Object.hasOwn(SHORT_ESCAPES, ch)) out += SHORT_ESCAPES[ch];
+    else if (code < 0x20) out += "\\u" + code.toString(16).padStart(4, "0");
+    else if (code >= 0xd800 && code <= 0xdfff) throw new Error("a lone surrogate has no canonical form");
+    else out += ch;
+  }
+  return out + '"';
+}
+
+// ---- An exact JSON parser ----
+
+// JSON.parse turns 1.50 into 1.5 and 12345678901234567890 into
+// 12345678901234567000, which would change the args digest, and keeps lone
+// surrogate escapes, which the protocol refuses. parseExact is JSON.parse
+// with numbers kept as written (JsonNumber) and lone surrogates refused.
+// As in Go, the last of duplicate keys wins.
+class JsonNumber {
+  constructor(readonly text: string) {}
+}
+type Json = null | boolean | string | JsonNumber | Json[] | { [key: string]: Json };
+
+const STRING_ESCAPES: Record<string, string> = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t" };
+function parseExact(text: string): Json {
+  let i = 0;
+  const fail = (what: string): never => {
+    throw new SyntaxError(`${what} at offset ${i}`);
+  };
+  const space = () => {
+    while (i < text.length && " \t\n\r".includes(text[i])) i++;
+  };
+  const hex4 = (): number => {
+    const h = text.slice(i, i + 4);
+    if (!/^[0-9a-fA-F]{4}$/.test(h)) fail("bad \\u escape");
+    i += 4;
+    return parseInt(h, 16);
+  };
+  const string = (): string => {
+    let out = "";
+    for (i++; ; ) {
+      const c = text[i++];
+      if (c === undefined) fail("unterminated string");
+      if (c === '"') return out;
+      if (c < " ") fail("control character in a string");
+      if (c !== "\\") {
+        out += c;
+        continue;
+      }
+      const e = text[i++];
+      if (Object.hasOwn(STRING_ESCAPES, e)) {
+        out += STRING_ESCAPES[e];
+        continue;
+      }
+      if (e !== "u") fail("bad escape");
+      const unit = hex4();
+      if (unit >= 0xdc00 && unit <= 0xdfff) fail("lone surrogate escape");
+      if (unit >= 0xd800 && unit <= 0xdbff) {
+        if (text.slice(i, i + 2) !== "\\u") fail("lone surrogate escape");
+        i += 2;
+        const low = hex4();
+        if (low < 0xdc00 || low > 0xdfff) fail("lone surrogate escape");
+        out += String.fromCharCode(unit, low);
+        continue;
+      }
+      out += String.fromCharCode(unit);
+    }
+  };
+  const value = (): Json => {
+    space();
+    const c = text[i];
+    if (c === "{" || c === "[") {
+      const close = c === "{" ? "}" : "]";
+      const obj: { [key: string]: Json } = Object.create(null);
+      const arr: Json[] = [];
+      i++;
+      space();
+      if (text[i] === close) {
+        i++;
+        return c === "{" ? obj : arr;
+      }
+      for (;;) {
+        if (c === "{") {
+          space();
+          if (text[i] !== '"') fail("expected a key");
+          const key = string();
+          space();
+          if (text[i++] !== ":") fail("expected ':'");
+          obj[key] = value();
+        } else {
+          arr.push(value());
+        }
+        space();
+        const sep = text[i++];
+        if (sep === close) return c === "{" ? obj : arr;
+        if (sep !== ",") fail(`expected ',' or '${close}'`);
+      }
+    }
+    if (c === '"') return string();
+    for (const [word, v] of [["true", true], ["false", false], ["null", null]] as const) {
+      if (text.startsWith(word, i)) {
+        i += word.length;
+        return v;
+      }
+    }
+    const number = /-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/y;
+    number.lastIndex = i;
+    const m = number.exec(text) ?? fail("unexpected character");
+    i += m[0].length;
+    return new JsonNumber(m[0]);
+  };
+  const v = value();
+  space();
+  if (i !== text.length) fail("more after the value");
+  return v;
+}
+
+// uuidv7 makes a request id: 48 bits of Unix milliseconds, the version and
+// variant, and random bits (RFC 9562), so ids sort by time.
+function uuidv7(): string {
+  const b = randomBytes(16);
+  b.writeUIntBE(Date.now(), 0, 6);
+  b[6] = 0x70 | (b[6] & 0x0f);
+  b[8] = 0x80 | (b[8] & 0x3f);
+  const h = b.toString("hex");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+main().then(
+  (code) => (process.exitCode = code),
+  (err) => {
+    console.error(`error: ${err instanceof Error ? err.message : err}`);
+    process.exitCode = EXIT.error;
+  },
+);
