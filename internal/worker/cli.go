@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -76,7 +77,7 @@ type LoadOptions struct {
 
 // Command is a parsed command line.
 type Command struct {
-	// Name is "run" or "load"; Run or Load holds its settings.
+	// Name is "run", "load" or "mcp"; Run, Load or MCP holds its settings.
 	Name     string
 	Conn     ConnOptions
 	LogLevel zapcore.Level
@@ -86,6 +87,15 @@ type Command struct {
 	TrustedKeys []string
 	Run         RunOptions
 	Load        LoadOptions
+	MCP         MCPOptions
+	// Stdin is where "mcp" reads its client's messages; nil means os.Stdin.
+	Stdin io.Reader
+}
+
+// MCPOptions are the settings of "agent-worker mcp".
+type MCPOptions struct {
+	Sandbox     string
+	InitSandbox bool
 }
 
 const usage = `usage: agent-worker <command> [flags]
@@ -93,6 +103,7 @@ const usage = `usage: agent-worker <command> [flags]
 commands:
   run   run a tool plan in a sandbox, asking Assent before guarded steps
   load  send many approval requests and measure decision latency
+  mcp   serve the file tools as an MCP server on stdio (unguarded: use mcp-gateway)
 
 "agent-worker <command> -h" lists a command's flags.
 `
@@ -108,25 +119,29 @@ func ParseArgs(args []string, stderr io.Writer) (Command, error) {
 	cmd := Command{Name: args[0], LogLevel: zapcore.WarnLevel}
 	fs := flag.NewFlagSet("agent-worker "+cmd.Name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cmd.Conn.URL, "nats-url", DefaultNATSURL, "NATS server `URL`")
-	fs.StringVar(&cmd.Conn.Creds, "creds", "", "NATS credentials `file` (optional; broker creds agent NAME)")
-	fs.StringVar(&cmd.Conn.CAFile, "nats-ca", "", "the CA `file` of the server's TLS certificate (tls:// URLs), if the system does not trust it")
-	fs.StringVar(&cmd.Conn.CertFile, "nats-cert", "", "a client certificate `file`, for a server that asks for one (mutual TLS)")
-	fs.StringVar(&cmd.Conn.KeyFile, "nats-key", "", "the client certificate's key `file`")
 	fs.Var(&cmd.LogLevel, "log-level", "log `level` on stderr: debug, info, warn, error")
-	fs.Func("trust-decision-key", "accept only decisions signed by the broker's decision `key` (public, A...); repeat it or separate keys with commas while keys rotate", func(v string) error {
-		keys, err := events.ParseTrustedKeys(v)
-		if err != nil {
-			return err
-		}
-		cmd.TrustedKeys = append(cmd.TrustedKeys, keys...)
-		return nil
-	})
-	cmd.Conn.Name = "assent-agent-worker-" + cmd.Name
+	// natsFlags are the flags of the commands that talk to Assent.
+	natsFlags := func() {
+		fs.StringVar(&cmd.Conn.URL, "nats-url", DefaultNATSURL, "NATS server `URL`")
+		fs.StringVar(&cmd.Conn.Creds, "creds", "", "NATS credentials `file` (optional; broker creds agent NAME)")
+		fs.StringVar(&cmd.Conn.CAFile, "nats-ca", "", "the CA `file` of the server's TLS certificate (tls:// URLs), if the system does not trust it")
+		fs.StringVar(&cmd.Conn.CertFile, "nats-cert", "", "a client certificate `file`, for a server that asks for one (mutual TLS)")
+		fs.StringVar(&cmd.Conn.KeyFile, "nats-key", "", "the client certificate's key `file`")
+		fs.Func("trust-decision-key", "accept only decisions signed by the broker's decision `key` (public, A...); repeat it or separate keys with commas while keys rotate", func(v string) error {
+			keys, err := events.ParseTrustedKeys(v)
+			if err != nil {
+				return err
+			}
+			cmd.TrustedKeys = append(cmd.TrustedKeys, keys...)
+			return nil
+		})
+		cmd.Conn.Name = "assent-agent-worker-" + cmd.Name
+	}
 
 	var check func() []error
 	switch cmd.Name {
 	case "run":
+		natsFlags()
 		o := &cmd.Run
 		fs.StringVar(&o.Plan, "plan", "", "plan `file` (JSON list of steps); required")
 		fs.StringVar(&o.Sandbox, "sandbox", "", "sandbox `directory` the tools may not leave; required")
@@ -159,6 +174,7 @@ func ParseArgs(args []string, stderr io.Writer) (Command, error) {
 			return errs
 		}
 	case "load":
+		natsFlags()
 		o := &cmd.Load
 		fs.IntVar(&o.Config.N, "n", 10000, "number of requests")
 		fs.IntVar(&o.Config.Concurrency, "c", 64, "requests in flight at once")
@@ -183,6 +199,20 @@ func ParseArgs(args []string, stderr io.Writer) (Command, error) {
 			}
 			return errs
 		}
+	case "mcp":
+		o := &cmd.MCP
+		fs.StringVar(&o.Sandbox, "sandbox", "", "sandbox `directory` the tools may not leave; required")
+		fs.BoolVar(&o.InitSandbox, "init-sandbox", false, "create (or reset) a demo sandbox with a few files first")
+		fs.Usage = func() {
+			fmt.Fprintf(stderr, "usage: agent-worker mcp --sandbox DIR [flags]\n\nServes the file tools (%s) as an MCP server on stdin and stdout,\nfor one client. It asks nobody: put cmd/mcp-gateway in front of it to have\nAssent guard the calls.\n\n", strings.Join(Tools(), ", "))
+			fs.PrintDefaults()
+		}
+		check = func() []error {
+			if o.Sandbox == "" {
+				return []error{errors.New("--sandbox is required")}
+			}
+			return nil
+		}
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stderr, usage)
 		return Command{}, flag.ErrHelp
@@ -201,7 +231,7 @@ func ParseArgs(args []string, stderr io.Writer) (Command, error) {
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
 	}
-	if cmd.Conn.URL == "" {
+	if cmd.Conn.URL == "" && cmd.Name != "mcp" {
 		errs = append(errs, errors.New("--nats-url is empty"))
 	}
 	if len(errs) > 0 {
@@ -225,6 +255,8 @@ func (c Command) Execute(ctx context.Context, log *zap.Logger, stdout, stderr io
 		return c.execRun(ctx, log, stdout, stderr)
 	case "load":
 		return c.execLoad(ctx, log, stdout)
+	case "mcp":
+		return c.execMCP(ctx, stdout, stderr)
 	}
 	return fmt.Errorf("%w: unknown command %q", ErrUsage, c.Name)
 }
@@ -308,3 +340,29 @@ func (c Command) execLoad(ctx context.Context, log *zap.Logger, stdout io.Writer
 	}
 	return err
 }
+
+func (c Command) execMCP(ctx context.Context, stdout, stderr io.Writer) error {
+	o := c.MCP
+	if o.InitSandbox {
+		if err := InitDemoSandbox(o.Sandbox); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "initialised demo sandbox %s\n", o.Sandbox)
+	}
+	sb, err := OpenSandbox(o.Sandbox)
+	if err != nil {
+		return err
+	}
+	defer sb.Close() //nolint:errcheck // a directory handle
+	in := c.Stdin
+	if in == nil {
+		in = os.Stdin
+	}
+	return ServeMCP(ctx, sb, io.NopCloser(in), nopWriteCloser{stdout})
+}
+
+// nopWriteCloser is a writer the MCP connection may close without closing
+// it: stdout stays the process's.
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }

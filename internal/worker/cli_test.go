@@ -54,6 +54,13 @@ func TestParseArgs(t *testing.T) {
 				t.Errorf("%+v", c)
 			}
 		}},
+		{"mcp", "mcp --sandbox sb --init-sandbox --log-level info", nil, func(t *testing.T, c worker.Command) {
+			if c.Name != "mcp" || c.MCP.Sandbox != "sb" || !c.MCP.InitSandbox || c.LogLevel != zapcore.InfoLevel {
+				t.Errorf("%+v", c)
+			}
+		}},
+		{"mcp without sandbox", "mcp", worker.ErrUsage, nil},
+		{"mcp takes no NATS flags", "mcp --sandbox sb --nats-url nats://x:1", worker.ErrUsage, nil},
 		{"no command", "", worker.ErrUsage, nil},
 		{"unknown command", "fly", worker.ErrUsage, nil},
 		{"help", "help", flag.ErrHelp, nil},
