@@ -334,6 +334,7 @@ func (b *Broker) runFeed(ctx context.Context) error {
 			b.feed.publish(b.event(ctx, md.Sequence.Stream, md.Timestamp, msg.Subject(), msg.Data(), events.Header(msg.Headers())))
 		}
 		it.Stop()
+		b.dropConsumer(cons) // the next round reads through a new one
 	}
 	return nil
 }
@@ -417,6 +418,28 @@ func (b *Broker) Subscribe(ctx context.Context, after uint64, f EventFilter, del
 	}
 }
 
+// scanIdle is how long the server keeps a scan's consumer without reads: a
+// scan deletes its consumer when it ends, so this only bounds what a broker
+// that died mid-scan leaves behind.
+const scanIdle = 30 * time.Second
+
+// dropConsumer deletes the server's consumer behind the ordered consumer of a
+// finished read. Left to expire (after five minutes, by default), each read
+// would hold one of the stream's consumers (the server allows 1,000 by
+// default), and a burst of audit queries or resumed subscriptions would then
+// get every new consumer refused, the broker's and the channels' included.
+func (b *Broker) dropConsumer(cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := b.res.stream.DeleteConsumer(ctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		b.log.Debug("delete a read's consumer; it expires by itself", zap.String("consumer", info.Name), zap.Error(err))
+	}
+}
+
 // scan reads the stored events on subjects (nil: every feed subject) with
 // sequences from first to last
 // (0: to the end of the stream as it is when the scan starts), in order, until
@@ -437,10 +460,12 @@ func (b *Broker) scan(ctx context.Context, first uint64, since time.Time, last u
 	if !since.IsZero() && first <= 1 {
 		cc.DeliverPolicy, cc.OptStartSeq, cc.OptStartTime = jetstream.DeliverByStartTimePolicy, 0, &since
 	}
+	cc.InactiveThreshold = scanIdle
 	cons, err := b.res.stream.OrderedConsumer(ctx, cc)
 	if err != nil {
 		return fmt.Errorf("read the stream: %w", err)
 	}
+	defer b.dropConsumer(cons)
 	for {
 		batch, err := cons.Fetch(256, jetstream.FetchMaxWait(time.Second))
 		if err != nil {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/internal/testenv"
@@ -102,5 +104,70 @@ func TestSubscriberFallsBehind(t *testing.T) {
 		if got[i] <= got[i-1] {
 			t.Fatalf("event %d has sequence %d after %d", i, got[i], got[i-1])
 		}
+	}
+}
+
+// TestReadsLeaveNoConsumer: an audit query and a subscription that resumes
+// from the stream each read through a consumer of their own, and delete it
+// when they are done. Left to expire, every read would hold one of the
+// server's consumers per stream (1,000 by default) for minutes, and a burst
+// of reads would then refuse every new consumer, the broker's and the
+// channels' included (found by FuzzAPI: GET /v1/audit answered 500 "maximum
+// consumers limit reached").
+func TestReadsLeaveNoConsumer(t *testing.T) {
+	ns := testenv.Server(t)
+	nc := testenv.Conn(t, ns)
+	b, _ := brokertest.Run(t, nc, broker.Config{Mode: broker.ModeAutoApprove})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for range 3 {
+		if _, err := b.Submit(ctx, "", "test/reads", events.Requested{Agent: "reader", Tool: "t"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := func() int {
+		t.Helper()
+		s, err := js.Stream(ctx, events.StreamName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Consumers
+	}
+	before := consumers()
+	for range 5 {
+		if _, err := b.Audit(ctx, broker.AuditQuery{Limit: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Audit(ctx, broker.AuditQuery{}); err != nil {
+			t.Fatal(err)
+		}
+		// A subscription from the first event reads what was stored before
+		// it from the stream, then follows the feed.
+		sctx, scancel := context.WithCancel(ctx)
+		err := b.Subscribe(sctx, 1, broker.EventFilter{}, func([]*broker.Event) error {
+			scancel()
+			return nil
+		})
+		scancel()
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+	}
+	// Deleting is asynchronous on the server's side only for the ordered
+	// consumer's earlier instances; allow them to go.
+	deadline := time.Now().Add(20 * time.Second)
+	for consumers() != before && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := consumers(); got != before {
+		t.Fatalf("the stream has %d consumers after 15 reads, %d before: reads leave their consumers behind", got, before)
 	}
 }
