@@ -1,0 +1,395 @@
+package mcpgateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+
+	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/handler"
+)
+
+// Verdict is what Assent decided about a call, as the gateway tells its
+// client: in the result's _meta under MetaKey, and as the structured content
+// of a call that did not run (unless the tool declares an output schema).
+type Verdict struct {
+	RequestID string             `json:"request_id"`
+	Outcome   events.Outcome     `json:"outcome,omitempty"`
+	Reason    string             `json:"reason,omitempty"`
+	DecidedBy []events.DecidedBy `json:"decided_by,omitempty"`
+	Rule      string             `json:"rule,omitempty"`
+	Auto      bool               `json:"auto,omitempty"`
+	Edited    bool               `json:"edited,omitempty"`
+	// Error says why there is no decision (Outcome is then empty).
+	Error string `json:"error,omitempty"`
+}
+
+// ElicitChannel is the channel the gateway's elicitation answers are
+// recorded under.
+const ElicitChannel = "mcp"
+
+// call is one tools/call: ask Assent, then run the decided call upstream or
+// say why it did not run.
+func (g *Gateway) call(ctx context.Context, req *mcp.CallToolRequest, u *upstream, t *mcp.Tool) (*mcp.CallToolResult, error) {
+	ctx, done, ok := g.track(ctx, req.Session)
+	defer done()
+	offered := req.Params.Name
+	if !ok {
+		return notRun(t, offered, Verdict{Error: ErrStopped.Error()}, "Not run: the gateway is stopping."), nil
+	}
+	r, err := g.request(req, u, t)
+	if err != nil {
+		return notRun(t, offered, Verdict{Error: err.Error()}, fmt.Sprintf("Not run: the call to %s cannot be put to Assent for approval: %v", offered, err)), nil
+	}
+	log := g.log.With(zap.String("request_id", r.ID), zap.String("tool", offered), zap.String("agent", r.Agent))
+	d, err := g.ask(ctx, req, r, log)
+	if err != nil {
+		if errors.Is(err, errEnded) {
+			// The client cancelled the call or went away, or the gateway
+			// stops: the request is withdrawn, and nobody waits for a
+			// result.
+			log.Info("call ended before its decision", zap.Error(err))
+			return nil, err
+		}
+		log.Warn("no decision", zap.Error(err))
+		return notRun(t, offered, Verdict{RequestID: r.ID, Error: err.Error()},
+			fmt.Sprintf("Not run: Assent did not decide the call to %s (%v). Request %s.", offered, err, r.ID)), nil
+	}
+	v := verdictOf(d)
+	if !d.Approved() {
+		log.Info("not approved", zap.String("outcome", string(d.Outcome)))
+		return notRun(t, offered, v, refusal(offered, d)), nil
+	}
+	args := d.Args
+	if len(bytes.TrimSpace(args)) == 0 || string(bytes.TrimSpace(args)) == "null" {
+		args = json.RawMessage(`{}`)
+	}
+	// Always the decided args: an approver may have edited them.
+	res, err := u.session.CallTool(ctx, &mcp.CallToolParams{Name: t.Name, Arguments: args})
+	var rpcErr *jsonrpc.Error
+	switch {
+	case errors.As(err, &rpcErr):
+		return nil, rpcErr // the upstream's own answer: pass it on
+	case err != nil:
+		log.Warn("approved call failed upstream", zap.String("upstream", u.cfg.Name), zap.Error(err))
+		return notRun(t, offered, v, fmt.Sprintf("Approved, but the call to %s could not reach its server %s: %v. It may not have run. Request %s.", offered, u.cfg.Name, err, r.ID)), nil
+	}
+	if res.Meta == nil {
+		res.Meta = mcp.Meta{}
+	}
+	res.Meta[MetaKey] = v
+	return res, nil
+}
+
+// request is the approval request for a call: the tool as the upstream
+// names it, the call's arguments, who asks, and what an approver needs to
+// know about the tool.
+func (g *Gateway) request(req *mcp.CallToolRequest, u *upstream, t *mcp.Tool) (handler.Request, error) {
+	agent := g.cfg.Identity.Agent
+	if agent == "" {
+		var name string
+		if p := req.Session.InitializeParams(); p != nil && p.ClientInfo != nil {
+			name = p.ClientInfo.Name
+		}
+		agent = AgentName(name)
+	}
+	labels := map[string]string{"mcp_server": u.cfg.Name, "mcp_read_only": "false", "mcp_destructive": "true"}
+	if a := t.Annotations; a != nil {
+		labels["mcp_read_only"] = fmt.Sprint(a.ReadOnlyHint)
+		if a.DestructiveHint != nil {
+			labels["mcp_destructive"] = fmt.Sprint(*a.DestructiveHint)
+		}
+	}
+	args := json.RawMessage(bytes.TrimSpace(req.Params.Arguments))
+	if string(args) == "null" {
+		args = nil
+	}
+	r := handler.Request{ID: events.NewID(), Requested: events.Requested{
+		Tool: t.Name, Args: args, Agent: agent, Session: g.sessionOf(req.Session), User: g.cfg.Identity.User,
+		Hint: hint(req.Params.Name, u.cfg.Name, t), Labels: labels,
+	}}
+	return r, r.Validate()
+}
+
+// AgentName makes a client's name (its initialize clientInfo.name) into the
+// agent an MCP client asks as: lower case, each run of characters other than
+// a-z 0-9 _ - turned into one "-", no "-" at either end, at most 64
+// characters; "mcp-client" when nothing is left. "Claude Desktop" asks as
+// claude-desktop, "Visual Studio Code" as visual-studio-code.
+func AgentName(clientName string) string { return tokenOf(clientName, "mcp-client") }
+
+// hint is what approvers see of the tool: its title and description, the
+// name the client called it by, and its input schema, within the hint's
+// size limit (the schema is cut first).
+func hint(offered, server string, t *mcp.Tool) string {
+	title := t.Title
+	if title == "" && t.Annotations != nil {
+		title = t.Annotations.Title
+	}
+	var b strings.Builder
+	if title != "" {
+		b.WriteString(title + ": ")
+	}
+	if t.Description != "" {
+		b.WriteString(t.Description)
+	} else {
+		b.WriteString("(no description)")
+	}
+	fmt.Fprintf(&b, "\nMCP tool %s of server %s.", offered, server)
+	if schema, err := json.Marshal(t.InputSchema); err == nil {
+		b.WriteString("\nInput schema: " + string(schema))
+	}
+	return cut(b.String(), events.MaxTextLength)
+}
+
+// cut shortens s to at most n bytes, at a character boundary, marking the
+// cut with "…".
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	s = s[:n-len(mark)]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + mark
+}
+
+// ask asks Assent about r and waits for the decision. Meanwhile it asks the
+// client's user too (elicitation, when configured) and watches the client.
+func (g *Gateway) ask(ctx context.Context, req *mcp.CallToolRequest, r handler.Request, log *zap.Logger) (handler.Decision, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel(nil)
+	if pending := g.watchPending(req.Session, r, log); pending != nil {
+		wg.Go(func() { g.elicit(ctx, req.Session, r, pending, log) })
+	}
+	if g.cfg.ClientPing > 0 {
+		wg.Go(func() { g.watch(ctx, req, r.ID, cancel, log) })
+	}
+	d, err := g.client.Request(ctx, r)
+	if err != nil && ctx.Err() != nil {
+		return d, fmt.Errorf("%w: %w", errEnded, context.Cause(ctx))
+	}
+	return d, err
+}
+
+// errEnded: the call ended before its decision, and its request was
+// withdrawn.
+var errEnded = errors.New("call ended before its decision")
+
+// watch pings the client of a waiting call, and tells it the call waits
+// when it asked for progress, every ClientPing; a client that does not
+// answer in time is gone, and cancel is called with ErrClientGone.
+func (g *Gateway) watch(ctx context.Context, req *mcp.CallToolRequest, id string, cancel context.CancelCauseFunc, log *zap.Logger) {
+	tick := time.NewTicker(g.cfg.ClientPing)
+	defer tick.Stop()
+	token := req.Params.GetProgressToken()
+	for n := 1.0; ; n++ {
+		if token != nil {
+			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: n,
+				Message: "waiting for approval (Assent request " + id + ")"})
+			if err != nil && ctx.Err() == nil {
+				log.Debug("notify progress", zap.Error(err))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		pctx, stop := context.WithTimeout(ctx, g.cfg.ClientPing)
+		err := req.Session.Ping(pctx, nil)
+		stop()
+		if err != nil && ctx.Err() == nil {
+			log.Info("the client does not answer pings: cancelling its call", zap.Error(err))
+			cancel(fmt.Errorf("%w: no answer to a ping: %v", ErrClientGone, err))
+			return
+		}
+	}
+}
+
+// watchPending subscribes to the pending events of r's agent when the
+// client's user is to be asked too (elicitation configured, the client able
+// to elicit, over stdio or allowed over HTTP); else it returns nil. It
+// subscribes before r is published, so the event cannot slip by.
+func (g *Gateway) watchPending(ss *mcp.ServerSession, r handler.Request, log *zap.Logger) *nats.Subscription {
+	e := g.cfg.Elicitation
+	if e.Principal == "" || ss.ID() != "" && !e.OverHTTP {
+		return nil
+	}
+	p := ss.InitializeParams()
+	if p == nil || p.Capabilities == nil || p.Capabilities.Elicitation == nil ||
+		p.Capabilities.Elicitation.Form == nil && p.Capabilities.Elicitation.URL != nil {
+		return nil
+	}
+	subj, err := events.PendingSubject(r.Agent)
+	if err != nil {
+		return nil
+	}
+	sub, err := g.nc.SubscribeSync(subj)
+	if err != nil {
+		log.Warn("cannot watch for the request's pending event: not asking the client's user", zap.Error(err))
+		return nil
+	}
+	return sub
+}
+
+// elicit asks the client's user to approve or deny r once the broker says r
+// waits for people, and publishes the answer as the configured principal.
+// The broker decides whether it counts; ctx ends when r is decided, which
+// withdraws the question from the client.
+func (g *Gateway) elicit(ctx context.Context, ss *mcp.ServerSession, r handler.Request, sub *nats.Subscription, log *zap.Logger) {
+	p, ok := awaitPending(ctx, sub, r.ID)
+	_ = sub.Unsubscribe()
+	principal := g.cfg.Elicitation.Principal
+	if !ok {
+		return
+	}
+	if !mayAnswer(p, principal, r.User) {
+		log.Debug("not asking the client's user: the policy does not let them answer", zap.String("principal", principal))
+		return
+	}
+	res, err := ss.Elicit(ctx, &mcp.ElicitParams{Message: question(r, principal), RequestedSchema: json.RawMessage(elicitSchema)})
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn("ask the client's user", zap.Error(err))
+		}
+		return
+	}
+	answer := events.Responded{Channel: ElicitChannel}
+	switch res.Action {
+	case "accept":
+		answer.Decision = events.Approve
+	case "decline":
+		answer.Decision = events.Deny
+	default: // dismissed: leave it to the other approvers
+		log.Info("the client's user dismissed the question")
+		return
+	}
+	if reason, _ := res.Content["reason"].(string); reason != "" {
+		answer.Reason = reason
+	}
+	if err := handler.Answer(ctx, g.js, principal, r.ID, answer); err != nil && ctx.Err() == nil {
+		log.Warn("publish the client's user's answer", zap.String("principal", principal), zap.Error(err))
+	}
+}
+
+// elicitSchema is the form of the question: an optional reason.
+const elicitSchema = `{"type":"object","properties":{"reason":{"type":"string","title":"Reason","description":"Why (optional); recorded with the decision, and the agent sees it"}}}`
+
+// question is what the client's user is asked about r.
+func question(r handler.Request, principal string) string {
+	args := string(r.Args)
+	if args == "" {
+		args = "{}"
+	}
+	return cut(fmt.Sprintf("Approve this tool call? Accept approves it, decline denies it; you answer as %s.\n\nAgent %s wants to call %s with:\n%s\n\n(Assent request %s)",
+		principal, r.Agent, r.Tool, args, r.ID), 8192)
+}
+
+// awaitPending waits on sub for the pending event of request id.
+func awaitPending(ctx context.Context, sub *nats.Subscription, id string) (events.Pending, bool) {
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return events.Pending{}, false
+		}
+		e, err := events.Decode(events.Header(m.Header), m.Data)
+		if err != nil || e.Type() != events.TypePending {
+			continue
+		}
+		if p, err := events.DecodePending(&e); err == nil && p.RequestID == id {
+			return p, true
+		}
+	}
+}
+
+// mayAnswer reports whether principal may answer the pending request p
+// asked on user's behalf, as far as p tells: not their own request unless
+// self-approval is allowed, and only when the approvers are anyone, name
+// principal, or name roles (which the broker resolves).
+func mayAnswer(p events.Pending, principal, user string) bool {
+	if user == principal && (p.Terms == nil || !p.Terms.AllowSelfApproval) {
+		return false
+	}
+	return len(p.Approvers) == 0 || slices.ContainsFunc(p.Approvers, func(a string) bool {
+		return a == principal || a == "any" || strings.HasPrefix(a, "role:")
+	})
+}
+
+// verdictOf is what the gateway says of d.
+func verdictOf(d handler.Decision) Verdict {
+	return Verdict{RequestID: d.RequestID, Outcome: d.Outcome, Reason: d.Reason, DecidedBy: d.DecidedBy, Rule: d.Rule, Auto: d.Auto, Edited: d.Edited}
+}
+
+// notRun is a tool error saying why the call did not run: text for the
+// model, and the verdict in _meta and as structured content (left out when
+// the tool declares an output schema, which it would not match).
+func notRun(t *mcp.Tool, offered string, v Verdict, text string) *mcp.CallToolResult {
+	res := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}, Meta: mcp.Meta{MetaKey: v}}
+	if t.OutputSchema == nil {
+		res.StructuredContent = map[string]any{"assent": v}
+	}
+	return res
+}
+
+// refusal tells the model why a call was not approved, and what to do.
+func refusal(offered string, d handler.Decision) string {
+	reason := ""
+	if d.Reason != "" {
+		reason = fmt.Sprintf(": %q", d.Reason)
+	}
+	var what string
+	switch d.Outcome {
+	case events.Denied:
+		what = fmt.Sprintf("Not run: Assent denied this call of %s. Denied by %s%s. Do not call it again unchanged; tell the user, or ask how to proceed.", offered, deciders(d), reason)
+	case events.Expired:
+		what = fmt.Sprintf("Not run: nobody approved this call of %s in time%s. You may ask the user to approve it, then call it again.", offered, reason)
+	case events.Cancelled:
+		what = fmt.Sprintf("Not run: the approval request for this call of %s was cancelled%s.", offered, reason)
+	default:
+		what = fmt.Sprintf("Not run: the call of %s ended %s%s.", offered, d.Outcome, reason)
+	}
+	return fmt.Sprintf("%s (Assent request %s, outcome %q.)", what, d.RequestID, d.Outcome)
+}
+
+// deciders names who decided d: its principals and their channels, or the
+// policy rule or remembered choice that decided.
+func deciders(d handler.Decision) string {
+	if d.Auto || len(d.DecidedBy) == 0 {
+		if id, ok := strings.CutPrefix(d.Rule, "remembered:"); ok {
+			return "a remembered choice (" + id + ")"
+		}
+		if d.Rule != "" {
+			return "policy rule " + d.Rule
+		}
+		return "policy"
+	}
+	names := make([]string, len(d.DecidedBy))
+	for i, by := range d.DecidedBy {
+		names[i] = by.Principal
+		if by.Channel != "" {
+			names[i] += " (" + by.Channel + ")"
+		}
+	}
+	by := strings.Join(names, ", ")
+	if d.Rule != "" {
+		by += ", under rule " + d.Rule
+	}
+	return by
+}

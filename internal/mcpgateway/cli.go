@@ -1,0 +1,274 @@
+package mcpgateway
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/assent-dev/assent/internal/natsconn"
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// ErrUsage: the command line is wrong. ParseArgs has printed the usage.
+var ErrUsage = errors.New("usage")
+
+// Command is a parsed command line.
+type Command struct {
+	// Name is "serve" or "check".
+	Name   string
+	Config Config
+	// Stdio serves the client that started the gateway on stdin and stdout.
+	Stdio bool
+	// HTTP is the address to serve streamable HTTP on; "" serves none.
+	HTTP     string
+	LogLevel zapcore.Level
+}
+
+const usage = `usage: mcp-gateway [serve] [flags] [--] [COMMAND [ARG...] | URL]
+       mcp-gateway check [flags] [--] [COMMAND [ARG...] | URL]
+
+Offers the tools of upstream MCP servers unchanged, and asks Assent before
+each call runs. The upstreams come from --config, and one more from the
+command line: a command to start (stdio) or a streamable HTTP URL. Clients
+connect over stdio (the default) or streamable HTTP (--http ADDR, at /mcp).
+
+check validates the configuration, then connects to NATS and to every
+upstream and lists the tools the gateway would offer.
+
+flags:
+`
+
+// ParseArgs parses the command line after the program name. Problems, and
+// -h, print usage to stderr; the error then wraps ErrUsage, or is
+// flag.ErrHelp.
+func ParseArgs(args []string, stderr io.Writer) (Command, error) {
+	cmd := Command{Name: "serve", LogLevel: zapcore.WarnLevel}
+	if len(args) > 0 && (args[0] == "serve" || args[0] == "check") {
+		cmd.Name, args = args[0], args[1:]
+	} else if len(args) > 0 && args[0] == "help" {
+		fmt.Fprint(stderr, usage)
+		return Command{}, flag.ErrHelp
+	}
+	fs := flag.NewFlagSet("mcp-gateway "+cmd.Name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	var (
+		file string
+		cfg  Config
+		up   Upstream
+		keys []string
+	)
+	fs.StringVar(&file, "config", "", "configuration `file` (YAML; docs/integrations.md)")
+	fs.BoolVar(&cmd.Stdio, "stdio", true, "serve the client that started the gateway on stdin and stdout (default: on, unless --http is given)")
+	fs.StringVar(&cmd.HTTP, "http", "", "serve clients over streamable HTTP at `ADDR` (host:port), path /mcp")
+	fs.StringVar(&cfg.NATS.URL, "nats-url", "", "NATS server `URL` of the broker (default "+DefaultNATSURL+")")
+	fs.StringVar(&cfg.NATS.Creds, "creds", "", "NATS credentials `file`")
+	fs.StringVar(&cfg.NATS.CAFile, "nats-ca", "", "the CA `file` of the NATS server's TLS certificate")
+	fs.StringVar(&cfg.NATS.CertFile, "nats-cert", "", "a client certificate `file`, for mutual TLS")
+	fs.StringVar(&cfg.NATS.KeyFile, "nats-key", "", "the client certificate's key `file`")
+	fs.Func("trust-decision-key", "accept only decisions signed by the broker's decision `key` (public, A...); repeatable", func(v string) error {
+		k, err := events.ParseTrustedKeys(v)
+		keys = append(keys, k...)
+		return err
+	})
+	fs.StringVar(&cfg.Identity.Agent, "agent", "", "agent `name` to ask as (default: the client's name)")
+	fs.StringVar(&cfg.Identity.Session, "session", "", "session `id` to ask under (default: the MCP session)")
+	fs.StringVar(&cfg.Identity.User, "user", "", "the `user` on whose behalf calls are made")
+	fs.DurationVar(&cfg.Timeout, "timeout", 0, "approval timeout asked for each call (default: the broker's)")
+	fs.StringVar(&cfg.Elicitation.Principal, "elicit-as", "", "also ask the user in the client, answering as this `principal`")
+	fs.BoolVar(&cfg.Elicitation.OverHTTP, "elicit-over-http", false, "with --elicit-as, ask clients connected over HTTP too")
+	fs.StringVar(&up.Name, "name", "", "`name` of the upstream on the command line (default: from its command or host)")
+	fs.StringVar(&up.Prefix, "prefix", "", "`prefix` for the tool names of the upstream on the command line")
+	fs.Var(&cmd.LogLevel, "log-level", "log `level` on stderr: debug, info, warn, error")
+
+	fail := func(errs ...error) (Command, error) {
+		err := errors.Join(errs...)
+		fmt.Fprintf(stderr, "mcp-gateway %s: %v\n\n", cmd.Name, err)
+		fs.Usage()
+		return Command{}, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return Command{}, err
+		}
+		return Command{}, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if file != "" {
+		loaded, err := Load(file)
+		if err != nil {
+			return fail(err)
+		}
+		// Flags given override the file.
+		overlay(&loaded.NATS.URL, cfg.NATS.URL, set["nats-url"])
+		overlay(&loaded.NATS.Creds, cfg.NATS.Creds, set["creds"])
+		overlay(&loaded.NATS.CAFile, cfg.NATS.CAFile, set["nats-ca"])
+		overlay(&loaded.NATS.CertFile, cfg.NATS.CertFile, set["nats-cert"])
+		overlay(&loaded.NATS.KeyFile, cfg.NATS.KeyFile, set["nats-key"])
+		overlay(&loaded.Identity.Agent, cfg.Identity.Agent, set["agent"])
+		overlay(&loaded.Identity.Session, cfg.Identity.Session, set["session"])
+		overlay(&loaded.Identity.User, cfg.Identity.User, set["user"])
+		overlay(&loaded.Timeout, cfg.Timeout, set["timeout"])
+		overlay(&loaded.Elicitation.Principal, cfg.Elicitation.Principal, set["elicit-as"])
+		overlay(&loaded.Elicitation.OverHTTP, cfg.Elicitation.OverHTTP, set["elicit-over-http"])
+		cfg = loaded
+	}
+	cfg.NATS.TrustedDecisionKeys = append(cfg.NATS.TrustedDecisionKeys, keys...)
+	var errs []error
+	if rest := fs.Args(); len(rest) > 0 {
+		if u, err := url.Parse(rest[0]); err == nil && (u.Scheme == "http" || u.Scheme == "https") && len(rest) == 1 {
+			up.URL = rest[0]
+			up.Name = cmp(up.Name, tokenOf(u.Hostname(), "upstream"))
+		} else {
+			up.Command, up.Args = rest[0], rest[1:]
+			up.Name = cmp(up.Name, tokenOf(filepath.Base(rest[0]), "upstream"))
+		}
+		cfg.Upstreams = append(cfg.Upstreams, up)
+	} else if set["name"] || set["prefix"] {
+		errs = append(errs, errors.New("--name and --prefix name the upstream on the command line: give its command or URL after the flags"))
+	}
+	if !set["stdio"] {
+		cmd.Stdio = cmd.HTTP == ""
+	}
+	if cmd.HTTP != "" {
+		if _, _, err := net.SplitHostPort(cmd.HTTP); err != nil {
+			errs = append(errs, fmt.Errorf("--http %q: want host:port, such as 127.0.0.1:8931", cmd.HTTP))
+		}
+	}
+	if cmd.Name == "serve" && !cmd.Stdio && cmd.HTTP == "" {
+		errs = append(errs, errors.New("nothing to serve: --stdio=false without --http"))
+	}
+	cmd.Config = cfg.WithDefaults()
+	if err := cmd.Config.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fail(errs...)
+	}
+	return cmd, nil
+}
+
+// overlay sets *dst to v when the flag was given.
+func overlay[T any](dst *T, v T, given bool) {
+	if given {
+		*dst = v
+	}
+}
+
+// cmp is a, or b when a is empty.
+func cmp(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// Execute runs the command. serve speaks MCP on stdin and stdout (with
+// Stdio) and notes on stderr; check writes its report to stdout and returns
+// an error if anything failed.
+func (c Command) Execute(ctx context.Context, log *zap.Logger, stdin io.Reader, stdout, stderr io.Writer) error {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	nc, err := natsconn.Connect(c.Config.NATS.Settings(), nats.Name("assent-mcp-gateway"), nats.MaxReconnects(-1), nats.Timeout(5*time.Second))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if c.Name == "check" {
+		return check(ctx, nc, c.Config, log, stdout)
+	}
+	g, err := New(nc, c.Config, log)
+	if err != nil {
+		return err
+	}
+	var o RunOptions
+	if c.Stdio {
+		o.Stdin, o.Stdout = io.NopCloser(stdin), nopWriteCloser{stdout}
+	}
+	if c.HTTP != "" {
+		ln, err := net.Listen("tcp", c.HTTP)
+		if err != nil {
+			return fmt.Errorf("--http: %w", err)
+		}
+		fmt.Fprintf(stderr, "mcp-gateway: serving MCP over streamable HTTP at http://%s/mcp\n", ln.Addr())
+		o.HTTP = ln
+	}
+	return g.Run(ctx, o)
+}
+
+// check reports whether the broker's stream is on the NATS server and which
+// tools each upstream offers through the gateway.
+func check(ctx context.Context, nc *nats.Conn, cfg Config, log *zap.Logger, stdout io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	fmt.Fprintf(stdout, "config: ok, %d upstream(s)\n", len(cfg.Upstreams))
+	g, err := New(nc, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer g.Close() //nolint:errcheck // a check
+	if _, err := g.js.Stream(ctx, events.StreamName); err != nil {
+		return fmt.Errorf("nats: connected to %s, but no stream %s: %w (has a broker run on this NATS server?)", nc.ConnectedUrl(), events.StreamName, err)
+	}
+	fmt.Fprintf(stdout, "nats: connected to %s; stream %s found\n", nc.ConnectedUrl(), events.StreamName)
+	err = g.Start(ctx)
+	byUpstream := map[string][]string{}
+	for name, up := range g.Tools() {
+		byUpstream[up] = append(byUpstream[up], name)
+	}
+	for _, u := range cfg.Upstreams {
+		if tools, ok := byUpstream[u.Name]; ok {
+			slices.Sort(tools)
+			fmt.Fprintf(stdout, "upstream %s: %d tool(s): %s\n", u.Name, len(tools), strings.Join(tools, ", "))
+		}
+	}
+	return err
+}
+
+// tokenOf makes s a subject token: lower case, each run of characters
+// other than a-z 0-9 _ - one "-", none at either end, at most 64
+// characters; fallback when nothing is left.
+func tokenOf(s, fallback string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(s) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-' {
+			b.WriteRune(r)
+			dash = r == '-'
+		} else if !dash {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	t := strings.Trim(b.String(), "-")
+	if len(t) > 64 {
+		t = strings.TrimRight(t[:64], "-")
+	}
+	if t == "" {
+		return fallback
+	}
+	return t
+}
+
+// nopWriteCloser is a writer the MCP connection may close without closing
+// it: stdout stays the process's.
+type nopWriteCloser struct{ io.Writer }
+
+func (nopWriteCloser) Close() error { return nil }

@@ -1,0 +1,82 @@
+// Package mcpgateway is cmd/mcp-gateway: an MCP server that stands in front
+// of other MCP servers (upstreams), offers their tools unchanged, and asks
+// Assent before each call runs, so that an agent needs no change to be
+// guarded: its MCP client talks to the gateway instead of the server.
+//
+//	nc, _ := natsconn.Connect(cfg.NATS.Settings())
+//	g, _ := mcpgateway.New(nc, cfg, log)
+//	err := g.Run(ctx, mcpgateway.RunOptions{Stdin: os.Stdin, Stdout: os.Stdout})
+//
+// # Upstreams and tools
+//
+// An upstream is a command the gateway starts and talks to over stdio, or a
+// streamable HTTP URL. Its tools are offered with the same name (after the
+// upstream's Prefix, if any), description, title, input and output schemas
+// and annotations. When an upstream says its tools changed, the gateway lists
+// them again and tells its own clients. Only tools are passed on, not
+// resources or prompts.
+//
+// # What each call asks
+//
+// Every tools/call becomes one Assent request (handler.Client.Request), on
+// the record whatever the outcome:
+//
+//   - tool: the tool's name as the upstream knows it, without the prefix;
+//     the label mcp_server names the upstream, so a policy tells servers
+//     apart with labels: {mcp_server: fs}.
+//   - args: the call's arguments, as the client sent them.
+//   - agent: Identity.Agent, else the client's initialize clientInfo.name
+//     made into a subject token by AgentName ("Claude Desktop" asks as
+//     claude-desktop).
+//   - session: Identity.Session, else the MCP session id (streamable HTTP),
+//     else an id the gateway makes for each stdio connection.
+//   - user: Identity.User, else none.
+//   - hint: the tool's title and description, the name the client called,
+//     and its input schema (cut to the hint's 4096 bytes), for approvers.
+//   - labels: mcp_server, and the upstream's annotations mcp_read_only
+//     ("true" or "false") and mcp_destructive ("true" unless the tool says
+//     false). Annotations are the upstream's claims: base policy on them
+//     only for upstreams you trust.
+//   - timeout: Config.Timeout, else the broker's default.
+//
+// The broker's policy decides before anyone is asked: an allow rule
+// approves at once (read-only tools, say), a deny rule denies at once. The
+// gateway has no policy of its own, so that one policy, in one place,
+// decides every call and every call is recorded.
+//
+// # What the client sees
+//
+// An approved call runs upstream with the decision's args (an approver may
+// have edited them), and its result comes back as the upstream made it,
+// with the Verdict added to its _meta under MetaKey. A call that is denied,
+// expires or is cancelled does not run: the result is a tool error
+// (IsError) whose text says what happened, who decided or which rule, the
+// reason, and what to do next, with the Verdict as structured content and in
+// _meta. A call that cannot be asked (arguments that are not an object, a
+// broker that does not answer) is a tool error too, and does not run.
+//
+// A client that cancels its call (notifications/cancelled), ends its session
+// (stdio closed, HTTP DELETE) or stops answering pings while the call waits
+// (Config.ClientPing) cancels the call's request: its decision is
+// cancelled.
+//
+// # Asking the user in the client
+//
+// With Elicitation.Principal set, a client that can elicit (form mode) is
+// asked too, once the broker says the request waits for people and the
+// policy could let that principal answer: accept approves, decline denies,
+// both with an optional reason, and the answer is published as the
+// principal's on assent.response.<principal>.<id>, channel "mcp". The first
+// answer to count decides, from whichever channel; when another decides
+// first, the question is withdrawn from the client. The user is usually the
+// request's user too: the policy must then allow self-approval
+// (allow_self_approval: true) for their answers to count. Clients over
+// streamable HTTP are asked only with Elicitation.OverHTTP, since anyone who
+// reaches the gateway's HTTP address would answer as the principal.
+//
+// The gateway serves its clients the MCP versions with sessions (up to
+// 2025-11-25): it asks during a call and withdraws the question when the
+// call is decided elsewhere, which the sessionless 2026-07-28 protocol has
+// no way to do. Clients that know the newer protocol fall back to the
+// initialize handshake.
+package mcpgateway
