@@ -36,9 +36,10 @@ def main(argv=None):
     p.add_argument("file", help="the file to delete")
     p.add_argument("--url", default=os.environ.get("ASSENT_URL", "http://127.0.0.1:8080"),
                    help="the broker's HTTP API (env ASSENT_URL)")
-    p.add_argument("--agent", default=os.environ.get("ASSENT_AGENT", "file-manager"))
+    p.add_argument("--agent", default=os.environ.get("ASSENT_AGENT", "file-manager"),
+                   help="the agent's name (env ASSENT_AGENT)")
     p.add_argument("--user", default=os.environ.get("ASSENT_USER", ""),
-                   help="on whose behalf the agent acts")
+                   help="on whose behalf the agent acts (env ASSENT_USER)")
     p.add_argument("--id", help="request id; reuse one to retry the same request (default: new)")
     p.add_argument("--timeout", type=int, default=120, help="seconds to wait for a decision")
     p.add_argument("--retry-for", type=float, default=60,
@@ -64,6 +65,7 @@ def main(argv=None):
         # 3. Create the request and long-poll for its decision in the same
         # call. After a network error the call is sent again with the same
         # id: the broker takes it as a retry of the same request.
+        print("waiting for a decision (Ctrl-C cancels the request)", flush=True)
         status, approval = broker.call("POST", f"/v1/approvals?wait={WAIT}s",
                                        dict(request, id=request_id))
         if status != 201:
@@ -71,15 +73,14 @@ def main(argv=None):
         # 4. Still pending: wait on GET /v1/approvals/{id}?wait= until decided.
         give_up = time.monotonic() + a.timeout + 60
         while approval["state"] == "pending":
-            print(f"request {request_id} is pending; waiting for a decision (Ctrl-C cancels it)",
-                  flush=True)
+            print(f"request {request_id} is still pending; asking again", flush=True)
             if time.monotonic() > give_up:
                 return fail(f"no decision for request {request_id} in time")
             status, approval = broker.call("GET", f"/v1/approvals/{request_id}?wait={WAIT}s")
             if status != 200:
                 return fail(f"reading request {request_id}: {error_text(status, approval)}")
     except KeyboardInterrupt:
-        return cancel(broker, request_id, digest)
+        return cancel(broker, request_id)
     except BrokerUnreachable as e:
         return fail(f"{e}; rerun with --id {request_id} to retry the same request")
     except ValueError as e:  # a body that is not JSON, or not UTF-8
@@ -132,7 +133,7 @@ def check(decision, request_id, digest):
                          "the id was used by a different request")
 
 
-def cancel(broker, request_id, digest):
+def cancel(broker, request_id):
     """Withdraws the request after Ctrl-C, then reports how it ended."""
     print(f"interrupted: cancelling request {request_id}", flush=True)
     try:

@@ -91,12 +91,19 @@ async function main(): Promise<number> {
     // with the event id as Nats-Msg-Id: publishing the same id again is a
     // retry of the same request, never a second one.
     const event = cloudEvent(id, "dev.assent.approval.requested", `agent/${flags.agent}`, data);
-    console.log(`asking for approval of delete_file ${JSON.stringify(data.args)} as request ${id} (agent ${flags.agent}, ${flags["nats-url"]})`);
+    console.log(
+      `asking for approval of delete_file ${JSON.stringify(data.args)} as request ${id} (agent ${flags.agent}, ${flags["nats-url"]})`,
+    );
     let ack;
     try {
-      ack = await js.publish(`assent.request.${flags.agent}`, JSON.stringify(event), { msgID: id, headers: ceHeaders() });
+      ack = await js.publish(`assent.request.${flags.agent}`, JSON.stringify(event), {
+        msgID: id,
+        headers: ceHeaders(),
+      });
     } catch (err) {
-      console.error(`could not publish request ${id} (is the broker running?): ${err}; rerun with --id ${id} to retry it`);
+      console.error(
+        `could not publish request ${id} (is the broker running?): ${err}; rerun with --id ${id} to retry it`,
+      );
       return EXIT.error;
     }
     published = true;
@@ -124,7 +131,9 @@ async function main(): Promise<number> {
       return decision.outcome === "cancelled" ? EXIT.cancelled : EXIT.error;
     }
     if (decision.outcome !== "approved") {
-      console.error(`request ${id} ${decision.outcome}${by}: ${decision.reason || "no reason given"}; nothing was deleted`);
+      console.error(
+        `request ${id} ${decision.outcome}${by}: ${decision.reason || "no reason given"}; nothing was deleted`,
+      );
       return EXIT[decision.outcome] ?? EXIT.error;
     }
     const path = decision.args?.path;
@@ -143,7 +152,14 @@ async function main(): Promise<number> {
 }
 
 // The data of the events this agent reads and writes (docs/protocol.md).
-type Requested = { agent: string; tool: string; args: Record<string, unknown>; hint: string; timeout: string; user?: string };
+type Requested = {
+  agent: string;
+  tool: string;
+  args: Record<string, unknown>;
+  hint: string;
+  timeout: string;
+  user?: string;
+};
 type Decided = {
   request_id: string;
   outcome: "approved" | "denied" | "expired" | "cancelled";
@@ -159,7 +175,13 @@ type Decided = {
 // consumer on its decision subject, from the first message stored there,
 // and on its rejection subject (a rejected event says the id belongs to
 // another request). It returns undefined if nothing came within ms.
-async function waitForDecision(js: JetStreamClient, id: string, digest: string, trusted: Set<string>, ms: number): Promise<Decided | undefined> {
+async function waitForDecision(
+  js: JetStreamClient,
+  id: string,
+  digest: string,
+  trusted: Set<string>,
+  ms: number,
+): Promise<Decided | undefined> {
   const decisionSubject = `assent.decision.${id}`;
   const consumer = await js.consumers.get(STREAM, { filter_subjects: [decisionSubject, `assent.rejection.${id}`] });
   const messages = await consumer.consume();
@@ -175,7 +197,8 @@ async function waitForDecision(js: JetStreamClient, id: string, digest: string, 
       }
       const data = event.data as Record<string, Json> | undefined;
       if (m.subject !== decisionSubject) {
-        if (data?.request_digest === digest) throw new Error(`id ${id} is already used by a different request: ${data.reason}`);
+        if (data?.request_digest === digest)
+          throw new Error(`id ${id} is already used by a different request: ${data.reason}`);
         continue; // some other request's rejection under this id
       }
       if (trusted.size > 0 && !signedByTrusted(event, trusted)) {
@@ -200,16 +223,21 @@ async function waitForDecision(js: JetStreamClient, id: string, digest: string, 
 // name its request digest.
 function check(d: Decided, id: string, digest: string): void {
   if (d.request_id !== id) throw new Error(`the decision names request ${d.request_id}`);
-  if (argsDigest(d.args) !== d.args_digest) throw new Error(`the decided args do not match args_digest ${d.args_digest}`);
+  if (argsDigest(d.args) !== d.args_digest)
+    throw new Error(`the decided args do not match args_digest ${d.args_digest}`);
   if (d.request_digest !== undefined ? d.request_digest !== digest : d.outcome === "approved") {
-    throw new Error(`the decision is for request digest ${d.request_digest}, this request is ${digest}: the id was used by a different request`);
+    throw new Error(
+      `the decision is for request digest ${d.request_digest}, this request is ${digest}: the id was used by a different request`,
+    );
   }
 }
 
 // publishCancel withdraws the request: a cancel event on the agent's own
 // cancel subject, assent.cancel.<agent>.<id>.
 async function publishCancel(js: JetStreamClient, agent: string, id: string): Promise<void> {
-  const event = cloudEvent(uuidv7(), "dev.assent.approval.cancel", `agent/${agent}`, { reason: "the agent was interrupted (Ctrl-C)" });
+  const event = cloudEvent(uuidv7(), "dev.assent.approval.cancel", `agent/${agent}`, {
+    reason: "the agent was interrupted (Ctrl-C)",
+  });
   await js.publish(`assent.cancel.${agent}.${id}`, JSON.stringify(event), { msgID: event.id, headers: ceHeaders() });
   console.log(`published a cancel for request ${id}`);
 }
@@ -217,7 +245,15 @@ async function publishCancel(js: JetStreamClient, agent: string, id: string): Pr
 // cloudEvent is a CloudEvents 1.0 event in structured mode: the whole event,
 // data inlined, is the message body.
 function cloudEvent(id: string, type: string, source: string, data: object) {
-  return { specversion: "1.0", id, type, source, datacontenttype: "application/json", time: new Date().toISOString(), data };
+  return {
+    specversion: "1.0",
+    id,
+    type,
+    source,
+    datacontenttype: "application/json",
+    time: new Date().toISOString(),
+    data,
+  };
 }
 
 function ceHeaders(): MsgHdrs {
@@ -243,9 +279,18 @@ function isAccountKey(key: string): boolean {
 // canonical text, seven lines joined by "\n".
 function signedByTrusted(event: Record<string, Json>, trusted: Set<string>): boolean {
   const parts = typeof event.assentsig === "string" ? event.assentsig.split(".") : [];
-  if (parts.length !== 3 || parts[0] !== "v1" || !trusted.has(parts[1]) || !/^[A-Za-z0-9_-]{86}$/.test(parts[2])) return false;
+  if (parts.length !== 3 || parts[0] !== "v1" || !trusted.has(parts[1]) || !/^[A-Za-z0-9_-]{86}$/.test(parts[2]))
+    return false;
   const d = (event.data ?? {}) as Record<string, Json>;
-  const lines = ["assent-decision-v1", event.id, d.request_id, d.outcome, d.args_digest ?? "", d.request_digest ?? "", d.decided_at];
+  const lines = [
+    "assent-decision-v1",
+    event.id,
+    d.request_id,
+    d.outcome,
+    d.args_digest ?? "",
+    d.request_digest ?? "",
+    d.decided_at,
+  ];
   if (!lines.every((l) => typeof l === "string" && !/[\r\n]/.test(l))) return false;
   try {
     return fromPublic(parts[1]).verify(new TextEncoder().encode(lines.join("\n")), Buffer.from(parts[2], "base64url"));
@@ -298,7 +343,17 @@ function canonical(v: unknown): string {
 // quote escapes " and \, writes \n \r \t \b \f as such, other control
 // characters as \u00xx, U+2028 and U+2029 as \u2028 and \u2029, and every
 // other character as itself (raw UTF-8, no HTML escaping).
-const SHORT_ESCAPES: Record<string, string> = { '"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f", "\u2028": "\\u2028", "\u2029": "\\u2029" };
+const SHORT_ESCAPES: Record<string, string> = {
+  '"': '\\"',
+  "\\": "\\\\",
+  "\n": "\\n",
+  "\r": "\\r",
+  "\t": "\\t",
+  "\b": "\\b",
+  "\f": "\\f",
+  "\u2028": "\\u2028",
+  "\u2029": "\\u2029",
+};
 function quote(s: string): string {
   let out = '"';
   for (const ch of s) {
@@ -323,7 +378,16 @@ class JsonNumber {
 }
 type Json = null | boolean | string | JsonNumber | Json[] | { [key: string]: Json };
 
-const STRING_ESCAPES: Record<string, string> = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t" };
+const STRING_ESCAPES: Record<string, string> = {
+  '"': '"',
+  "\\": "\\",
+  "/": "/",
+  b: "\b",
+  f: "\f",
+  n: "\n",
+  r: "\r",
+  t: "\t",
+};
 function parseExact(text: string): Json {
   let i = 0;
   const fail = (what: string): never => {
@@ -399,7 +463,11 @@ function parseExact(text: string): Json {
       }
     }
     if (c === '"') return string();
-    for (const [word, v] of [["true", true], ["false", false], ["null", null]] as const) {
+    for (const [word, v] of [
+      ["true", true],
+      ["false", false],
+      ["null", null],
+    ] as const) {
       if (text.startsWith(word, i)) {
         i += word.length;
         return v;

@@ -1,0 +1,361 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// The example agents of examples/python (HTTP) and examples/typescript
+// (CloudEvents on NATS JetStream), run as programs against a broker on
+// embedded NATS. One scenario suite runs against both: each agent guards
+// delete_file on a file of t.TempDir(), the test answers as an approver once
+// the broker holds the request pending, and looks at the file.
+
+// exampleAgent is one example agent program.
+type exampleAgent struct {
+	name string
+	// command returns the program and its script, ready to run; it skips
+	// the test where the program is missing (fails with CI=true).
+	command func(t *testing.T) []string
+	// flags tell the agent where e's broker is.
+	flags func(e *env) []string
+}
+
+var exampleAgents = []exampleAgent{
+	{"python", pythonAgent, func(e *env) []string { return []string{"--url", e.api} }},
+	{"typescript", typescriptAgent, func(e *env) []string { return []string{"--nats-url", e.ns.ClientURL()} }},
+}
+
+// TestExampleAgents: each example deletes the file only once approved, and
+// then the file the decided args name; a denial deletes nothing, exits 3
+// with the reason, and a retry under the same id gets the same denial
+// without anybody answering; Ctrl-C cancels the request (exit 5); an id
+// already used by a different request is refused (exit 1) rather than taken
+// as this request's decision.
+func TestExampleAgents(t *testing.T) {
+	for _, ex := range exampleAgents {
+		t.Run(ex.name, func(t *testing.T) {
+			prog := ex.command(t)
+			e := newEnv(t, broker.Config{})
+			start := func(t *testing.T, agent, id, file string, more ...string) *agentProc {
+				t.Helper()
+				return startAgent(t, append(append(append(prog, ex.flags(e)...), "--agent", agent, "--id", id), append(more, file)...))
+			}
+
+			t.Run("approved", func(t *testing.T) {
+				file := tempFile(t, "q3 <draft> & ü.csv") // the request digest must escape this name right
+				id := events.NewID()
+				p := start(t, "ex-approve", id, file)
+				p.waitPending(t, e, id)
+				mustExist(t, file, true) // nothing runs before the decision
+				answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Approve, Reason: "fine"})
+				p.exits(t, 0, "deleted "+file)
+				mustExist(t, file, false)
+			})
+
+			t.Run("edited", func(t *testing.T) {
+				file, draft := tempFile(t, "q3.csv"), tempFile(t, "q3-draft.csv")
+				id := events.NewID()
+				p := start(t, "ex-edit", id, file)
+				p.waitPending(t, e, id)
+				// The edit holds what the args digest must get exactly right:
+				// numbers as written, escapes, characters beyond U+FFFF, keys
+				// that sort differently by UTF-8 bytes than by UTF-16 units.
+				edit := fmt.Sprintf(`{"path":%s,"note":"Q3 \u003cdraft\u003e & \u2028 \ud83d\ude00 \"x\"\n","ratio":1.50,`+
+					`"max_bytes":12345678901234567890,"\uff61":1,"😀":[1e3,-0.0,true,null,{}]}`, jsonText(t, draft))
+				answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Approve, Args: json.RawMessage(edit)})
+				p.exits(t, 0, "deleted "+draft)
+				mustExist(t, file, true)
+				mustExist(t, draft, false)
+			})
+
+			t.Run("denied then retried", func(t *testing.T) {
+				file := tempFile(t, "q3.csv")
+				id := events.NewID()
+				p := start(t, "ex-deny", id, file)
+				p.waitPending(t, e, id)
+				answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Deny, Reason: "keep Q3 until the audit"})
+				p.exits(t, 3, "keep Q3 until the audit")
+				// The same id again is the same request: its decision, at once.
+				start(t, "ex-deny", id, file).exits(t, 3, "keep Q3 until the audit")
+				mustExist(t, file, true)
+				if n := countDecisions(t, e.js, id); n != 1 {
+					t.Fatalf("%d decided events for %s, want 1", n, id)
+				}
+			})
+
+			t.Run("cancelled", func(t *testing.T) {
+				file := tempFile(t, "q3.csv")
+				id := events.NewID()
+				p := start(t, "ex-cancel", id, file)
+				p.waitPending(t, e, id)
+				if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+					t.Fatal(err)
+				}
+				p.exits(t, 5, "cancelled")
+				waitState(t, e.b, id, broker.StateCancelled)
+				mustExist(t, file, true)
+			})
+
+			t.Run("id of another request", func(t *testing.T) {
+				file, other := tempFile(t, "q3.csv"), tempFile(t, "other.csv")
+				id := events.NewID()
+				approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals", map[string]any{
+					"id": id, "agent": "ex-conflict", "tool": "delete_file", "args": map[string]string{"path": other}}), http.StatusCreated)
+				answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Approve})
+				waitState(t, e.b, id, broker.StateApproved)
+				start(t, "ex-conflict", id, file).exits(t, 1, "different request")
+				mustExist(t, file, true)
+				mustExist(t, other, true)
+			})
+
+			if ex.name == "python" {
+				// The answer to the first POST is lost after the broker took
+				// the request: the agent sends it again under the same id and
+				// gets that request's decision, not a second request.
+				t.Run("network error", func(t *testing.T) {
+					lossy := *e
+					lossy.api = loseFirstCreate(t, e.api)
+					file := tempFile(t, "q3.csv")
+					id := events.NewID()
+					p := startAgent(t, append(append(prog, ex.flags(&lossy)...), "--agent", "ex-lossy", "--id", id, file))
+					p.waitPending(t, e, id)
+					answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Approve})
+					if out := p.exits(t, 0, "deleted "+file); !strings.Contains(out, "retrying") {
+						t.Fatalf("the agent did not say it retried:\n%s", out)
+					}
+					if n := countRecords(t, e.b, "ex-lossy"); n != 1 {
+						t.Fatalf("%d requests of ex-lossy, want 1", n)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestExampleAgentSignedDecisions: the TypeScript agent given the broker's
+// decision key skips a forged approval (of another file, with digests that
+// match) published on the decision subject before the broker's decision,
+// and acts on the broker's signed decision instead.
+func TestExampleAgentSignedDecisions(t *testing.T) {
+	prog := typescriptAgent(t)
+	key, err := events.NewDecisionKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := key.PublicKey()
+	e := newEnv(t, broker.Config{DecisionKey: key})
+	file, other := tempFile(t, "q3.csv"), tempFile(t, "other.csv")
+	id := events.NewID()
+	p := startAgent(t, append(prog, "--nats-url", e.ns.ClientURL(), "--agent", "ex-signed", "--id", id, "--trust-decision-key", pub, file))
+	rec := p.waitPending(t, e, id)
+	forged := fmt.Sprintf(`{"path":%s}`, jsonText(t, other))
+	mustPublish(t, e.js, events.DecisionPrefix+id, rawEvent(events.NewID(), events.TypeDecided, "broker/evil",
+		fmt.Sprintf(`{"request_id":%q,"outcome":"approved","args":%s,"args_digest":%q,"request_digest":%q,"decided_at":%q}`,
+			id, forged, mustDigest(t, forged), rec.RequestDigest, time.Now().UTC().Format(time.RFC3339Nano))), "")
+	answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Approve})
+	if out := p.exits(t, 0, "deleted "+file); !strings.Contains(out, "no trusted key signed") {
+		t.Fatalf("the agent did not report skipping the forgery:\n%s", out)
+	}
+	mustExist(t, other, true)
+}
+
+// pythonAgent is examples/python/agent.py run by python3.
+func pythonAgent(t *testing.T) []string {
+	t.Helper()
+	return []string{testenv.Program(t, "python3", "python3"), examplePath(t, "python", "agent.py")}
+}
+
+// tsBuild is examples/typescript, built once per test binary.
+var tsBuild struct {
+	sync.Mutex
+	done bool
+}
+
+// typescriptAgent is examples/typescript's agent run by node, once its
+// packages are installed (npm ci, when node_modules is missing or older
+// than package-lock.json) and it is compiled (tsc).
+func typescriptAgent(t *testing.T) []string {
+	t.Helper()
+	node := testenv.Program(t, "nodejs", "node")
+	dir := examplePath(t, "typescript")
+	tsBuild.Lock()
+	defer tsBuild.Unlock()
+	if !tsBuild.done {
+		installed, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")) // npm ci writes it
+		lock, lerr := os.Stat(filepath.Join(dir, "package-lock.json"))
+		if err != nil || lerr != nil || lock.ModTime().After(installed.ModTime()) {
+			runIn(t, dir, testenv.Program(t, "npm", "npm"), "ci", "--no-audit", "--no-fund")
+		}
+		runIn(t, dir, node, filepath.Join("node_modules", "typescript", "bin", "tsc"))
+		tsBuild.done = true
+	}
+	return []string{node, filepath.Join(dir, "dist", "agent.js")}
+}
+
+// examplePath is a path under examples/.
+func examplePath(t *testing.T, elem ...string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join(append([]string{"..", "examples"}, elem...)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// runIn runs a build step in dir, failing the test with its output.
+func runIn(t *testing.T, dir, prog string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(prog, args...)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s %s in %s: %v\n%s", filepath.Base(prog), strings.Join(args, " "), dir, err, out)
+	}
+}
+
+// agentProc is a running example agent.
+type agentProc struct {
+	cmd  *exec.Cmd
+	out  bytes.Buffer // stdout and stderr; read it only once done is closed
+	done chan struct{}
+	err  error // what Wait returned
+}
+
+// startAgent runs the command line args; it is killed if still running
+// when the test ends.
+func startAgent(t *testing.T, args []string) *agentProc {
+	t.Helper()
+	p := &agentProc{cmd: exec.Command(args[0], args[1:]...), done: make(chan struct{})}
+	// Settings from the environment that would change what the agents do.
+	p.cmd.Env = append(os.Environ(), "ASSENT_TOKEN=", "ASSENT_USER=", "ASSENT_TRUST_DECISION_KEY=")
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+// waitPending waits until the broker holds request id pending, failing
+// with the agent's output if the agent exits first.
+func (p *agentProc) waitPending(t *testing.T, e *env, id string) broker.Record {
+	t.Helper()
+	var rec broker.Record
+	eventually(t, patience, func() (bool, string) {
+		select {
+		case <-p.done:
+			t.Fatalf("the agent exited (%v) before request %s was pending:\n%s", p.err, id, p.out.String())
+		default:
+		}
+		var err error
+		rec, err = e.b.Get(context.Background(), id)
+		return err == nil && rec.State == broker.StatePending, fmt.Sprintf("request %s: %q %v", id, rec.State, err)
+	})
+	return rec
+}
+
+// exits waits for the agent to end, checks its exit status and that its
+// output contains want, and returns the output.
+func (p *agentProc) exits(t *testing.T, code int, want string) string {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(patience):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		t.Fatalf("the agent still ran after %s:\n%s", patience, p.out.String())
+	}
+	out := p.out.String()
+	got := 0
+	var exit *exec.ExitError
+	switch {
+	case errors.As(p.err, &exit):
+		got = exit.ExitCode()
+	case p.err != nil:
+		t.Fatalf("agent: %v\n%s", p.err, out)
+	}
+	if got != code || !strings.Contains(out, want) {
+		t.Fatalf("the agent exited with %d, want %d and output saying %q:\n%s", got, code, want, out)
+	}
+	return out
+}
+
+// loseFirstCreate serves api through a proxy that loses its answer to the
+// first POST /v1/approvals: the broker takes the request (and the long
+// poll runs its course), then the connection closes without a response.
+func loseFirstCreate(t *testing.T, api string) string {
+	t.Helper()
+	target, err := url.Parse(api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var lost atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/approvals" && lost.CompareAndSwap(false, true) {
+			proxy.ServeHTTP(httptest.NewRecorder(), r)
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				_ = conn.Close()
+			}
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// tempFile makes a file named name in a new t.TempDir() and returns its path.
+func tempFile(t *testing.T, name string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte("report\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// mustExist checks whether path exists.
+func mustExist(t *testing.T, path string, want bool) {
+	t.Helper()
+	_, err := os.Stat(path)
+	if got := err == nil; got != want || err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("%s exists: %v (%v), want %v", path, got, err, want)
+	}
+}
+
+// jsonText is s as a JSON string.
+func jsonText(t *testing.T, s string) string {
+	t.Helper()
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
