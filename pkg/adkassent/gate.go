@@ -2,6 +2,7 @@ package adkassent
 
 import (
 	"encoding/json"
+	"path"
 	"time"
 
 	"github.com/assent-dev/assent/pkg/events"
@@ -16,8 +17,8 @@ import (
 // A call needs no confirmation only when an allow rule allows it and nothing
 // the Gate cannot see could change that: no limit counts the approval (those
 // keep running totals in the broker), no condition failed, and neither the
-// allow rule nor any deny rule mentions session (unknown before the call) or
-// user (unknown unless User is set). Remembered choices never spare a call
+// allow rule nor any deny rule that applies to the tool mentions session
+// (unknown before the call) or user (unknown unless User is set). Remembered choices never spare a call
 // asking. Give it the agent name and labels the Runner's Config has, so the
 // Gate judges the request the broker will see.
 type Gate struct {
@@ -54,27 +55,46 @@ func (g Gate) Needs(tool string, args any) bool {
 		now = g.Now
 	}
 	res := g.Policy.Evaluate(in, now(), nil)
-	if res.Action != policy.Allow || !res.Auto || res.Grant != nil || len(res.Limits) > 0 || len(res.Errors) > 0 {
+	if res.Action != policy.Allow || res.Grant != nil || len(res.Limits) > 0 || len(res.Errors) > 0 {
 		return true
 	}
-	allow := -1
-	for i, r := range g.Policy.Rules {
-		if r.Name == res.Rule && r.Action == policy.Allow {
-			allow = i
+	allowed := false
+	for _, r := range g.Policy.Rules {
+		switch {
+		case r.Action == policy.Allow && r.Name == res.Rule:
+			allowed = !g.unknowable(r.When)
+		case r.Action == policy.Deny && g.unknowable(r.When) && applies(r, in):
+			return true // it might deny the call for its real user or session
 		}
 	}
-	if allow < 0 { // the mode allowed: a remembered denial would beat it
-		return true
-	}
-	if g.unknowable(g.Policy.Rules[allow].When) {
-		return true
-	}
-	for _, r := range g.Policy.Rules {
-		if r.Action == policy.Deny && g.unknowable(r.When) {
+	return !allowed // not allowed by a rule: by the mode, which a remembered denial would beat
+}
+
+// applies reports whether r's tools, agents and labels match in: whether its
+// condition decides if it matches. Globs are path.Match patterns, as the
+// policy file says.
+func applies(r *policy.Rule, in policy.Input) bool {
+	match := func(patterns []string, s string) bool {
+		if len(patterns) == 0 {
 			return true
 		}
+		for _, p := range patterns {
+			if ok, _ := path.Match(p, s); ok {
+				return true
+			}
+		}
+		return false
 	}
-	return false
+	if !match(r.Tools, in.Tool) || !match(r.Agents, in.Agent) {
+		return false
+	}
+	for k, p := range r.Labels {
+		v, ok := in.Labels[k]
+		if !ok || !match([]string{p}, v) {
+			return false
+		}
+	}
+	return true
 }
 
 // unknowable reports whether condition may depend on what the Gate does not

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/adk/agent"
@@ -58,6 +59,15 @@ type verdict struct {
 	edited    bool
 	outcome   events.Outcome
 	reason    string
+	refused   string // why this package refused an approval
+}
+
+// why says why the call does not run.
+func (v verdict) why() string {
+	if v.refused != "" {
+		return fmt.Sprintf("Assent approved request %s, but it was refused: %s", v.requestID, v.refused)
+	}
+	return fmt.Sprintf("Assent: %s: %s; request %s", v.outcome, v.reason, v.requestID)
 }
 
 // NewRunner returns a Runner over an ADK runner made from rc, with the
@@ -249,7 +259,9 @@ func (r *Runner) ask(ctx context.Context, userID, sessionID string, c Confirmati
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s (tool %s): %w", ErrUnanswered, c.CallID, c.Tool, err)
 	}
+	start := time.Now()
 	d, err := r.client.Request(ctx, req)
+	log = log.With(zap.Duration("waited", time.Since(start)))
 	if err != nil {
 		log.Warn("no decision", zap.Error(err))
 		return nil, fmt.Errorf("%w: %s (tool %s, request %s): %w", ErrUnanswered, c.CallID, c.Tool, c.RequestID, err)
@@ -259,7 +271,7 @@ func (r *Runner) ask(ctx context.Context, userID, sessionID string, c Confirmati
 	if d.Approved() {
 		payload, err = payloadFor(req.ResponseSchema, d.Payload, c.Payload)
 		if err != nil {
-			v.outcome, v.reason = events.Denied, "refused by adkassent: "+err.Error()
+			v.refused = err.Error()
 			err = fmt.Errorf("request %s (tool %s): %w", c.RequestID, c.Tool, err)
 			log.Warn("refusing an approval", zap.Error(err))
 		} else {
@@ -270,16 +282,11 @@ func (r *Runner) ask(ctx context.Context, userID, sessionID string, c Confirmati
 	r.verdicts[callKey{r.app, userID, sessionID, c.OriginalCallID}] = v
 	r.mu.Unlock()
 	log.Info("confirmation answered", zap.String("outcome", string(v.outcome)), zap.Bool("edited", v.edited), zap.String("rule", d.Rule))
-	resp := map[string]any{
-		"confirmed": v.approved,
-		"hint":      c.Hint,
-		answerKey: map[string]any{
-			"request_id": v.requestID,
-			"outcome":    string(v.outcome),
-			"reason":     v.reason,
-			"edited":     v.edited,
-		},
+	record := map[string]any{"request_id": v.requestID, "outcome": string(v.outcome), "reason": v.reason, "edited": v.edited}
+	if v.refused != "" {
+		record["refused"] = v.refused
 	}
+	resp := map[string]any{"confirmed": v.approved, "hint": c.Hint, answerKey: record}
 	if v.approved && payload != nil {
 		resp["payload"] = payload
 	}
@@ -363,5 +370,5 @@ func (r *Runner) afterTool(ctx agent.ToolContext, t tool.Tool, _, _ map[string]a
 	if !ok || v.approved || err == nil {
 		return nil, nil
 	}
-	return nil, fmt.Errorf("%w (Assent: %s: %s; request %s)", err, v.outcome, v.reason, v.requestID)
+	return nil, fmt.Errorf("%w (%s)", err, v.why())
 }
