@@ -77,6 +77,6 @@
 // The gateway serves its clients the MCP versions with sessions (up to
 // 2025-11-25): it asks during a call and withdraws the question when the
 // call is decided elsewhere, which the sessionless 2026-07-28 protocol has
-// no way to do. Clients that know the newer protocol fall back to the
-// initialize handshake.
+// no way to do. It refuses server/discover, so clients that know the newer
+// protocol fall back to the initialize handshake.
 package mcpgateway

@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"sync"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -108,7 +109,22 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Gateway, error) {
 	g.bg, g.stopBg = context.WithCancel(context.Background())
 	g.server = mcp.NewServer(&mcp.Implementation{Name: "assent-mcp-gateway", Title: "Assent MCP gateway", Version: version()},
 		&mcp.ServerOptions{Instructions: instructions, Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}}})
+	g.server.AddReceivingMiddleware(sessionsOnly)
 	return g, nil
+}
+
+// sessionsOnly refuses server/discover, the start of the sessionless MCP
+// protocol (2026-07-28), so that clients fall back to the initialize
+// handshake and a session: the gateway asks its client's user during a call
+// and withdraws the question when the call is decided elsewhere, which the
+// sessionless protocol has no way to do.
+func sessionsOnly(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method == "server/discover" {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "server/discover: this server speaks MCP with sessions (initialize)"}
+		}
+		return next(ctx, method, req)
+	}
 }
 
 // version is the module's version, as the build recorded it.
@@ -176,20 +192,10 @@ func (g *Gateway) Tools() map[string]string {
 	return out
 }
 
-// sessionful is a transport that offers clients the MCP versions with
-// sessions only (before 2026-07-28): the gateway elicits during a call and
-// cancels the elicitation when the call is decided elsewhere, which the
-// newer, sessionless protocol has no way to do. Clients fall back to the
-// initialize handshake.
-type sessionful struct{ mcp.Transport }
-
-// SupportsProtocolVersion implements mcp.ProtocolVersionSupporter.
-func (sessionful) SupportsProtocolVersion(v string) bool { return v < "2026-07-28" }
-
 // Serve serves one client over t (stdio, say) until it goes away, which is
 // a clean end, or ctx ends, which cancels its calls in flight.
 func (g *Gateway) Serve(ctx context.Context, t mcp.Transport) error {
-	ss, err := g.server.Connect(ctx, sessionful{t}, nil)
+	ss, err := g.server.Connect(ctx, t, nil)
 	if err != nil {
 		return err
 	}
@@ -205,10 +211,10 @@ func (g *Gateway) Serve(ctx context.Context, t mcp.Transport) error {
 	go func() { waited <- ss.Wait() }()
 	select {
 	case err := <-waited:
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe) {
-			return nil
-		}
-		return err
+		// The client closing its side is how a session ends; the SDK
+		// reports even that as an error ("server is closing: EOF").
+		g.log.Debug("client session ended", zap.Error(err))
+		return nil
 	case <-ctx.Done():
 		g.cancel(func(s *mcp.ServerSession) bool { return s == ss }, ErrStopped)
 		_ = ss.Close()

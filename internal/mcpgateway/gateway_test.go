@@ -1,0 +1,418 @@
+package mcpgateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/assent-dev/assent/internal/mcpgateway"
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// TestGateway runs every scenario with clients over a pipe (as on stdio) and
+// over streamable HTTP, in front of agent-worker over stdio and of an MCP
+// server over streamable HTTP: a real broker on a real NATS server decides.
+func TestGateway(t *testing.T) {
+	for _, be := range []backend{workerBackend, notesBackend} {
+		for _, fe := range []frontend{memoryFrontend, httpFrontend} {
+			t.Run(fe.name+"-to-"+be.name, func(t *testing.T) {
+				f := newFixture(t, be, fe, mcpgateway.Config{
+					Identity:    mcpgateway.Identity{User: "carol"},
+					Elicitation: mcpgateway.Elicitation{Principal: "carol", OverHTTP: true},
+				})
+				for _, sc := range scenarios {
+					t.Run(sc.name, func(t *testing.T) { sc.run(t, f) })
+				}
+			})
+		}
+	}
+}
+
+// A scenario is one thing a client does through the gateway; each has a
+// client (and so an agent) of its own.
+var scenarios = []struct {
+	name string
+	run  func(t *testing.T, f *fixture)
+}{
+	{"tools offered unchanged", func(t *testing.T, f *fixture) {
+		cs := f.client(t, "lister", nil)
+		offered := map[string]*mcp.Tool{}
+		for tool, err := range cs.Tools(t.Context(), nil) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			offered[tool.Name] = tool
+		}
+		n := 0
+		for want, err := range f.direct.Tools(t.Context(), nil) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			n++
+			got := offered[f.prefix+want.Name]
+			if got == nil {
+				t.Errorf("%s not offered as %s%s (offered: %v)", want.Name, f.prefix, want.Name, offered)
+				continue
+			}
+			if got.Description != want.Description || got.Title != want.Title || !reflect.DeepEqual(got.InputSchema, want.InputSchema) ||
+				!reflect.DeepEqual(got.OutputSchema, want.OutputSchema) || !reflect.DeepEqual(got.Annotations, want.Annotations) {
+				t.Errorf("%s offered as %+v, the upstream has %+v", want.Name, got, want)
+			}
+		}
+		if len(offered) != n {
+			t.Errorf("%d tools offered, the upstream has %d", len(offered), n)
+		}
+	}},
+	{"approved as asked", func(t *testing.T, f *fixture) {
+		cs := f.client(t, "approve-as-asked", nil)
+		next := f.pendingOf(t, "approve-as-asked")
+		f.files.seed(t, "aa.txt", "ab.txt")
+		ch := callAsync(t, t.Context(), cs, f.prefix+"delete_file", `{"path":"aa.txt"}`)
+		p := next()
+		r := p.Request
+		if r.Tool != "delete_file" || r.Agent != "approve-as-asked" || r.User != "carol" || r.Session == "" || !sameJSON(r.Args, `{"path":"aa.txt"}`) ||
+			r.Labels["mcp_server"] != f.server || r.Labels["mcp_read_only"] != "false" || r.Labels["mcp_destructive"] != "true" ||
+			!strings.Contains(r.Hint, "MCP tool "+f.prefix+"delete_file of server "+f.server) || !strings.Contains(r.Hint, `"path"`) {
+			t.Errorf("request %+v", r)
+		}
+		f.answer(t, "alice", p.RequestID, events.Responded{Decision: events.Approve, Channel: "test"})
+		res := mustResult(t, await(t, ch))
+		if res.IsError {
+			t.Fatalf("approved call failed: %s", text(t, res))
+		}
+		if v := verdict(t, res); v.RequestID != p.RequestID || v.Outcome != events.Approved || v.Edited || len(v.DecidedBy) != 1 || v.DecidedBy[0].Principal != "alice" {
+			t.Errorf("verdict %+v", v)
+		}
+		if f.files.exists(t, "aa.txt") || !f.files.exists(t, "ab.txt") {
+			t.Error("the approved call did not delete aa.txt, and only it")
+		}
+	}},
+	{"approved with edited args", func(t *testing.T, f *fixture) {
+		cs := f.client(t, "approve-edited", nil)
+		next := f.pendingOf(t, "approve-edited")
+		f.files.seed(t, "ea.txt", "eb.txt")
+		ch := callAsync(t, t.Context(), cs, f.prefix+"delete_file", `{"path":"ea.txt"}`)
+		p := next()
+		f.answer(t, "alice", p.RequestID, events.Responded{Decision: events.Approve, Args: json.RawMessage(`{"path":"eb.txt"}`), Reason: "the other one"})
+		res := mustResult(t, await(t, ch))
+		if v := verdict(t, res); res.IsError || v.Outcome != events.Approved || !v.Edited {
+			t.Fatalf("result %+v, verdict %+v", res, v)
+		}
+		if !f.files.exists(t, "ea.txt") || f.files.exists(t, "eb.txt") {
+			t.Error("the upstream did not run the edited call: eb.txt should be gone, ea.txt kept")
+		}
+	}},
+	{"denied", func(t *testing.T, f *fixture) {
+		cs := f.client(t, "deny", nil)
+		next := f.pendingOf(t, "deny")
+		f.files.seed(t, "da.txt")
+		ch := callAsync(t, t.Context(), cs, f.prefix+"delete_file", `{"path":"da.txt"}`)
+		p := next()
+		f.answer(t, "alice", p.RequestID, events.Responded{Decision: events.Deny, Reason: "keep it until Friday", Channel: "web"})
+		res := mustResult(t, await(t, ch))
+		txt := text(t, res)
+		for _, want := range []string{"Not run", "denied", "alice (web)", "keep it until Friday", p.RequestID} {
+			if !strings.Contains(txt, want) {
+				t.Errorf("text %q lacks %q", txt, want)
+			}
+		}
+		if v := verdict(t, res); !res.IsError || v.Outcome != events.Denied || v.Reason != "keep it until Friday" {
+			t.Errorf("IsError %v, verdict %+v", res.IsError, v)
+		}
+		if sc := structured(t, res); sc.Outcome != events.Denied || sc.RequestID != p.RequestID {
+			t.Errorf("structured content %+v", sc)
+		}
+		if !f.files.exists(t, "da.txt") {
+			t.Error("the denied call ran")
+		}
+	}},
+	{"expired", func(t *testing.T, f *fixture) {
+		cs := f.client(t, "quick-expire", nil) // policy rule quick: one second
+		f.files.seed(t, "xa.txt")
+		res := call(t, cs, f.prefix+"delete_file", `{"path":"xa.txt"}`)
+		if v := verdict(t, res); !res.IsError || v.Outcome != events.Expired || !strings.Contains(text(t, res), "in time") {
+			t.Errorf("IsError %v, verdict %+v, text %q", res.IsError, v, text(t, res))
+		}
+		if !f.files.exists(t, "xa.txt") {
+			t.Error("the expired call ran")
+		}
+	}},
+	{"cancelled by the client", func(t *testing.T, f *fixture) {
+		cs := f.client(t, "cancel", nil)
+		next := f.pendingOf(t, "cancel")
+		f.files.seed(t, "ca.txt")
+		ctx, cancel := context.WithCancel(t.Context())
+		ch := callAsync(t, ctx, cs, f.prefix+"delete_file", `{"path":"ca.txt"}`)
+		p := next()
+		cancel() // the SDK sends notifications/cancelled
+		if r := await(t, ch); !errors.Is(r.err, context.Canceled) {
+			t.Errorf("the cancelled call returned %+v, %v", r.res, r.err)
+		}
+		if d := f.decision(t, p.RequestID); d.Outcome != events.Cancelled {
+			t.Errorf("decision %+v, want cancelled", d)
+		}
+		if !f.files.exists(t, "ca.txt") {
+			t.Error("the cancelled call ran")
+		}
+	}},
+	{"client disconnects", func(t *testing.T, f *fixture) {
+		cs, disconnect := f.front.connect(t, f.gw, "disconnect", nil, nil)
+		next := f.pendingOf(t, "disconnect")
+		f.files.seed(t, "qa.txt")
+		ch := callAsync(t, t.Context(), cs, f.prefix+"delete_file", `{"path":"qa.txt"}`)
+		p := next()
+		disconnect()
+		if d := f.decision(t, p.RequestID); d.Outcome != events.Cancelled {
+			t.Errorf("decision %+v, want cancelled", d)
+		}
+		if r := await(t, ch); r.err == nil {
+			t.Errorf("the call of a client gone returned %+v", r.res)
+		}
+		if !f.files.exists(t, "qa.txt") {
+			t.Error("the call ran")
+		}
+	}},
+	{"policy allows at once", func(t *testing.T, f *fixture) {
+		cs := f.client(t, "policy-allow", nil)
+		res := call(t, cs, f.prefix+"list_files", `{}`) // nobody answers: only the policy can
+		if v := verdict(t, res); res.IsError || v.Outcome != events.Approved || !v.Auto || v.Rule != "read-only" {
+			t.Errorf("IsError %v, verdict %+v", res.IsError, v)
+		}
+	}},
+	{"policy denies at once", func(t *testing.T, f *fixture) {
+		cs := f.client(t, "policy-deny", nil)
+		f.files.seed(t, "locked.txt")
+		res := call(t, cs, f.prefix+"delete_file", `{"path":"locked.txt"}`)
+		v := verdict(t, res)
+		if !res.IsError || v.Outcome != events.Denied || !v.Auto || v.Rule != "keep-locked" ||
+			!strings.Contains(text(t, res), "policy rule keep-locked") || !strings.Contains(text(t, res), "locked files stay") {
+			t.Errorf("IsError %v, verdict %+v, text %q", res.IsError, v, text(t, res))
+		}
+		if !f.files.exists(t, "locked.txt") {
+			t.Error("the denied call ran")
+		}
+	}},
+	{"elicitation accepted", func(t *testing.T, f *fixture) {
+		var asked atomic.Value
+		cs := f.client(t, "elicit-accept", &mcp.ClientOptions{ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked.Store(req.Params.Message)
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"reason": "fine by me"}}, nil
+		}})
+		f.files.seed(t, "ya.txt")
+		res := call(t, cs, f.prefix+"delete_file", `{"path":"ya.txt"}`)
+		v := verdict(t, res)
+		if res.IsError || v.Outcome != events.Approved || v.Reason != "fine by me" || len(v.DecidedBy) != 1 ||
+			v.DecidedBy[0].Principal != "carol" || v.DecidedBy[0].Channel != mcpgateway.ElicitChannel {
+			t.Errorf("IsError %v, verdict %+v", res.IsError, v)
+		}
+		if msg, _ := asked.Load().(string); !strings.Contains(msg, "delete_file") || !strings.Contains(msg, "ya.txt") || !strings.Contains(msg, "carol") {
+			t.Errorf("the user was asked %q", msg)
+		}
+		if f.files.exists(t, "ya.txt") {
+			t.Error("the approved call did not run")
+		}
+	}},
+	{"elicitation declined", func(t *testing.T, f *fixture) {
+		cs := f.client(t, "elicit-decline", &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: "decline", Content: map[string]any{"reason": "not now"}}, nil
+		}})
+		f.files.seed(t, "na.txt")
+		res := call(t, cs, f.prefix+"delete_file", `{"path":"na.txt"}`)
+		v := verdict(t, res)
+		if !res.IsError || v.Outcome != events.Denied || v.Reason != "not now" || len(v.DecidedBy) != 1 || v.DecidedBy[0].Principal != "carol" ||
+			!strings.Contains(text(t, res), "carol (mcp)") {
+			t.Errorf("IsError %v, verdict %+v, text %q", res.IsError, v, text(t, res))
+		}
+		if !f.files.exists(t, "na.txt") {
+			t.Error("the declined call ran")
+		}
+	}},
+	{"elicitation withdrawn when another approver decides", func(t *testing.T, f *fixture) {
+		asked := make(chan struct{})
+		withdrawn := make(chan error, 1)
+		var once sync.Once
+		cs := f.client(t, "elicit-race", &mcp.ClientOptions{ElicitationHandler: func(ctx context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			once.Do(func() { close(asked) })
+			select { // the user looks at the question until it goes away
+			case <-ctx.Done():
+				withdrawn <- ctx.Err()
+			case <-time.After(patience):
+				withdrawn <- nil
+			}
+			return nil, ctx.Err()
+		}})
+		next := f.pendingOf(t, "elicit-race")
+		f.files.seed(t, "ra.txt")
+		ch := callAsync(t, t.Context(), cs, f.prefix+"delete_file", `{"path":"ra.txt"}`)
+		p := next()
+		select {
+		case <-asked:
+		case <-time.After(patience):
+			t.Fatal("the client's user was not asked")
+		}
+		f.answer(t, "alice", p.RequestID, events.Responded{Decision: events.Approve, Channel: "web"})
+		res := mustResult(t, await(t, ch))
+		if v := verdict(t, res); res.IsError || v.Outcome != events.Approved || v.DecidedBy[0].Principal != "alice" {
+			t.Errorf("IsError %v, verdict %+v", res.IsError, v)
+		}
+		if err := <-withdrawn; err == nil {
+			t.Error("the question stayed in the client after alice decided")
+		}
+		if f.files.exists(t, "ra.txt") {
+			t.Error("the approved call did not run")
+		}
+	}},
+}
+
+// A client over HTTP that vanishes without a word (its network cut) stops
+// answering pings; its call's request is cancelled.
+func TestClientGoneSilently(t *testing.T) {
+	f := newFixture(t, notesBackend, httpFrontend, mcpgateway.Config{ClientPing: 100 * time.Millisecond})
+	cut := newCuttable()
+	cs, _ := f.front.connect(t, f.gw, "vanish", nil, &http.Client{Transport: cut})
+	next := f.pendingOf(t, "vanish")
+	f.files.seed(t, "va.txt")
+	callAsync(t, t.Context(), cs, "delete_file", `{"path":"va.txt"}`)
+	p := next()
+	cut.cut()
+	if d := f.decision(t, p.RequestID); d.Outcome != events.Cancelled {
+		t.Errorf("decision %+v, want cancelled", d)
+	}
+}
+
+// cuttable is an HTTP transport whose connections all fail at once, and
+// stay failing, when it is cut.
+type cuttable struct {
+	ctx  context.Context
+	cut  context.CancelFunc
+	next *http.Transport
+}
+
+func newCuttable() *cuttable {
+	ctx, cut := context.WithCancel(context.Background())
+	return &cuttable{ctx: ctx, cut: cut, next: &http.Transport{}}
+}
+
+func (c *cuttable) RoundTrip(r *http.Request) (*http.Response, error) {
+	if c.ctx.Err() != nil {
+		return nil, errors.New("network cut")
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	stop := context.AfterFunc(c.ctx, cancel)
+	resp, err := c.next.RoundTrip(r.WithContext(ctx))
+	if err != nil {
+		stop()
+		cancel()
+		return nil, err
+	}
+	resp.Body = &closeFunc{resp.Body, func() { stop(); cancel() }}
+	return resp, nil
+}
+
+type closeFunc struct {
+	body interface {
+		Read([]byte) (int, error)
+		Close() error
+	}
+	after func()
+}
+
+func (c *closeFunc) Read(p []byte) (int, error) { return c.body.Read(p) }
+func (c *closeFunc) Close() error {
+	err := c.body.Close()
+	c.after()
+	return err
+}
+
+// An upstream that adds or removes a tool: the gateway offers the change,
+// and tells its clients.
+func TestToolListChanges(t *testing.T) {
+	for _, fe := range []frontend{memoryFrontend, httpFrontend} {
+		t.Run(fe.name, func(t *testing.T) {
+			ns, url := newNotes(t)
+			f := newFixture(t, backend{"notes", func(t *testing.T) (mcpgateway.Upstream, files, *mcp.ClientSession) {
+				return mcpgateway.Upstream{Name: "notes", URL: url, Prefix: "n."}, ns, nil
+			}}, fe, mcpgateway.Config{})
+			changed := make(chan struct{}, 16)
+			cs := f.client(t, "watcher", &mcp.ClientOptions{ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+				changed <- struct{}{}
+			}})
+			offered := func() map[string]bool {
+				names := map[string]bool{}
+				for tool, err := range cs.Tools(t.Context(), nil) {
+					if err != nil {
+						t.Fatal(err)
+					}
+					names[tool.Name] = true
+				}
+				return names
+			}
+			// waitFor waits for list_changed notifications until the
+			// offered tools are as want says.
+			waitFor := func(name string, want bool) {
+				t.Helper()
+				for offered()[name] != want {
+					select {
+					case <-changed:
+					case <-time.After(patience):
+						t.Fatalf("%s offered: %v after %s, want %v", name, !want, patience, want)
+					}
+				}
+			}
+			waitFor("n.delete_file", true)
+			mcp.AddTool(ns.server, &mcp.Tool{Name: "archive", Description: "Archive the notes."},
+				func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+					return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "archived"}}}, nil, nil
+				})
+			waitFor("n.archive", true)
+			ns.server.RemoveTools("delete_file")
+			waitFor("n.delete_file", false)
+			if names := f.gw.Tools(); len(names) != 2 || names["n.archive"] != "notes" || names["n.list_files"] != "notes" {
+				t.Errorf("the gateway offers %v", names)
+			}
+		})
+	}
+}
+
+// mustResult is r's result; r must not be a protocol error.
+func mustResult(t *testing.T, r result) *mcp.CallToolResult {
+	t.Helper()
+	if r.err != nil {
+		t.Fatalf("call: %v", r.err)
+	}
+	return r.res
+}
+
+// structured reads the verdict from res's structured content.
+func structured(t *testing.T, res *mcp.CallToolResult) mcpgateway.Verdict {
+	t.Helper()
+	raw, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc struct {
+		Assent mcpgateway.Verdict `json:"assent"`
+	}
+	if err := json.Unmarshal(raw, &sc); err != nil {
+		t.Fatalf("structured content %s: %v", raw, err)
+	}
+	return sc.Assent
+}
+
+// sameJSON reports whether a holds the JSON value b.
+func sameJSON(a json.RawMessage, b string) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}

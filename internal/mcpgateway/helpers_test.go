@@ -1,0 +1,480 @@
+package mcpgateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/brokertest"
+	"github.com/assent-dev/assent/internal/mcpgateway"
+	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/internal/worker"
+	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/handler"
+	"github.com/assent-dev/assent/pkg/policy"
+)
+
+// patience bounds every wait: long enough that only a hang misses it, even
+// with -race on two busy cores.
+const patience = 30 * time.Second
+
+// workerEnv, set to a sandbox directory, makes the test binary run
+// "agent-worker mcp --sandbox DIR" (the code of cmd/agent-worker) instead of
+// the tests: the stdio upstream of these tests.
+const workerEnv = "ASSENT_TEST_MCP_WORKER_SANDBOX"
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(workerEnv); dir != "" {
+		cmd, err := worker.ParseArgs([]string{"mcp", "--sandbox", dir}, os.Stderr)
+		if err == nil {
+			err = cmd.Execute(context.Background(), nil, os.Stdout, os.Stderr)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// testPolicy is the broker's policy in these tests: listing is allowed at
+// once, deleting a file called locked* is denied at once, agents called
+// quick-* get one second, everything else waits for anyone, the user too.
+const testPolicy = `version: 1
+defaults:
+  allow_self_approval: true
+principals:
+  alice: {}
+  carol: {}
+rules:
+  - name: read-only
+    tools: ["list_*"]
+    action: allow
+  - name: keep-locked
+    tools: [delete_file]
+    when: 'args.path.startsWith("locked")'
+    action: deny
+    reason: locked files stay
+  - name: quick
+    agents: ["quick-*"]
+    action: require_approval
+    timeout: 1s
+`
+
+// files is where an upstream's delete_file deletes.
+type files interface {
+	seed(t *testing.T, names ...string)
+	exists(t *testing.T, name string) bool
+}
+
+// dir is a sandbox directory: agent-worker's files.
+type dir string
+
+func (d dir) seed(t *testing.T, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(string(d), n), []byte(n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (d dir) exists(t *testing.T, name string) bool {
+	t.Helper()
+	_, err := os.Stat(filepath.Join(string(d), name))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// backend is an upstream MCP server for the tests to put the gateway in
+// front of, and a way to see what its calls did.
+type backend struct {
+	name string
+	// start starts it for t: the gateway's configuration for it, its files,
+	// and a client straight to it (no gateway).
+	start func(t *testing.T) (mcpgateway.Upstream, files, *mcp.ClientSession)
+}
+
+// workerBackend is agent-worker's file tools over stdio, the test binary
+// running them (TestMain), offered with the prefix fs__.
+var workerBackend = backend{"stdio", func(t *testing.T) (mcpgateway.Upstream, files, *mcp.ClientSession) {
+	t.Helper()
+	d := t.TempDir()
+	up := mcpgateway.Upstream{Name: "fs", Command: os.Args[0], Env: map[string]string{workerEnv: d}, Prefix: "fs__"}
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), workerEnv+"="+d)
+	return up, dir(d), connectClient(t, &mcp.CommandTransport{Command: cmd}, nil)
+}}
+
+// notes is an MCP server written here, over streamable HTTP: a set of names
+// with list_files and delete_file, and tools the test adds and removes.
+type notes struct {
+	mu     sync.Mutex
+	names  map[string]bool
+	server *mcp.Server
+}
+
+func (n *notes) seed(t *testing.T, names ...string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, x := range names {
+		n.names[x] = true
+	}
+}
+
+func (n *notes) exists(t *testing.T, name string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.names[name]
+}
+
+// newNotes serves a notes server over streamable HTTP until the test ends.
+func newNotes(t *testing.T) (*notes, string) {
+	t.Helper()
+	n := &notes{names: map[string]bool{}}
+	n.server = mcp.NewServer(&mcp.Implementation{Name: "notes", Version: "v1"}, nil)
+	yes, no := true, false
+	mcp.AddTool(n.server, &mcp.Tool{Name: "list_files", Description: "List the notes.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}},
+		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, struct {
+			Names []string `json:"names"`
+		}, error) {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			var out struct {
+				Names []string `json:"names"`
+			}
+			for x := range n.names {
+				out.Names = append(out.Names, x)
+			}
+			slices.Sort(out.Names)
+			return nil, out, nil
+		})
+	type pathArg struct {
+		Path string `json:"path" jsonschema:"the note to delete"`
+	}
+	mcp.AddTool(n.server, &mcp.Tool{Name: "delete_file", Title: "Delete a note", Description: "Delete one note.", Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes}},
+		func(_ context.Context, _ *mcp.CallToolRequest, a pathArg) (*mcp.CallToolResult, any, error) {
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			if !n.names[a.Path] {
+				return nil, nil, fmt.Errorf("no note %q", a.Path)
+			}
+			delete(n.names, a.Path)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "deleted " + a.Path}}}, nil, nil
+		})
+	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return n.server }, nil))
+	t.Cleanup(srv.Close)
+	return n, srv.URL
+}
+
+// notesBackend is a notes server over streamable HTTP, offered as is.
+var notesBackend = backend{"http", func(t *testing.T) (mcpgateway.Upstream, files, *mcp.ClientSession) {
+	t.Helper()
+	n, url := newNotes(t)
+	return mcpgateway.Upstream{Name: "notes", URL: url}, n, connectClient(t, &mcp.StreamableClientTransport{Endpoint: url}, nil)
+}}
+
+// connectClient connects an MCP client named after the test, with opts, over
+// tr, and closes it when the test ends.
+func connectClient(t *testing.T, tr mcp.Transport, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	return connectAs(t, "test-client", tr, opts)
+}
+
+// connectAs is connectClient with the client's name.
+func connectAs(t *testing.T, name string, tr mcp.Transport, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: name, Version: "v0"}, opts).Connect(ctx, tr, nil)
+	if err != nil {
+		t.Fatalf("connect %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+// frontend is how the tests' clients reach the gateway.
+type frontend struct {
+	name string
+	// connect connects a client called name to g, with hc as its HTTP
+	// client if set (HTTP only). disconnect ends the client's side of the
+	// connection without waiting for its calls, as a client that quits does.
+	connect func(t *testing.T, g *mcpgateway.Gateway, name string, opts *mcp.ClientOptions, hc *http.Client) (cs *mcp.ClientSession, disconnect func())
+}
+
+// memoryFrontend serves each client over a pipe, as on stdio.
+var memoryFrontend = frontend{"memory", func(t *testing.T, g *mcpgateway.Gateway, name string, opts *mcp.ClientOptions, _ *http.Client) (*mcp.ClientSession, func()) {
+	t.Helper()
+	server, client := net.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(ctx, &mcp.IOTransport{Reader: server, Writer: server}) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return connectAs(t, name, &mcp.IOTransport{Reader: client, Writer: client}, opts), func() { _ = client.Close() }
+}}
+
+// httpFrontend serves clients over streamable HTTP.
+var httpFrontend = frontend{"http", func(t *testing.T, g *mcpgateway.Gateway, name string, opts *mcp.ClientOptions, hc *http.Client) (*mcp.ClientSession, func()) {
+	t.Helper()
+	srv := httptest.NewServer(g.Handler())
+	t.Cleanup(srv.Close)
+	cs := connectAs(t, name, &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc}, opts)
+	return cs, func() {
+		// What a client sends when it ends its session.
+		req, err := http.NewRequest(http.MethodDelete, srv.URL, nil)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		req.Header.Set("Mcp-Session-Id", cs.ID())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("DELETE the session: %v", err)
+			return
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			t.Errorf("DELETE the session: %s", resp.Status)
+		}
+	}
+}}
+
+// fixture is a NATS server with a broker under testPolicy, a gateway in
+// front of one backend, and what the tests check with.
+type fixture struct {
+	b      *broker.Broker
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	reader *handler.Client
+	gw     *mcpgateway.Gateway
+	files  files
+	direct *mcp.ClientSession // straight to the upstream
+	prefix string // of the upstream's tools
+	server string // the upstream's name
+	front  frontend
+}
+
+// newFixture starts it all for t, the gateway configured by cfg (its
+// upstream and NATS filled in) in front of be, reached through fe.
+func newFixture(t *testing.T, be backend, fe frontend, cfg mcpgateway.Config) *fixture {
+	t.Helper()
+	ns := testenv.Server(t)
+	pol, err := policy.Parse([]byte(testPolicy), "policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Name: "mcp", Policy: pol})
+	nc := testenv.Conn(t, ns)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := handler.NewClient(nc, handler.Config{Logger: testenv.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, fl, direct := be.start(t)
+	cfg.Upstreams = append(cfg.Upstreams, up)
+	cfg.NATS.URL = ns.ClientURL()
+	gw, err := mcpgateway.New(testenv.Conn(t, ns), cfg, testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := gw.Close(); err != nil {
+			t.Errorf("close the gateway: %v", err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	if err := gw.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{b: b, nc: nc, js: js, reader: reader, gw: gw, files: fl, direct: direct, prefix: up.Prefix, server: up.Name, front: fe}
+}
+
+// client connects a client called name (so asking as agent name) to the
+// gateway.
+func (f *fixture) client(t *testing.T, name string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	cs, _ := f.front.connect(t, f.gw, name, opts, nil)
+	return cs
+}
+
+// pendingOf watches the pending requests of agent; each call of the
+// returned func waits for the next one.
+func (f *fixture) pendingOf(t *testing.T, agent string) func() events.Pending {
+	t.Helper()
+	subj, err := events.PendingSubject(agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := f.nc.SubscribeSync(subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() events.Pending {
+		t.Helper()
+		for {
+			m, err := sub.NextMsg(patience)
+			if err != nil {
+				t.Fatalf("no pending request of %s: %v", agent, err)
+			}
+			e, err := events.Decode(events.Header(m.Header), m.Data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Type() == events.TypePending {
+				p, err := events.DecodePending(&e)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+		}
+	}
+}
+
+// answer publishes principal's answer to request id.
+func (f *fixture) answer(t *testing.T, principal, id string, r events.Responded) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	if err := handler.Answer(ctx, f.js, principal, id, r); err != nil {
+		t.Fatalf("answer %s as %s: %v", id, principal, err)
+	}
+}
+
+// decision waits for the decision of request id.
+func (f *fixture) decision(t *testing.T, id string) events.Decided {
+	t.Helper()
+	subj, err := events.DecisionSubject(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := f.nc.SubscribeSync(subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe() //nolint:errcheck // test
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	if d, ok, err := f.reader.Decision(ctx, id); err != nil || ok {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	m, err := sub.NextMsg(patience)
+	if err != nil {
+		t.Fatalf("no decision for %s: %v", id, err)
+	}
+	e, err := events.Decode(events.Header(m.Header), m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := events.DecodeDecided(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// result is what a CallTool returned.
+type result struct {
+	res *mcp.CallToolResult
+	err error
+}
+
+// callAsync calls tool with args through cs in a goroutine the test waits for
+// at cleanup.
+func callAsync(t *testing.T, ctx context.Context, cs *mcp.ClientSession, tool, args string) <-chan result {
+	t.Helper()
+	ch := make(chan result, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: json.RawMessage(args)})
+		ch <- result{res, err}
+	})
+	t.Cleanup(wg.Wait)
+	return ch
+}
+
+// await waits for a callAsync.
+func await(t *testing.T, ch <-chan result) result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(patience):
+		t.Fatalf("the call did not return within %s", patience)
+	}
+	return result{}
+}
+
+// call calls tool and waits for its result, which must not be a protocol
+// error.
+func call(t *testing.T, cs *mcp.ClientSession, tool, args string) *mcp.CallToolResult {
+	t.Helper()
+	r := await(t, callAsync(t, t.Context(), cs, tool, args))
+	if r.err != nil {
+		t.Fatalf("call %s: %v", tool, r.err)
+	}
+	return r.res
+}
+
+// verdict reads what the gateway said of the decision from res's _meta.
+func verdict(t *testing.T, res *mcp.CallToolResult) mcpgateway.Verdict {
+	t.Helper()
+	raw, err := json.Marshal(res.Meta[mcpgateway.MetaKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v mcpgateway.Verdict
+	if err := json.Unmarshal(raw, &v); err != nil || v.RequestID == "" {
+		t.Fatalf("no verdict in _meta %v: %v", res.Meta, err)
+	}
+	return v
+}
+
+// text is the text of res's first content.
+func text(t *testing.T, res *mcp.CallToolResult) string {
+	t.Helper()
+	if len(res.Content) == 0 {
+		t.Fatalf("no content in %+v", res)
+	}
+	tc, ok := res.Content[0].(*mcp.TextContent)
+	if !ok {
+		t.Fatalf("content %T, want text", res.Content[0])
+	}
+	return tc.Text
+}
