@@ -274,8 +274,8 @@ type fixture struct {
 	gw     *mcpgateway.Gateway
 	files  files
 	direct *mcp.ClientSession // straight to the upstream
-	prefix string // of the upstream's tools
-	server string // the upstream's name
+	prefix string             // of the upstream's tools
+	server string             // the upstream's name
 	front  frontend
 }
 
