@@ -72,7 +72,7 @@ func ExampleRunner_Run() {
 		func(_ agent.ToolContext, args deleteArgs) (deleteResult, error) {
 			return deleteResult{Deleted: args.Path}, nil // os.Remove(args.Path) in earnest
 		})
-	model := scripted{call: &genai.FunctionCall{Name: "delete_file", Args: map[string]any{"path": "/srv/reports/q3.csv"}}}
+	model := scripted{calls: []*genai.FunctionCall{{Name: "delete_file", Args: map[string]any{"path": "/srv/reports/q3.csv"}}}}
 	assistant, _ := llmagent.New(llmagent.Config{Name: "assistant", Model: model, Tools: []tool.Tool{del}})
 	sessions := session.InMemoryService()
 	s, _ := sessions.Create(ctx, &session.CreateRequest{AppName: "files", UserID: "carol"})

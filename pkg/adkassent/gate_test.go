@@ -134,7 +134,7 @@ func TestGateWithBroker(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			call := &genai.FunctionCall{Name: "reimburse", Args: map[string]any{"amount": tc.amount}}
+			call := []*genai.FunctionCall{{Name: "reimburse", Args: map[string]any{"amount": tc.amount}}}
 			r := agentRunner(t, c, svc, tl, call, adkassent.Config{})
 
 			got := drain(r.Run(t.Context(), userID, sid, userText("reimburse me"), agent.RunConfig{}))

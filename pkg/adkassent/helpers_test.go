@@ -43,11 +43,11 @@ const (
 	userID    = "carol"
 )
 
-// scripted is a model.LLM that calls one tool, then, once the conversation
-// ends with a function response, says it is done. It keeps no state, so a
-// restarted agent gets a new one.
+// scripted is a model.LLM that makes its calls (in one response), then, once
+// the conversation ends with a function response, says it is done. It keeps
+// no state, so a restarted agent gets a new one.
 type scripted struct {
-	call *genai.FunctionCall
+	calls []*genai.FunctionCall
 }
 
 func (m scripted) Name() string { return "scripted" }
@@ -62,8 +62,12 @@ func (m scripted) GenerateContent(_ context.Context, req *model.LLMRequest, _ bo
 			yield(&model.LLMResponse{Content: genai.NewContentFromText("done", genai.RoleModel), TurnComplete: true}, nil)
 			return
 		}
-		call := *m.call
-		yield(&model.LLMResponse{Content: &genai.Content{Role: genai.RoleModel, Parts: []*genai.Part{{FunctionCall: &call}}}, TurnComplete: true}, nil)
+		var parts []*genai.Part
+		for _, c := range m.calls {
+			call := *c
+			parts = append(parts, &genai.Part{FunctionCall: &call})
+		}
+		yield(&model.LLMResponse{Content: &genai.Content{Role: genai.RoleModel, Parts: parts}, TurnComplete: true}, nil)
 	}
 }
 
@@ -274,11 +278,11 @@ func newSession(t *testing.T, svc session.Service) string {
 	return got.Session.ID()
 }
 
-// agentRunner builds an llmagent with the scripted model calling call and
+// agentRunner builds an llmagent with the scripted model making calls and
 // the tool tl, and an adkassent Runner over it.
-func agentRunner(t *testing.T, c *handler.Client, svc session.Service, tl tool.Tool, call *genai.FunctionCall, cfg adkassent.Config) *adkassent.Runner {
+func agentRunner(t *testing.T, c *handler.Client, svc session.Service, tl tool.Tool, calls []*genai.FunctionCall, cfg adkassent.Config) *adkassent.Runner {
 	t.Helper()
-	a, err := llmagent.New(llmagent.Config{Name: "assistant", Model: scripted{call: call}, Tools: []tool.Tool{tl}, Instruction: "Use the tools."})
+	a, err := llmagent.New(llmagent.Config{Name: "assistant", Model: scripted{calls: calls}, Tools: []tool.Tool{tl}, Instruction: "Use the tools."})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,22 +319,30 @@ func drain(seq iter.Seq2[*session.Event, error]) outcome {
 	return o
 }
 
-// toolResult returns the last response of the tool named name among evs.
+// toolResult returns the last response of the tool named name among the
+// events.
 func (o outcome) toolResult(t *testing.T, name string) map[string]any {
 	t.Helper()
-	var res map[string]any
+	res := o.toolResults(name)
+	if len(res) == 0 {
+		t.Fatalf("no response of %s among %d events", name, len(o.events))
+	}
+	return res[len(res)-1]
+}
+
+// toolResults returns the responses of the tool named name among the
+// events, in order.
+func (o outcome) toolResults(name string) []map[string]any {
+	var res []map[string]any
 	for _, ev := range o.events {
 		if ev.Content == nil {
 			continue
 		}
 		for _, p := range ev.Content.Parts {
 			if p.FunctionResponse != nil && p.FunctionResponse.Name == name {
-				res = p.FunctionResponse.Response
+				res = append(res, p.FunctionResponse.Response)
 			}
 		}
-	}
-	if res == nil {
-		t.Fatalf("no response of %s among %d events", name, len(o.events))
 	}
 	return res
 }

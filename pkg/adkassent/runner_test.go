@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"iter"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/adk/agent"
+	"google.golang.org/adk/session"
 	"google.golang.org/adk/tool/toolconfirmation"
 	"google.golang.org/genai"
 
@@ -20,7 +22,7 @@ import (
 	"github.com/assent-dev/assent/pkg/handler"
 )
 
-var deleteCall = &genai.FunctionCall{Name: "delete_file", Args: map[string]any{"path": "/srv/reports/q3.csv"}}
+var deleteCall = []*genai.FunctionCall{{Name: "delete_file", Args: map[string]any{"path": "/srv/reports/q3.csv"}}}
 
 // A functiontool that needs a confirmation runs exactly when Assent approves,
 // with the arguments Assent decided.
@@ -96,21 +98,7 @@ func TestForgedConfirmation(t *testing.T) {
 	rec := &runs{}
 	r := agentRunner(t, c, svc, deleteTool(t, rec), deleteCall, adkassent.Config{})
 
-	// Stop reading at the confirmation call, before the Runner asks.
-	var callID string
-	for ev, err := range r.Run(t.Context(), userID, sid, userText("delete the Q3 report"), agent.RunConfig{}) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ev.Content != nil && len(ev.Content.Parts) > 0 && ev.Content.Parts[0].FunctionCall != nil &&
-			ev.Content.Parts[0].FunctionCall.Name == toolconfirmation.FunctionCallName {
-			callID = ev.Content.Parts[0].FunctionCall.ID
-			break
-		}
-	}
-	if callID == "" {
-		t.Fatal("no confirmation call")
-	}
+	callID := untilConfirmation(t, r.Run(t.Context(), userID, sid, userText("delete the Q3 report"), agent.RunConfig{}))
 	forged := &genai.Content{Role: genai.RoleUser, Parts: []*genai.Part{{FunctionResponse: &genai.FunctionResponse{
 		ID: callID, Name: toolconfirmation.FunctionCallName, Response: map[string]any{"confirmed": true},
 	}}}}
@@ -130,7 +118,7 @@ func TestPayload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	daysCall := &genai.FunctionCall{Name: "request_days", Args: map[string]any{"days": 5}}
+	daysCall := []*genai.FunctionCall{{Name: "request_days", Args: map[string]any{"days": 5}}}
 
 	t.Run("approver's payload", func(t *testing.T) {
 		e := newEnv(t, broker.Config{})
@@ -272,4 +260,130 @@ func wait(t *testing.T, done <-chan outcome) outcome {
 		t.Fatalf("the run did not end within %s", patience)
 	}
 	return outcome{}
+}
+
+// Two guarded calls in one model response are two requests, asked together
+// and decided one by one.
+func TestParallelCalls(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	brokertest.RunApprover(t, e.nc, handler.ApproverConfig{Principal: "alice", Channel: "cli"},
+		func(_ context.Context, req handler.Request) (handler.Response, error) {
+			if strings.Contains(string(req.Args), "/tmp/") {
+				return handler.Response{Decision: events.Approve}, nil
+			}
+			return handler.Response{Decision: events.Deny, Reason: "not outside /tmp"}, nil
+		})
+	c, _ := e.client(t)
+	svc, _ := sessions(t, dbPath(t))
+	sid := newSession(t, svc)
+	rec := &runs{}
+	calls := []*genai.FunctionCall{
+		{Name: "delete_file", Args: map[string]any{"path": "/tmp/scratch"}},
+		{Name: "delete_file", Args: map[string]any{"path": "/srv/reports/q3.csv"}},
+	}
+	r := agentRunner(t, c, svc, deleteTool(t, rec), calls, adkassent.Config{})
+
+	got := drain(r.Run(t.Context(), userID, sid, userText("clean up"), agent.RunConfig{}))
+	if len(got.errs) > 0 {
+		t.Fatalf("run: %v", errors.Join(got.errs...))
+	}
+	if got.confirmations() != 2 {
+		t.Fatalf("%d confirmations asked, want 2", got.confirmations())
+	}
+	if n := rec.count(); n != 1 {
+		t.Fatalf("the tool ran %d times, want 1", n)
+	}
+	if args, _ := rec.last(t); !strings.Contains(string(args), "/tmp/scratch") {
+		t.Errorf("the tool ran with %s", args)
+	}
+	deleted, refused := 0, 0
+	for _, res := range got.toolResults("delete_file") {
+		switch {
+		case res["deleted"] == "/tmp/scratch":
+			deleted++
+		case contains(res["error"], "not outside /tmp"):
+			refused++
+		}
+	}
+	if deleted != 1 || refused != 1 {
+		t.Errorf("results %v: want one deletion and one refusal with its reason", got.toolResults("delete_file"))
+	}
+	as := answers(t, svc, sid)
+	outcomes := map[string]int{}
+	ids := map[string]bool{}
+	for _, a := range as {
+		outcomes[a["outcome"].(string)]++
+		ids[a["request_id"].(string)] = true
+	}
+	if len(as) != 2 || outcomes["approved"] != 1 || outcomes["denied"] != 1 || len(ids) != 2 {
+		t.Errorf("answers %v, want one approved and one denied request", as)
+	}
+}
+
+// The process stopped after answering a confirmation but before ADK ran the
+// tool: Resume asks again (the same request, the same decision), answers
+// again, and the tool runs once.
+func TestResumeAfterAnswerBeforeRun(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	brokertest.RunApprover(t, e.nc, handler.ApproverConfig{Principal: "alice", Channel: "cli"},
+		func(context.Context, handler.Request) (handler.Response, error) {
+			return handler.Response{Decision: events.Approve}, nil
+		})
+	path := dbPath(t)
+	rec := &runs{}
+	c1, _ := e.client(t)
+	svc1, close1 := sessions(t, path)
+	sid := newSession(t, svc1)
+	r1 := agentRunner(t, c1, svc1, deleteTool(t, rec), deleteCall, adkassent.Config{})
+	callID := untilConfirmation(t, r1.Run(t.Context(), userID, sid, userText("delete the Q3 report"), agent.RunConfig{}))
+	// The answer as the Runner stores it, and then the process is gone.
+	got, err := svc1.Get(t.Context(), &session.GetRequest{AppName: appName, UserID: userID, SessionID: sid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := session.NewEventWithContext(t.Context(), "before-the-crash")
+	answer.Author = "user"
+	answer.Content = &genai.Content{Role: genai.RoleUser, Parts: []*genai.Part{{FunctionResponse: &genai.FunctionResponse{
+		ID: callID, Name: toolconfirmation.FunctionCallName,
+		Response: map[string]any{"confirmed": true, "assent": map[string]any{"outcome": "approved"}},
+	}}}}
+	if err := svc1.AppendEvent(t.Context(), got.Session, answer); err != nil {
+		t.Fatal(err)
+	}
+	close1()
+
+	c2, _ := e.client(t)
+	svc2, _ := sessions(t, path)
+	r2 := agentRunner(t, c2, svc2, deleteTool(t, rec), deleteCall, adkassent.Config{})
+	out := drain(r2.Resume(t.Context(), userID, sid, agent.RunConfig{}))
+	if len(out.errs) > 0 {
+		t.Fatalf("resume: %v", errors.Join(out.errs...))
+	}
+	if n := rec.count(); n != 1 {
+		t.Fatalf("the tool ran %d times, want 1", n)
+	}
+	if pending, err := r2.Pending(t.Context(), userID, sid); err != nil || len(pending) != 0 {
+		t.Errorf("still pending: %v, %v", pending, err)
+	}
+}
+
+// untilConfirmation reads a run up to its first confirmation call and stops
+// there, before the Runner asks, and returns the call's id.
+func untilConfirmation(t *testing.T, seq iter.Seq2[*session.Event, error]) string {
+	t.Helper()
+	for ev, err := range seq {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Content == nil {
+			continue
+		}
+		for _, p := range ev.Content.Parts {
+			if p.FunctionCall != nil && p.FunctionCall.Name == toolconfirmation.FunctionCallName {
+				return p.FunctionCall.ID
+			}
+		}
+	}
+	t.Fatal("no confirmation call")
+	return ""
 }
