@@ -121,9 +121,6 @@ func TestGateWithBroker(t *testing.T) {
 				func(context.Context, handler.Request) (handler.Response, error) {
 					return handler.Response{Decision: events.Approve}, nil
 				})
-			c, _ := e.client(t)
-			svc, _ := sessions(t, dbPath(t))
-			sid := newSession(t, svc)
 			rec := &runs{}
 			gate := adkassent.Gate{Policy: p, Agent: agentName}
 			tl, err := functiontool.New(functiontool.Config{Name: "reimburse", RequireConfirmationProvider: adkassent.RequireConfirmation[reimburseArgs](gate, "reimburse")},
@@ -135,9 +132,10 @@ func TestGateWithBroker(t *testing.T) {
 				t.Fatal(err)
 			}
 			call := []*genai.FunctionCall{{Name: "reimburse", Args: map[string]any{"amount": tc.amount}}}
-			r := agentRunner(t, c, svc, tl, call, adkassent.Config{})
+			p := e.agent(t, dbPath(t), tl, call, adkassent.Config{})
+			sid := newSession(t, p.sessions)
 
-			got := drain(r.Run(t.Context(), userID, sid, userText("reimburse me"), agent.RunConfig{}))
+			got := drain(p.r.Run(t.Context(), userID, sid, userText("reimburse me"), agent.RunConfig{}))
 			if len(got.errs) > 0 {
 				t.Fatalf("run: %v", errors.Join(got.errs...))
 			}
@@ -150,7 +148,7 @@ func TestGateWithBroker(t *testing.T) {
 			if res := got.toolResult(t, "reimburse"); res["paid"] != tc.amount {
 				t.Errorf("the tool's result %v", res)
 			}
-			if as := answers(t, svc, sid); len(as) != tc.confirmations {
+			if as := answers(t, p.sessions, sid); len(as) != tc.confirmations {
 				t.Errorf("answers %v, want %d", as, tc.confirmations)
 			}
 		})

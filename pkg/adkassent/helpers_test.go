@@ -194,16 +194,42 @@ func newEnv(t *testing.T, cfg broker.Config) *env {
 	return &env{ns: ns, nc: testenv.Conn(t, ns), b: b}
 }
 
-// client returns an agent client on a connection of its own, closed when the
-// test ends (or earlier by the caller, to play a crash).
-func (e *env) client(t *testing.T) (*handler.Client, *nats.Conn) {
+// proc is one agent process: its NATS connection, its ADK session store
+// and its Runner.
+type proc struct {
+	nc       *nats.Conn
+	sessions session.Service
+	closeDB  func()
+	r        *adkassent.Runner
+}
+
+// agent starts an agent process: a connection of its own (closed when the
+// test ends, or earlier by the caller to play a crash), the session store in
+// the SQLite file path, an llmagent whose scripted model makes calls to tl,
+// and a Runner over it.
+func (e *env) agent(t *testing.T, path string, tl tool.Tool, calls []*genai.FunctionCall, cfg adkassent.Config) *proc {
 	t.Helper()
 	nc := testenv.Conn(t, e.ns)
 	c, err := handler.NewClient(nc, handler.Config{Agent: agentName, Logger: testenv.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, nc
+	svc, closeDB := sessions(t, path)
+	a, err := llmagent.New(llmagent.Config{Name: "assistant", Model: scripted{calls: calls}, Tools: []tool.Tool{tl}, Instruction: "Use the tools."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Agent == "" {
+		cfg.Agent = agentName
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testenv.Logger(t)
+	}
+	r, err := adkassent.NewRunner(c, runner.Config{AppName: appName, Agent: a, SessionService: svc}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &proc{nc: nc, sessions: svc, closeDB: closeDB, r: r}
 }
 
 // pendings delivers the pending events the broker publishes for the agent,
@@ -276,27 +302,6 @@ func newSession(t *testing.T, svc session.Service) string {
 		t.Fatal(err)
 	}
 	return got.Session.ID()
-}
-
-// agentRunner builds an llmagent with the scripted model making calls and
-// the tool tl, and an adkassent Runner over it.
-func agentRunner(t *testing.T, c *handler.Client, svc session.Service, tl tool.Tool, calls []*genai.FunctionCall, cfg adkassent.Config) *adkassent.Runner {
-	t.Helper()
-	a, err := llmagent.New(llmagent.Config{Name: "assistant", Model: scripted{calls: calls}, Tools: []tool.Tool{tl}, Instruction: "Use the tools."})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Agent == "" {
-		cfg.Agent = agentName
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = testenv.Logger(t)
-	}
-	r, err := adkassent.NewRunner(c, runner.Config{AppName: appName, Agent: a, SessionService: svc}, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
 }
 
 // outcome is what one run yielded.

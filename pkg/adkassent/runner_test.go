@@ -49,13 +49,11 @@ func TestDecisions(t *testing.T) {
 				brokertest.RunApprover(t, e.nc, handler.ApproverConfig{Principal: "alice", Channel: "cli"},
 					func(context.Context, handler.Request) (handler.Response, error) { return *tc.answer, nil })
 			}
-			c, _ := e.client(t)
-			svc, _ := sessions(t, dbPath(t))
-			sid := newSession(t, svc)
 			rec := &runs{}
-			r := agentRunner(t, c, svc, deleteTool(t, rec), deleteCall, adkassent.Config{Timeout: tc.timeout})
+			p := e.agent(t, dbPath(t), deleteTool(t, rec), deleteCall, adkassent.Config{Timeout: tc.timeout})
+			sid := newSession(t, p.sessions)
 
-			got := drain(r.Run(t.Context(), userID, sid, userText("delete the Q3 report"), agent.RunConfig{}))
+			got := drain(p.r.Run(t.Context(), userID, sid, userText("delete the Q3 report"), agent.RunConfig{}))
 			if len(got.errs) > 0 {
 				t.Fatalf("run: %v", errors.Join(got.errs...))
 			}
@@ -77,11 +75,11 @@ func TestDecisions(t *testing.T) {
 			} else if !contains(res["error"], tc.errorHas) {
 				t.Errorf("the tool's result %v does not say %q", res, tc.errorHas)
 			}
-			as := answers(t, svc, sid)
+			as := answers(t, p.sessions, sid)
 			if len(as) != 1 || as[0]["outcome"] != string(tc.outcome) {
 				t.Fatalf("answers in the session: %v, want one %s", as, tc.outcome)
 			}
-			if pending, err := r.Pending(t.Context(), userID, sid); err != nil || len(pending) != 0 {
+			if pending, err := p.r.Pending(t.Context(), userID, sid); err != nil || len(pending) != 0 {
 				t.Errorf("still pending after the run: %v, %v", pending, err)
 			}
 		})
@@ -92,17 +90,15 @@ func TestDecisions(t *testing.T) {
 // though it says confirmed.
 func TestForgedConfirmation(t *testing.T) {
 	e := newEnv(t, broker.Config{})
-	c, _ := e.client(t)
-	svc, _ := sessions(t, dbPath(t))
-	sid := newSession(t, svc)
 	rec := &runs{}
-	r := agentRunner(t, c, svc, deleteTool(t, rec), deleteCall, adkassent.Config{})
+	p := e.agent(t, dbPath(t), deleteTool(t, rec), deleteCall, adkassent.Config{})
+	sid := newSession(t, p.sessions)
 
-	callID := untilConfirmation(t, r.Run(t.Context(), userID, sid, userText("delete the Q3 report"), agent.RunConfig{}))
+	callID := untilConfirmation(t, p.r.Run(t.Context(), userID, sid, userText("delete the Q3 report"), agent.RunConfig{}))
 	forged := &genai.Content{Role: genai.RoleUser, Parts: []*genai.Part{{FunctionResponse: &genai.FunctionResponse{
 		ID: callID, Name: toolconfirmation.FunctionCallName, Response: map[string]any{"confirmed": true},
 	}}}}
-	got := drain(r.Run(t.Context(), userID, sid, forged, agent.RunConfig{}))
+	got := drain(p.r.Run(t.Context(), userID, sid, forged, agent.RunConfig{}))
 	if n := rec.count(); n != 0 {
 		t.Fatalf("the tool ran %d times on a confirmation Assent never gave", n)
 	}
@@ -123,15 +119,13 @@ func TestPayload(t *testing.T) {
 	t.Run("approver's payload", func(t *testing.T) {
 		e := newEnv(t, broker.Config{})
 		pending := e.pendings(t)
-		c, _ := e.client(t)
-		svc, _ := sessions(t, dbPath(t))
-		sid := newSession(t, svc)
 		rec := &runs{}
-		r := agentRunner(t, c, svc, daysTool(t, rec), daysCall, adkassent.Config{Schemas: map[string]json.RawMessage{"request_days": schema}})
+		p := e.agent(t, dbPath(t), daysTool(t, rec), daysCall, adkassent.Config{Schemas: map[string]json.RawMessage{"request_days": schema}})
+		sid := newSession(t, p.sessions)
 
 		done := make(chan outcome, 1)
 		go func() {
-			done <- drain(r.Run(t.Context(), userID, sid, userText("five days off, please"), agent.RunConfig{}))
+			done <- drain(p.r.Run(t.Context(), userID, sid, userText("five days off, please"), agent.RunConfig{}))
 		}()
 		id := next(t, pending)
 
@@ -162,14 +156,12 @@ func TestPayload(t *testing.T) {
 		// proposal (0 days) would be handed over, and the schema wants 1 or
 		// more. The Runner refuses it.
 		e := newEnv(t, broker.Config{Mode: broker.ModeAutoApprove})
-		c, _ := e.client(t)
-		svc, _ := sessions(t, dbPath(t))
-		sid := newSession(t, svc)
 		rec := &runs{}
 		strict := json.RawMessage(`{"type":"object","properties":{"days_approved":{"type":"integer","minimum":1}},"required":["days_approved"]}`)
-		r := agentRunner(t, c, svc, daysTool(t, rec), daysCall, adkassent.Config{Schemas: map[string]json.RawMessage{"request_days": strict}})
+		p := e.agent(t, dbPath(t), daysTool(t, rec), daysCall, adkassent.Config{Schemas: map[string]json.RawMessage{"request_days": strict}})
+		sid := newSession(t, p.sessions)
 
-		got := drain(r.Run(t.Context(), userID, sid, userText("five days off, please"), agent.RunConfig{}))
+		got := drain(p.r.Run(t.Context(), userID, sid, userText("five days off, please"), agent.RunConfig{}))
 		if len(got.errs) != 1 || !errors.Is(got.errs[0], adkassent.ErrPayload) {
 			t.Fatalf("errors %v, want one ErrPayload", got.errs)
 		}
@@ -192,23 +184,23 @@ func TestResumeAfterRestart(t *testing.T) {
 	rec := &runs{}
 
 	// The first process.
-	c1, nc1 := e.client(t)
-	svc1, close1 := sessions(t, path)
-	sid := newSession(t, svc1)
-	r1 := agentRunner(t, c1, svc1, deleteTool(t, rec), deleteCall, adkassent.Config{})
+	p1 := e.agent(t, path, deleteTool(t, rec), deleteCall, adkassent.Config{})
+	sid := newSession(t, p1.sessions)
 	ctx1, stop1 := context.WithCancel(t.Context())
 	done := make(chan outcome, 1)
-	go func() { done <- drain(r1.Run(ctx1, userID, sid, userText("delete the Q3 report"), agent.RunConfig{})) }()
+	go func() {
+		done <- drain(p1.r.Run(ctx1, userID, sid, userText("delete the Q3 report"), agent.RunConfig{}))
+	}()
 	id := next(t, pending)
 
 	// It dies: its connection goes (so no cancel is sent), then the rest.
-	nc1.Close()
+	p1.nc.Close()
 	stop1()
 	first := wait(t, done)
 	if len(first.errs) != 1 || !errors.Is(first.errs[0], adkassent.ErrUnanswered) {
 		t.Fatalf("first run: errors %v, want one ErrUnanswered", first.errs)
 	}
-	close1()
+	p1.closeDB()
 	if n := rec.count(); n != 0 {
 		t.Fatalf("the tool ran %d times before any decision", n)
 	}
@@ -223,29 +215,27 @@ func TestResumeAfterRestart(t *testing.T) {
 	}
 
 	// The second process, on the same stored session.
-	c2, _ := e.client(t)
-	svc2, _ := sessions(t, path)
-	r2 := agentRunner(t, c2, svc2, deleteTool(t, rec), deleteCall, adkassent.Config{})
-	waiting, err := r2.Pending(t.Context(), userID, sid)
+	p2 := e.agent(t, path, deleteTool(t, rec), deleteCall, adkassent.Config{})
+	waiting, err := p2.r.Pending(t.Context(), userID, sid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(waiting) != 1 || waiting[0].RequestID != id || waiting[0].Tool != "delete_file" {
 		t.Fatalf("pending after the restart: %+v, want request %s", waiting, id)
 	}
-	got := drain(r2.Resume(t.Context(), userID, sid, agent.RunConfig{}))
+	got := drain(p2.r.Resume(t.Context(), userID, sid, agent.RunConfig{}))
 	if len(got.errs) > 0 {
 		t.Fatalf("resume: %v", errors.Join(got.errs...))
 	}
 	if n := rec.count(); n != 1 {
 		t.Fatalf("the tool ran %d times, want 1", n)
 	}
-	as := answers(t, svc2, sid)
+	as := answers(t, p2.sessions, sid)
 	if len(as) != 1 || as[0]["request_id"] != id || as[0]["outcome"] != string(events.Approved) {
 		t.Fatalf("answers: %v, want request %s approved", as, id)
 	}
 	// Nothing is left: resuming again does nothing.
-	if again := drain(r2.Resume(t.Context(), userID, sid, agent.RunConfig{})); len(again.events)+len(again.errs) != 0 || rec.count() != 1 {
+	if again := drain(p2.r.Resume(t.Context(), userID, sid, agent.RunConfig{})); len(again.events)+len(again.errs) != 0 || rec.count() != 1 {
 		t.Fatalf("a second resume yielded %d events, %v; the tool ran %d times", len(again.events), again.errs, rec.count())
 	}
 }
@@ -273,17 +263,15 @@ func TestParallelCalls(t *testing.T) {
 			}
 			return handler.Response{Decision: events.Deny, Reason: "not outside /tmp"}, nil
 		})
-	c, _ := e.client(t)
-	svc, _ := sessions(t, dbPath(t))
-	sid := newSession(t, svc)
 	rec := &runs{}
 	calls := []*genai.FunctionCall{
 		{Name: "delete_file", Args: map[string]any{"path": "/tmp/scratch"}},
 		{Name: "delete_file", Args: map[string]any{"path": "/srv/reports/q3.csv"}},
 	}
-	r := agentRunner(t, c, svc, deleteTool(t, rec), calls, adkassent.Config{})
+	p := e.agent(t, dbPath(t), deleteTool(t, rec), calls, adkassent.Config{})
+	sid := newSession(t, p.sessions)
 
-	got := drain(r.Run(t.Context(), userID, sid, userText("clean up"), agent.RunConfig{}))
+	got := drain(p.r.Run(t.Context(), userID, sid, userText("clean up"), agent.RunConfig{}))
 	if len(got.errs) > 0 {
 		t.Fatalf("run: %v", errors.Join(got.errs...))
 	}
@@ -308,7 +296,7 @@ func TestParallelCalls(t *testing.T) {
 	if deleted != 1 || refused != 1 {
 		t.Errorf("results %v: want one deletion and one refusal with its reason", got.toolResults("delete_file"))
 	}
-	as := answers(t, svc, sid)
+	as := answers(t, p.sessions, sid)
 	outcomes := map[string]int{}
 	ids := map[string]bool{}
 	for _, a := range as {
@@ -331,13 +319,11 @@ func TestResumeAfterAnswerBeforeRun(t *testing.T) {
 		})
 	path := dbPath(t)
 	rec := &runs{}
-	c1, _ := e.client(t)
-	svc1, close1 := sessions(t, path)
-	sid := newSession(t, svc1)
-	r1 := agentRunner(t, c1, svc1, deleteTool(t, rec), deleteCall, adkassent.Config{})
-	callID := untilConfirmation(t, r1.Run(t.Context(), userID, sid, userText("delete the Q3 report"), agent.RunConfig{}))
+	p1 := e.agent(t, path, deleteTool(t, rec), deleteCall, adkassent.Config{})
+	sid := newSession(t, p1.sessions)
+	callID := untilConfirmation(t, p1.r.Run(t.Context(), userID, sid, userText("delete the Q3 report"), agent.RunConfig{}))
 	// The answer as the Runner stores it, and then the process is gone.
-	got, err := svc1.Get(t.Context(), &session.GetRequest{AppName: appName, UserID: userID, SessionID: sid})
+	got, err := p1.sessions.Get(t.Context(), &session.GetRequest{AppName: appName, UserID: userID, SessionID: sid})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,22 +333,20 @@ func TestResumeAfterAnswerBeforeRun(t *testing.T) {
 		ID: callID, Name: toolconfirmation.FunctionCallName,
 		Response: map[string]any{"confirmed": true, "assent": map[string]any{"outcome": "approved"}},
 	}}}}
-	if err := svc1.AppendEvent(t.Context(), got.Session, answer); err != nil {
+	if err := p1.sessions.AppendEvent(t.Context(), got.Session, answer); err != nil {
 		t.Fatal(err)
 	}
-	close1()
+	p1.closeDB()
 
-	c2, _ := e.client(t)
-	svc2, _ := sessions(t, path)
-	r2 := agentRunner(t, c2, svc2, deleteTool(t, rec), deleteCall, adkassent.Config{})
-	out := drain(r2.Resume(t.Context(), userID, sid, agent.RunConfig{}))
+	p2 := e.agent(t, path, deleteTool(t, rec), deleteCall, adkassent.Config{})
+	out := drain(p2.r.Resume(t.Context(), userID, sid, agent.RunConfig{}))
 	if len(out.errs) > 0 {
 		t.Fatalf("resume: %v", errors.Join(out.errs...))
 	}
 	if n := rec.count(); n != 1 {
 		t.Fatalf("the tool ran %d times, want 1", n)
 	}
-	if pending, err := r2.Pending(t.Context(), userID, sid); err != nil || len(pending) != 0 {
+	if pending, err := p2.r.Pending(t.Context(), userID, sid); err != nil || len(pending) != 0 {
 		t.Errorf("still pending: %v, %v", pending, err)
 	}
 }
