@@ -121,7 +121,7 @@ func NewRunner(client *handler.Client, rc runner.Config, cfg Config) (*Runner, e
 // error wrapping ErrPayload. opts apply to msg only.
 func (r *Runner) Run(ctx context.Context, userID, sessionID string, msg *genai.Content, rc agent.RunConfig, opts ...runner.RunOption) iter.Seq2[*session.Event, error] {
 	return func(yield func(*session.Event, error) bool) {
-		r.drive(ctx, userID, sessionID, msg, rc, opts, yield)
+		r.drive(ctx, userID, sessionID, msg, nil, rc, opts, yield)
 	}
 }
 
@@ -137,16 +137,7 @@ func (r *Runner) Resume(ctx context.Context, userID, sessionID string, rc agent.
 			yield(nil, err)
 			return
 		}
-		if len(waiting) == 0 {
-			return
-		}
-		var answered []callKey
-		defer r.forget(&answered)
-		msg, ok := r.answer(ctx, userID, sessionID, waiting, &answered, yield)
-		if !ok || msg == nil {
-			return
-		}
-		r.drive(ctx, userID, sessionID, msg, rc, nil, yield)
+		r.drive(ctx, userID, sessionID, nil, waiting, rc, nil, yield)
 	}
 }
 
@@ -171,13 +162,23 @@ func (r *Runner) ids(userID, sessionID string) func(string) string {
 	return func(callID string) string { return RequestID(r.cfg.Agent, r.app, userID, sessionID, callID) }
 }
 
-// drive runs msg through the ADK runner, answers the confirmations the run
-// ends with, and runs again with the answers, until a run asks none.
-func (r *Runner) drive(ctx context.Context, userID, sessionID string, msg *genai.Content, rc agent.RunConfig, opts []runner.RunOption, yield func(*session.Event, error) bool) {
+// drive answers the confirmations asked, runs the answers, or msg, through
+// the ADK runner, and goes on answering the confirmations each run ends with
+// until a run asks none, or none gets an answer.
+func (r *Runner) drive(ctx context.Context, userID, sessionID string, msg *genai.Content, asked []Confirmation, rc agent.RunConfig, opts []runner.RunOption, yield func(*session.Event, error) bool) {
 	var answered []callKey
 	defer r.forget(&answered)
-	for msg != nil {
-		var asked []Confirmation
+	for {
+		if len(asked) > 0 {
+			var ok bool
+			if msg, ok = r.answer(ctx, userID, sessionID, asked, &answered, yield); !ok {
+				return
+			}
+			asked = nil
+		}
+		if msg == nil {
+			return
+		}
 		for ev, err := range r.inner.Run(ctx, userID, sessionID, msg, rc, opts...) {
 			for _, fc := range confirmationCalls(ev) {
 				c, cerr := confirmationOf(fc, r.ids(userID, sessionID))
@@ -193,14 +194,7 @@ func (r *Runner) drive(ctx context.Context, userID, sessionID string, msg *genai
 				return
 			}
 		}
-		opts = nil
-		if len(asked) == 0 {
-			return
-		}
-		var ok bool
-		if msg, ok = r.answer(ctx, userID, sessionID, asked, &answered, yield); !ok {
-			return
-		}
+		msg, opts = nil, nil
 	}
 }
 
