@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/creds"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -179,6 +180,55 @@ func TestExampleAgentSignedDecisions(t *testing.T) {
 	mustExist(t, other, true)
 }
 
+// TestExampleAgentWithCredentials: the TypeScript agent works with the
+// credentials `broker creds agent NAME` issues, on a server that enforces
+// them: it publishes its request and cancel, and reads its decision live and,
+// for a retry, from the stream, with nothing beyond an agent's permissions.
+func TestExampleAgentWithCredentials(t *testing.T) {
+	prog := typescriptAgent(t)
+	a, _, err := creds.Init(filepath.Join(t.TempDir(), "keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.OperatorServer(t, a.Embedded())
+	brokerNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleBroker, Name: "broker-1"})
+	b, _ := runBroker(t, brokerNC, broker.Config{Name: "creds"})
+	e := &env{ns: ns, nc: brokerNC, js: newJS(t, brokerNC), b: b}
+	data, err := a.Issue(creds.Identity{Role: creds.RoleAgent, Name: "ex-creds"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "ex-creds.creds")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := func(id, path string) *agentProc {
+		return startAgent(t, append(prog, "--nats-url", ns.ClientURL(), "--creds", file, "--agent", "ex-creds", "--id", id, path))
+	}
+
+	report := tempFile(t, "q3.csv")
+	id := events.NewID()
+	p := start(id, report)
+	p.waitPending(t, e, id)
+	answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Deny, Reason: "not today"})
+	p.exits(t, 3, "not today")
+	start(id, report).exits(t, 3, "not today") // read from the stream
+
+	id = events.NewID()
+	p = start(id, report)
+	p.waitPending(t, e, id)
+	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	p.exits(t, 5, "cancelled")
+
+	id = events.NewID()
+	p = start(id, report)
+	p.waitPending(t, e, id)
+	answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Approve})
+	p.exits(t, 0, "deleted "+report)
+}
+
 // pythonAgent is examples/python/agent.py run by python3.
 func pythonAgent(t *testing.T) []string {
 	t.Helper()
@@ -246,7 +296,7 @@ func startAgent(t *testing.T, args []string) *agentProc {
 	t.Helper()
 	p := &agentProc{cmd: exec.Command(args[0], args[1:]...), done: make(chan struct{})}
 	// Settings from the environment that would change what the agents do.
-	p.cmd.Env = append(os.Environ(), "ASSENT_TOKEN=", "ASSENT_USER=", "ASSENT_TRUST_DECISION_KEY=")
+	p.cmd.Env = append(os.Environ(), "ASSENT_TOKEN=", "ASSENT_USER=", "ASSENT_TRUST_DECISION_KEY=", "NATS_CREDS=")
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -127,8 +127,8 @@ def check(decision, request_id, digest):
         raise ValueError(f"it is not a decision about request {request_id}: {decision!r:.200}")
     if args_digest(decision.get("args")) != decision.get("args_digest"):
         raise ValueError(f"its args do not match args_digest {decision.get('args_digest')}")
-    theirs = decision.get("request_digest")
-    if theirs != digest and (theirs is not None or decision["outcome"] == "approved"):
+    theirs = decision.get("request_digest") or ""
+    if theirs != digest and (theirs or decision.get("outcome") == "approved"):
         raise ValueError(f"it is for request digest {theirs}, this request is {digest}: "
                          "the id was used by a different request")
 
@@ -144,14 +144,14 @@ def cancel(broker, request_id):
         if status not in (200, 409, 410):  # 409/410: it was decided or expired first
             return fail(f"cancel {request_id}: {error_text(status, body)}")
         status, approval = broker.call("GET", f"/v1/approvals/{request_id}")
-    except (BrokerUnreachable, KeyboardInterrupt) as e:
+    except (BrokerUnreachable, KeyboardInterrupt, ValueError) as e:
         return fail(f"could not cancel request {request_id}: {e}")
-    decision = approval.get("decision") if status == 200 else None
-    if decision is None:
-        return fail(f"request {request_id} is {approval.get('state')}; nothing was deleted")
-    outcome = decision["outcome"]
-    print(f"request {request_id} {outcome}: {decision.get('reason') or 'no reason given'};"
-          " nothing was deleted", file=sys.stderr)
+    if status != 200 or not approval.get("decision"):
+        return fail(f"how request {request_id} ended is unknown ({error_text(status, approval)});"
+                    " nothing was deleted")
+    outcome = approval["decision"]["outcome"]
+    reason = approval["decision"].get("reason") or "no reason given"
+    print(f"request {request_id} {outcome}: {reason}; nothing was deleted", file=sys.stderr)
     return EXIT_FOR["cancelled"] if outcome == "cancelled" else EXIT_ERROR
 
 

@@ -11,13 +11,20 @@
 // (nothing ran), 2 bad usage, 3 denied, 4 expired, 5 cancelled.
 
 import { createHash, randomBytes } from "node:crypto";
-import { unlink } from "node:fs/promises";
+import { readFile, unlink } from "node:fs/promises";
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 
-import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { fromPublic } from "@nats-io/nkeys";
-import { connect, headers, type MsgHdrs } from "@nats-io/transport-node";
+import {
+  connect,
+  credsAuthenticator,
+  headers,
+  type Msg,
+  type MsgHdrs,
+  type NatsConnection,
+} from "@nats-io/transport-node";
 
 const EXIT = { approved: 0, error: 1, usage: 2, denied: 3, expired: 4, cancelled: 5 } as const;
 const STREAM = "ASSENT"; // the broker's stream: every assent.> subject
@@ -29,6 +36,7 @@ async function main(): Promise<number> {
     allowPositionals: true,
     options: {
       "nats-url": { type: "string", default: process.env.NATS_URL ?? "nats://127.0.0.1:4222" },
+      creds: { type: "string", default: process.env.NATS_CREDS ?? "" }, // broker creds agent NAME
       agent: { type: "string", default: process.env.ASSENT_AGENT ?? "file-manager" },
       user: { type: "string", default: process.env.ASSENT_USER ?? "" },
       id: { type: "string" }, // reuse an id to retry the same request
@@ -46,7 +54,7 @@ async function main(): Promise<number> {
   );
   if (positionals.length !== 1 || !TOKEN.test(flags.agent) || !TOKEN.test(id) || !(timeout > 0)) {
     console.error(
-      "usage: node dist/agent.js [--nats-url URL] [--agent NAME] [--user NAME] [--id ID]\n" +
+      "usage: node dist/agent.js [--nats-url URL] [--creds FILE] [--agent NAME] [--user NAME] [--id ID]\n" +
         "                          [--timeout SECONDS] [--trust-decision-key A...] FILE",
     );
     return EXIT.usage;
@@ -72,8 +80,13 @@ async function main(): Promise<number> {
 
   // 3. Connect, and get ready for Ctrl-C: once the request is published, a
   // Ctrl-C publishes a cancel for it; a second one leaves at once.
-  const nc = await connect({ servers: flags["nats-url"], name: `assent-example-${flags.agent}` });
+  const nc = await connect({
+    servers: flags["nats-url"],
+    name: `assent-example-${flags.agent}`,
+    authenticator: flags.creds === "" ? undefined : credsAuthenticator(await readFile(flags.creds)),
+  });
   const js = jetstream(nc);
+  const jsm = await jetstreamManager(nc, { checkAPI: false }); // for direct gets
   let interrupted = false;
   let published = false;
   const cancel = () =>
@@ -85,6 +98,9 @@ async function main(): Promise<number> {
     if (published) void cancel();
   });
 
+  // Listen for the decision and a rejection before publishing, so that
+  // neither can slip between the publish and the subscription.
+  const answers = listen(nc, [`assent.decision.${id}`, `assent.rejection.${id}`]);
   try {
     if (interrupted) return EXIT.cancelled; // Ctrl-C before anything was asked
     // 4. Publish the request on assent.request.<agent> through JetStream,
@@ -111,10 +127,10 @@ async function main(): Promise<number> {
     if (interrupted) await cancel(); // Ctrl-C came while publishing
     console.log(`waiting up to ${timeout}s for a decision (Ctrl-C cancels the request)`);
 
-    // 5. Read the decision: the first event on assent.decision.<id> (with
-    // trusted keys, the first one a trusted key signed). It may exist
-    // already, when this is a retry of a decided request.
-    const decision = await waitForDecision(js, id, digest, trusted, (timeout + 30) * 1000);
+    // 5. Wait for the decision: the event on assent.decision.<id> (with
+    // trusted keys, one a trusted key signed). It is stored already when
+    // this is a retry of a decided request.
+    const decision = await waitForDecision(jsm, answers, id, digest, trusted, (timeout + 30) * 1000);
     if (decision === undefined) {
       console.error(`no decision for request ${id} within ${timeout + 30}s; nothing was deleted`);
       return EXIT.error;
@@ -134,7 +150,7 @@ async function main(): Promise<number> {
       console.error(
         `request ${id} ${decision.outcome}${by}: ${decision.reason || "no reason given"}; nothing was deleted`,
       );
-      return EXIT[decision.outcome] ?? EXIT.error;
+      return Object.hasOwn(EXIT, decision.outcome) ? EXIT[decision.outcome] : EXIT.error;
     }
     const path = decision.args?.path;
     if (typeof path !== "string") throw new Error(`the approved args have no path: ${canonical(decision.args)}`);
@@ -147,6 +163,7 @@ async function main(): Promise<number> {
     console.error(`request ${id}: ${err instanceof Error ? err.message : err}; nothing was deleted`);
     return EXIT.error;
   } finally {
+    answers.close();
     await nc.close();
   }
 }
@@ -171,50 +188,108 @@ type Decided = {
   decided_by?: { principal: string }[];
 };
 
-// waitForDecision reads the request's decision with a JetStream ordered
-// consumer on its decision subject, from the first message stored there,
-// and on its rejection subject (a rejected event says the id belongs to
-// another request). It returns undefined if nothing came within ms.
+// waitForDecision returns the request's decision: the one stored on the
+// stream, or else the first to arrive on the subscription. Every 10 seconds
+// without a message it looks at the stream again (a reconnect may have
+// dropped a message). A rejection of this very request (its id belongs to
+// another one) is an error; it returns undefined if nothing came within ms.
 async function waitForDecision(
-  js: JetStreamClient,
+  jsm: JetStreamManager,
+  answers: Answers,
   id: string,
   digest: string,
   trusted: Set<string>,
   ms: number,
 ): Promise<Decided | undefined> {
-  const decisionSubject = `assent.decision.${id}`;
-  const consumer = await js.consumers.get(STREAM, { filter_subjects: [decisionSubject, `assent.rejection.${id}`] });
-  const messages = await consumer.consume();
-  const timer = setTimeout(() => void messages.stop(), ms);
-  try {
-    for await (const m of messages) {
-      let event: Record<string, Json>;
-      try {
-        event = parseExact(new TextDecoder("utf-8", { fatal: true }).decode(m.data)) as Record<string, Json>;
-      } catch (err) {
-        if (trusted.size > 0 || m.subject !== decisionSubject) continue; // not the broker's
-        throw new Error(`the message on ${m.subject} is not JSON: ${err}`);
-      }
-      const data = event.data as Record<string, Json> | undefined;
-      if (m.subject !== decisionSubject) {
-        if (data?.request_digest === digest)
-          throw new Error(`id ${id} is already used by a different request: ${data.reason}`);
-        continue; // some other request's rejection under this id
-      }
-      if (trusted.size > 0 && !signedByTrusted(event, trusted)) {
-        console.log(`skipping a message on ${m.subject} that no trusted key signed`);
-        continue;
-      }
-      if (event.type !== "dev.assent.approval.decided" || typeof data !== "object" || data === null) {
-        throw new Error(`the first message on ${m.subject} is not a decided event`);
-      }
-      return data as unknown as Decided;
+  const deadline = Date.now() + ms;
+  let event = await storedDecision(jsm, id, trusted);
+  while (event === undefined) {
+    const left = deadline - Date.now();
+    if (left <= 0) return undefined;
+    const m = await answers.next(Math.min(left, 10_000));
+    if (m === undefined) {
+      event = await storedDecision(jsm, id, trusted);
+    } else if (m.subject.startsWith("assent.rejection.")) {
+      const data = readEvent(m.data)?.data as Record<string, Json> | undefined;
+      if (data?.request_digest === digest)
+        throw new Error(`id ${id} is already used by a different request: ${data.reason}`);
+    } else {
+      event = decidedEvent(m.subject, m.data, trusted);
     }
-    return undefined;
-  } finally {
-    clearTimeout(timer);
-    await messages.stop();
   }
+  return event.data as unknown as Decided;
+}
+
+// storedDecision reads the messages stored on assent.decision.<id> in order
+// with JetStream direct gets, and returns the first decided event (with
+// trusted keys, the first one a trusted key signed), if any.
+async function storedDecision(jsm: JetStreamManager, id: string, trusted: Set<string>) {
+  for (let seq = 1; ; ) {
+    const m = await jsm.direct.getMessage(STREAM, { seq, next_by_subj: `assent.decision.${id}` });
+    if (m === null) return undefined;
+    const event = decidedEvent(m.subject, m.data, trusted);
+    if (event !== undefined) return event;
+    seq = m.seq + 1;
+  }
+}
+
+// decidedEvent returns the message's event if it is a decided event (and,
+// with trusted keys, one of them signed it); else it says so and returns
+// undefined.
+function decidedEvent(subject: string, body: Uint8Array, trusted: Set<string>): Record<string, Json> | undefined {
+  const event = readEvent(body);
+  if (event?.type !== "dev.assent.approval.decided" || typeof event.data !== "object" || event.data === null) {
+    console.log(`skipping a message on ${subject} that is not a decided event`);
+  } else if (trusted.size > 0 && !signedByTrusted(event, trusted)) {
+    console.log(`skipping a message on ${subject} that no trusted key signed`);
+  } else {
+    return event;
+  }
+  return undefined;
+}
+
+// readEvent parses a structured-mode CloudEvent (the whole event is the
+// body), or returns undefined.
+function readEvent(body: Uint8Array): Record<string, Json> | undefined {
+  try {
+    const event = parseExact(new TextDecoder("utf-8", { fatal: true }).decode(body));
+    return typeof event === "object" && event !== null && !Array.isArray(event) && !(event instanceof JsonNumber)
+      ? event
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+// Answers are the messages on some subjects, in the order they came.
+type Answers = { next(ms: number): Promise<Msg | undefined>; close(): void };
+
+function listen(nc: NatsConnection, subjects: string[]): Answers {
+  const queue: Msg[] = [];
+  let wake = () => {};
+  const subs = subjects.map((subject) =>
+    nc.subscribe(subject, {
+      callback: (err, m) => {
+        if (err === null) queue.push(m);
+        wake();
+      },
+    }),
+  );
+  return {
+    // next returns the next message, or undefined if none came within ms.
+    async next(ms) {
+      if (queue.length === 0) {
+        let timer: NodeJS.Timeout | undefined;
+        await new Promise<void>((done) => {
+          wake = done;
+          timer = setTimeout(done, ms);
+        });
+        clearTimeout(timer);
+      }
+      return queue.shift();
+    },
+    close: () => subs.forEach((sub) => sub.unsubscribe()),
+  };
 }
 
 // check refuses a decision that is not about this request: another request
@@ -225,9 +300,10 @@ function check(d: Decided, id: string, digest: string): void {
   if (d.request_id !== id) throw new Error(`the decision names request ${d.request_id}`);
   if (argsDigest(d.args) !== d.args_digest)
     throw new Error(`the decided args do not match args_digest ${d.args_digest}`);
-  if (d.request_digest !== undefined ? d.request_digest !== digest : d.outcome === "approved") {
+  const theirs = d.request_digest ?? "";
+  if (theirs !== digest && (theirs !== "" || d.outcome === "approved")) {
     throw new Error(
-      `the decision is for request digest ${d.request_digest}, this request is ${digest}: the id was used by a different request`,
+      `the decision is for request digest ${theirs}, this request is ${digest}: the id was used by a different request`,
     );
   }
 }
