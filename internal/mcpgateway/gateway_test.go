@@ -73,11 +73,7 @@ var scenarios = []struct {
 		}
 	}},
 	{"approved as asked", func(t *testing.T, f *fixture) {
-		cs := f.client(t, "approve-as-asked", nil)
-		next := f.pendingOf(t, "approve-as-asked")
-		f.files.seed(t, "aa.txt", "ab.txt")
-		ch := callAsync(t, t.Context(), cs, f.prefix+"delete_file", `{"path":"aa.txt"}`)
-		p := next()
+		ch, p := f.deleteWaiting(t, t.Context(), f.client(t, "approve-as-asked", nil), "approve-as-asked", "aa.txt", "ab.txt")
 		r := p.Request
 		if r.Tool != "delete_file" || r.Agent != "approve-as-asked" || r.User != "carol" || r.Session == "" || !sameJSON(r.Args, `{"path":"aa.txt"}`) ||
 			r.Labels["mcp_server"] != f.server || r.Labels["mcp_read_only"] != "false" || r.Labels["mcp_destructive"] != "true" ||
@@ -97,11 +93,7 @@ var scenarios = []struct {
 		}
 	}},
 	{"approved with edited args", func(t *testing.T, f *fixture) {
-		cs := f.client(t, "approve-edited", nil)
-		next := f.pendingOf(t, "approve-edited")
-		f.files.seed(t, "ea.txt", "eb.txt")
-		ch := callAsync(t, t.Context(), cs, f.prefix+"delete_file", `{"path":"ea.txt"}`)
-		p := next()
+		ch, p := f.deleteWaiting(t, t.Context(), f.client(t, "approve-edited", nil), "approve-edited", "ea.txt", "eb.txt")
 		f.answer(t, "alice", p.RequestID, events.Responded{Decision: events.Approve, Args: json.RawMessage(`{"path":"eb.txt"}`), Reason: "the other one"})
 		res := mustResult(t, await(t, ch))
 		if v := verdict(t, res); res.IsError || v.Outcome != events.Approved || !v.Edited {
@@ -112,11 +104,7 @@ var scenarios = []struct {
 		}
 	}},
 	{"denied", func(t *testing.T, f *fixture) {
-		cs := f.client(t, "deny", nil)
-		next := f.pendingOf(t, "deny")
-		f.files.seed(t, "da.txt")
-		ch := callAsync(t, t.Context(), cs, f.prefix+"delete_file", `{"path":"da.txt"}`)
-		p := next()
+		ch, p := f.deleteWaiting(t, t.Context(), f.client(t, "deny", nil), "deny", "da.txt")
 		f.answer(t, "alice", p.RequestID, events.Responded{Decision: events.Deny, Reason: "keep it until Friday", Channel: "web"})
 		res := mustResult(t, await(t, ch))
 		txt := text(t, res)
@@ -147,12 +135,8 @@ var scenarios = []struct {
 		}
 	}},
 	{"cancelled by the client", func(t *testing.T, f *fixture) {
-		cs := f.client(t, "cancel", nil)
-		next := f.pendingOf(t, "cancel")
-		f.files.seed(t, "ca.txt")
 		ctx, cancel := context.WithCancel(t.Context())
-		ch := callAsync(t, ctx, cs, f.prefix+"delete_file", `{"path":"ca.txt"}`)
-		p := next()
+		ch, p := f.deleteWaiting(t, ctx, f.client(t, "cancel", nil), "cancel", "ca.txt")
 		cancel() // the SDK sends notifications/cancelled
 		if r := await(t, ch); !errors.Is(r.err, context.Canceled) {
 			t.Errorf("the cancelled call returned %+v, %v", r.res, r.err)
@@ -166,10 +150,7 @@ var scenarios = []struct {
 	}},
 	{"client disconnects", func(t *testing.T, f *fixture) {
 		cs, disconnect := f.front.connect(t, f.gw, "disconnect", nil, nil)
-		next := f.pendingOf(t, "disconnect")
-		f.files.seed(t, "qa.txt")
-		ch := callAsync(t, t.Context(), cs, f.prefix+"delete_file", `{"path":"qa.txt"}`)
-		p := next()
+		ch, p := f.deleteWaiting(t, t.Context(), cs, "disconnect", "qa.txt")
 		disconnect()
 		if d := f.decision(t, p.RequestID); d.Outcome != events.Cancelled {
 			t.Errorf("decision %+v, want cancelled", d)
@@ -250,10 +231,7 @@ var scenarios = []struct {
 			}
 			return nil, ctx.Err()
 		}})
-		next := f.pendingOf(t, "elicit-race")
-		f.files.seed(t, "ra.txt")
-		ch := callAsync(t, t.Context(), cs, f.prefix+"delete_file", `{"path":"ra.txt"}`)
-		p := next()
+		ch, p := f.deleteWaiting(t, t.Context(), cs, "elicit-race", "ra.txt")
 		select {
 		case <-asked:
 		case <-time.After(patience):
@@ -279,10 +257,7 @@ func TestClientGoneSilently(t *testing.T) {
 	f := newFixture(t, notesBackend, httpFrontend, mcpgateway.Config{ClientPing: 100 * time.Millisecond})
 	cut := newCuttable()
 	cs, _ := f.front.connect(t, f.gw, "vanish", nil, &http.Client{Transport: cut})
-	next := f.pendingOf(t, "vanish")
-	f.files.seed(t, "va.txt")
-	callAsync(t, t.Context(), cs, "delete_file", `{"path":"va.txt"}`)
-	p := next()
+	_, p := f.deleteWaiting(t, t.Context(), cs, "vanish", "va.txt")
 	cut.cut()
 	if d := f.decision(t, p.RequestID); d.Outcome != events.Cancelled {
 		t.Errorf("decision %+v, want cancelled", d)

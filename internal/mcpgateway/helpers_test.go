@@ -364,6 +364,17 @@ func (f *fixture) pendingOf(t *testing.T, agent string) func() events.Pending {
 	}
 }
 
+// deleteWaiting makes files, and has cs, whose client asks as agent, delete
+// the first of them with ctx; it returns once the request waits for
+// people, with the call's result to come.
+func (f *fixture) deleteWaiting(t *testing.T, ctx context.Context, cs *mcp.ClientSession, agent string, files ...string) (<-chan result, events.Pending) {
+	t.Helper()
+	next := f.pendingOf(t, agent)
+	f.files.seed(t, files...)
+	ch := callAsync(t, ctx, cs, f.prefix+"delete_file", `{"path":"`+files[0]+`"}`)
+	return ch, next()
+}
+
 // answer publishes principal's answer to request id.
 func (f *fixture) answer(t *testing.T, principal, id string, r events.Responded) {
 	t.Helper()

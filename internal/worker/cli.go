@@ -263,21 +263,15 @@ func (c Command) Execute(ctx context.Context, log *zap.Logger, stdout, stderr io
 
 func (c Command) execRun(ctx context.Context, log *zap.Logger, stdout, stderr io.Writer) error {
 	o := c.Run
-	if o.InitSandbox {
-		if err := InitDemoSandbox(o.Sandbox); err != nil {
-			return err
-		}
-		fmt.Fprintf(stderr, "initialised demo sandbox %s\n", o.Sandbox)
-	}
-	plan, err := LoadPlan(o.Plan)
-	if err != nil {
-		return err
-	}
-	sb, err := OpenSandbox(o.Sandbox)
+	sb, err := prepareSandbox(o.Sandbox, o.InitSandbox, stderr)
 	if err != nil {
 		return err
 	}
 	defer sb.Close() //nolint:errcheck // a directory handle
+	plan, err := LoadPlan(o.Plan)
+	if err != nil {
+		return err
+	}
 	nc, err := Connect(c.Conn, log)
 	if err != nil {
 		return err
@@ -342,14 +336,7 @@ func (c Command) execLoad(ctx context.Context, log *zap.Logger, stdout io.Writer
 }
 
 func (c Command) execMCP(ctx context.Context, stdout, stderr io.Writer) error {
-	o := c.MCP
-	if o.InitSandbox {
-		if err := InitDemoSandbox(o.Sandbox); err != nil {
-			return err
-		}
-		fmt.Fprintf(stderr, "initialised demo sandbox %s\n", o.Sandbox)
-	}
-	sb, err := OpenSandbox(o.Sandbox)
+	sb, err := prepareSandbox(c.MCP.Sandbox, c.MCP.InitSandbox, stderr)
 	if err != nil {
 		return err
 	}
@@ -359,6 +346,18 @@ func (c Command) execMCP(ctx context.Context, stdout, stderr io.Writer) error {
 		in = os.Stdin
 	}
 	return ServeMCP(ctx, sb, io.NopCloser(in), nopWriteCloser{stdout})
+}
+
+// prepareSandbox opens dir as the sandbox, made a demo sandbox first when
+// init is set (and said so on stderr).
+func prepareSandbox(dir string, init bool, stderr io.Writer) (*Sandbox, error) {
+	if init {
+		if err := InitDemoSandbox(dir); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(stderr, "initialised demo sandbox %s\n", dir)
+	}
+	return OpenSandbox(dir)
 }
 
 // nopWriteCloser is a writer the MCP connection may close without closing
