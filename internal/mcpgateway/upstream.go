@@ -23,11 +23,10 @@ type upstream struct {
 	changed chan struct{}
 }
 
-// offer is a tool the gateway offers: the upstream's tool, and the JSON it
-// was offered as (to tell a change from a repeat).
+// offer is a tool the gateway offers: whose it is, and the JSON the
+// upstream listed it as (to tell a change from a repeat).
 type offer struct {
 	upstream *upstream
-	tool     *mcp.Tool // as the upstream names it
 	raw      []byte
 }
 
@@ -103,7 +102,7 @@ func (g *Gateway) sync(ctx context.Context, u *upstream, strict bool) error {
 			delete(want, name)
 			continue
 		}
-		g.offered[name] = offer{upstream: u, tool: t, raw: raw}
+		g.offered[name] = offer{upstream: u, raw: raw}
 	}
 	var gone []string
 	for name, o := range g.offered {
