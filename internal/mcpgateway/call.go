@@ -388,7 +388,7 @@ func deciders(d handler.Decision) string {
 		}
 	}
 	by := strings.Join(names, ", ")
-	if d.Rule != "" {
+	if d.Rule != "" && !strings.HasPrefix(d.Rule, "mode:") { // the mode says nothing to the model
 		by += ", under rule " + d.Rule
 	}
 	return by

@@ -62,6 +62,7 @@ func TestRefusal(t *testing.T) {
 		{handler.Decision{RequestID: "r1", Outcome: events.Denied, Reason: "no", DecidedBy: []events.DecidedBy{{Principal: "alice", Channel: "slack"}, {Principal: "bob"}}, Rule: "big"},
 			[]string{`Denied by alice (slack), bob, under rule big: "no"`, "Do not call it again unchanged", `request r1, outcome "denied"`}},
 		{handler.Decision{RequestID: "r2", Outcome: events.Denied, Auto: true, Rule: "remembered:g1"}, []string{"Denied by a remembered choice (g1)."}},
+		{handler.Decision{RequestID: "r2", Outcome: events.Denied, DecidedBy: []events.DecidedBy{{Principal: "alice"}}, Rule: "mode:manual"}, []string{"Denied by alice. Do not"}},
 		{handler.Decision{RequestID: "r3", Outcome: events.Denied, Auto: true, Rule: "no-drop", Reason: "never"}, []string{`Denied by policy rule no-drop: "never"`}},
 		{handler.Decision{RequestID: "r4", Outcome: events.Expired, Reason: "timeout"}, []string{"nobody approved this call of t in time", "ask the user"}},
 		{handler.Decision{RequestID: "r5", Outcome: events.Cancelled, Reason: "by admin"}, []string{`was cancelled: "by admin"`}},

@@ -74,7 +74,7 @@ func ParseArgs(args []string, stderr io.Writer) (Command, error) {
 		keys []string
 	)
 	fs.StringVar(&file, "config", "", "configuration `file` (YAML; docs/integrations.md)")
-	fs.BoolVar(&cmd.Stdio, "stdio", true, "serve the client that started the gateway on stdin and stdout (default: on, unless --http is given)")
+	fs.BoolVar(&cmd.Stdio, "stdio", true, "serve the client that started the gateway on stdin and stdout; off by default when --http is given")
 	fs.StringVar(&cmd.HTTP, "http", "", "serve clients over streamable HTTP at `ADDR` (host:port), path /mcp")
 	fs.StringVar(&cfg.NATS.URL, "nats-url", "", "NATS server `URL` of the broker (default "+DefaultNATSURL+")")
 	fs.StringVar(&cfg.NATS.Creds, "creds", "", "NATS credentials `file`")
