@@ -39,7 +39,20 @@ const patience = 30 * time.Second
 // the tests: the stdio upstream of these tests.
 const workerEnv = "ASSENT_TEST_MCP_WORKER_SANDBOX"
 
+// quitterEnv makes the test binary an MCP server over stdio with one tool,
+// quit, which ends the process: an upstream that goes away.
+const quitterEnv = "ASSENT_TEST_MCP_QUITTER"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(quitterEnv) != "" {
+		s := mcp.NewServer(&mcp.Implementation{Name: "quitter", Version: "v0"}, nil)
+		s.AddTool(&mcp.Tool{Name: "quit", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			os.Exit(0)
+			return nil, nil
+		})
+		_ = s.Run(context.Background(), &mcp.StdioTransport{})
+		os.Exit(0)
+	}
 	if dir := os.Getenv(workerEnv); dir != "" {
 		cmd, err := worker.ParseArgs([]string{"mcp", "--sandbox", dir}, os.Stderr)
 		if err == nil {
