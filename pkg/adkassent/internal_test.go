@@ -3,6 +3,7 @@ package adkassent
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -181,44 +182,62 @@ func TestPayloadFor(t *testing.T) {
 
 func TestSchemaOf(t *testing.T) {
 	tests := []struct {
+		name     string
 		payload  string
 		fits     []string
 		doesNot  []string
 		noSchema bool
 	}{
-		{payload: `null`, noSchema: true},
-		{payload: `{"days_approved":0,"note":"","tags":["a"],"ok":false,"extra":null}`,
+		{name: "null", payload: `null`, noSchema: true},
+		{name: "object", payload: `{"days_approved":0,"note":"","tags":["a"],"ok":false,"extra":null}`,
 			fits:    []string{`{"days_approved":2.5,"note":"x","tags":[],"ok":true,"extra":{"a":1}}`, `{"days_approved":1,"note":"","tags":["b"],"ok":true,"extra":1,"more":1}`},
 			doesNot: []string{`{"days_approved":"2","note":"","tags":[],"ok":true,"extra":1}`, `{"note":"","tags":[],"ok":true,"extra":1}`, `{"days_approved":1,"note":"","tags":[1],"ok":true,"extra":1}`, `[]`}},
-		{payload: `"yes"`, fits: []string{`"no"`}, doesNot: []string{`1`}},
+		{name: "string", payload: `"yes"`, fits: []string{`"no"`}, doesNot: []string{`1`}},
+		{name: "mixed items", payload: `[1,"a"]`, fits: []string{`["x",2,true]`, `[]`}, doesNot: []string{`{}`}},
+		{name: "deep", payload: strings.Repeat(`{"a":`, 40) + `1` + strings.Repeat(`}`, 40), fits: []string{`{"a":{"a":{"a":{"a":{"a":{"a":{"a":{"b":1}}}}}}}}`}, doesNot: []string{`{"b":1}`}},
+		{name: "over the limits", payload: bigObject(2000), fits: []string{`{}`}, doesNot: []string{`[]`}},
 	}
 	for _, tc := range tests {
-		t.Run(tc.payload, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			schema, err := SchemaOf(json.RawMessage(tc.payload))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if tc.noSchema {
 				if schema != nil {
-					t.Fatalf("schema %s for %s, want none", schema, tc.payload)
+					t.Fatalf("schema %s, want none", schema)
 				}
 				return
 			}
 			if err := events.CheckPayload(schema, json.RawMessage(tc.payload)); err != nil {
-				t.Fatalf("the proposal does not fit its own schema %s: %v", schema, err)
+				t.Fatalf("the proposal does not fit its own schema %.200s: %v", schema, err)
 			}
 			for _, p := range tc.fits {
 				if err := events.CheckPayload(schema, json.RawMessage(p)); err != nil {
-					t.Errorf("%s does not fit %s: %v", p, schema, err)
+					t.Errorf("%s does not fit %.200s: %v", p, schema, err)
 				}
 			}
 			for _, p := range tc.doesNot {
 				if err := events.CheckPayload(schema, json.RawMessage(p)); !errors.Is(err, events.ErrSchema) {
-					t.Errorf("%s fits %s (err %v)", p, schema, err)
+					t.Errorf("%s fits %.200s (err %v)", p, schema, err)
 				}
 			}
 		})
 	}
+}
+
+// bigObject is a JSON object with n keys, each holding an object.
+func bigObject(n int) string {
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `"k%d":{"v":%d}`, i, i)
+	}
+	b.WriteString("}")
+	return b.String()
 }
 
 func TestConfigValidate(t *testing.T) {

@@ -31,10 +31,13 @@ func SchemaFor[T any]() (json.RawMessage, error) {
 
 // SchemaOf derives a JSON Schema from a proposed payload's JSON: the answer
 // must have the proposal's shape. Objects need the proposal's keys (others
-// are allowed), arrays hold items shaped like the proposal's first, numbers
-// may be any number, and null allows anything. It depends on the JSON alone,
-// so a proposal read back from a stored session gives the same schema as the
-// live one. It returns nil for a null or absent payload.
+// are allowed), arrays hold items of the shape the proposal's items share
+// (any items if they differ), numbers may be any number, and null allows
+// anything. Below shapeDepth levels only a value's type counts, and a
+// proposal whose schema would pass the limits on response schemas
+// (events.MaxSchemaSize and friends) asks only for its own type. It depends
+// on the JSON alone, so a proposal read back from a stored session gives the
+// same schema as the live one. It returns nil for a null or absent payload.
 func SchemaOf(payload json.RawMessage) (json.RawMessage, error) {
 	if isNull(payload) {
 		return nil, nil
@@ -45,17 +48,31 @@ func SchemaOf(payload json.RawMessage) (json.RawMessage, error) {
 	if err := dec.Decode(&v); err != nil {
 		return nil, fmt.Errorf("adkassent: payload: %w", err)
 	}
-	return json.Marshal(shape(v))
+	schema, err := json.Marshal(shape(v, shapeDepth))
+	if err != nil {
+		return nil, fmt.Errorf("adkassent: payload: %w", err)
+	}
+	if _, err := events.CompileSchema(schema); err != nil {
+		return json.Marshal(shape(v, 1))
+	}
+	return schema, nil
 }
 
-// shape is the schema of one JSON value, as SchemaOf describes.
-func shape(v any) map[string]any {
+// shapeDepth is how deep SchemaOf follows a proposal.
+const shapeDepth = 8
+
+// shape is the schema of one JSON value, as SchemaOf describes, followed
+// depth levels deep: at the last level only the type counts.
+func shape(v any, depth int) map[string]any {
 	switch x := v.(type) {
 	case map[string]any:
+		if depth == 1 {
+			return map[string]any{"type": "object"}
+		}
 		props := make(map[string]any, len(x))
 		required := make([]string, 0, len(x))
 		for k, e := range x {
-			props[k] = shape(e)
+			props[k] = shape(e, depth-1)
 			required = append(required, k)
 		}
 		slices.Sort(required)
@@ -66,9 +83,17 @@ func shape(v any) map[string]any {
 		return s
 	case []any:
 		s := map[string]any{"type": "array"}
-		if len(x) > 0 {
-			s["items"] = shape(x[0])
+		if len(x) == 0 || depth == 1 {
+			return s
 		}
+		items := shape(x[0], depth-1)
+		first, _ := json.Marshal(items)
+		for _, e := range x[1:] {
+			if other, _ := json.Marshal(shape(e, depth-1)); !bytes.Equal(other, first) {
+				return s // items of more than one shape: any items
+			}
+		}
+		s["items"] = items
 		return s
 	case string:
 		return map[string]any{"type": "string"}
