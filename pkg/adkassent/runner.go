@@ -352,7 +352,7 @@ func (r *Runner) beforeTool(ctx agent.ToolContext, t tool.Tool, args map[string]
 
 // afterTool forgets the call's verdict once its tool has run, and tells the
 // model why a call Assent did not approve was refused.
-func (r *Runner) afterTool(ctx agent.ToolContext, t tool.Tool, _, _ map[string]any, err error) (map[string]any, error) {
+func (r *Runner) afterTool(ctx agent.ToolContext, _ tool.Tool, _, _ map[string]any, err error) (map[string]any, error) {
 	if ctx.ToolConfirmation() == nil {
 		return nil, nil
 	}
