@@ -43,6 +43,12 @@ type Request struct {
 	ID string
 	events.Requested
 	Deadline time.Time
+	// Keep leaves the request pending when the caller stops waiting (ctx
+	// ends first): Request then returns ctx's error without publishing a
+	// cancel. For an agent that resumes after a restart by asking again with
+	// the same ID, which returns the decision made meanwhile, or waits for
+	// it. Client.Cancel still withdraws such a request. Agent side only.
+	Keep bool `json:"-"`
 }
 
 // Decision is the broker's verdict on a request: run only if Approved(), and then
@@ -151,8 +157,8 @@ func NewClient(nc *nats.Conn, cfg Config) (*Client, error) {
 // whole request and, with Config.TrustedKeys, its signature.
 //
 // If req.ID is already used by a different request, ErrIDConflict is returned.
-// If ctx ends first, Request publishes a cancel for the request and returns
-// ctx's error. If no decision arrives within the broker's deadline plus
+// If ctx ends first, Request publishes a cancel for the request (unless
+// req.Keep is set) and returns ctx's error. If no decision arrives within the broker's deadline plus
 // Config.Grace, ErrNoDecision is returned. In every error case the call must
 // not run; the returned Decision then carries only the RequestID, so the caller
 // can report or cancel the request it made.
@@ -228,8 +234,12 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 	}
 
 	log := c.log.With(zap.String("request_id", req.ID), zap.String("tool", req.Tool))
-	// withdraw cancels the request when the caller stops waiting.
+	// withdraw cancels the request when the caller stops waiting, unless
+	// the caller keeps it.
 	withdraw := func() error {
+		if req.Keep {
+			return ctx.Err()
+		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawTimeout)
 		defer cancel()
 		if err := c.cancel(cctx, req.Agent, source, req.ID, "requester stopped waiting: "+ctx.Err().Error()); err != nil {

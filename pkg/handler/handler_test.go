@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/brokertest"
@@ -112,6 +113,47 @@ func TestCancelOnContext(t *testing.T) {
 	d, err := c.Request(testCtx(t), handler.Request{ID: id, Requested: events.Requested{Tool: "rm"}})
 	if err != nil || d.Outcome != events.Cancelled {
 		t.Fatalf("retry: %+v, %v", d, err)
+	}
+}
+
+// TestKeepOnContext: a request asked with Keep stays pending when its
+// caller stops waiting; asking again with the same id, as an agent does
+// after a restart, returns the decision made meanwhile.
+func TestKeepOnContext(t *testing.T) {
+	ns := testenv.Server(t)
+	nc := testenv.Conn(t, ns)
+	b, _ := brokertest.Run(t, nc, broker.Config{})
+	c, _ := handler.NewClient(testenv.Conn(t, ns), handler.Config{Agent: "a1"})
+	ctx, cancel := context.WithCancel(context.Background())
+	id := events.NewID()
+	req := handler.Request{ID: id, Keep: true, Requested: events.Requested{Tool: "rm", Timeout: events.Duration(time.Minute)}}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Request(ctx, req)
+		done <- err
+	}()
+	for {
+		r, err := b.Get(testCtx(t), id)
+		if err == nil && r.State == broker.StatePending {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+	// No cancel was published: an approver still finds it pending.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := handler.Answer(testCtx(t), js, "alice", id, events.Responded{Decision: events.Approve}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Request(testCtx(t), req)
+	if err != nil || d.Outcome != events.Approved {
+		t.Fatalf("asked again: %+v, %v; want the approval made meanwhile", d, err)
 	}
 }
 
