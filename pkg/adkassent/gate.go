@@ -2,7 +2,6 @@ package adkassent
 
 import (
 	"encoding/json"
-	"path"
 	"time"
 
 	"github.com/assent-dev/assent/pkg/events"
@@ -63,38 +62,11 @@ func (g Gate) Needs(tool string, args any) bool {
 		switch {
 		case r.Action == policy.Allow && r.Name == res.Rule:
 			allowed = !g.unknowable(r.When)
-		case r.Action == policy.Deny && g.unknowable(r.When) && applies(r, in):
+		case r.Action == policy.Deny && g.unknowable(r.When) && r.Selects(in):
 			return true // it might deny the call for its real user or session
 		}
 	}
 	return !allowed // not allowed by a rule: by the mode, which a remembered denial would beat
-}
-
-// applies reports whether r's tools, agents and labels match in: whether its
-// condition decides if it matches. Globs are path.Match patterns, as the
-// policy file says.
-func applies(r *policy.Rule, in policy.Input) bool {
-	match := func(patterns []string, s string) bool {
-		if len(patterns) == 0 {
-			return true
-		}
-		for _, p := range patterns {
-			if ok, _ := path.Match(p, s); ok {
-				return true
-			}
-		}
-		return false
-	}
-	if !match(r.Tools, in.Tool) || !match(r.Agents, in.Agent) {
-		return false
-	}
-	for k, p := range r.Labels {
-		v, ok := in.Labels[k]
-		if !ok || !match([]string{p}, v) {
-			return false
-		}
-	}
-	return true
 }
 
 // unknowable reports whether condition may depend on what the Gate does not

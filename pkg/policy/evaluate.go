@@ -194,6 +194,12 @@ func (e *evaluator) matches(r *Rule) bool {
 	return m
 }
 
+// Selects reports whether r's tools, agents and labels match in: whether r
+// applies to in once its condition (When) holds.
+func (r *Rule) Selects(in Input) bool {
+	return r.tools.match(in.Tool) && r.agents.match(in.Agent) && matchLabels(r.labels, in.Labels)
+}
+
 // match evaluates one rule. why is only computed in trace mode.
 func (e *evaluator) match(r *Rule) (ok bool, why string) {
 	in := e.in

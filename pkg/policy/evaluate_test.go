@@ -309,6 +309,30 @@ rules:
 	}
 }
 
+// TestRuleSelects: Selects matches tools, agents and labels as Evaluate
+// does, whatever the rule's condition says.
+func TestRuleSelects(t *testing.T) {
+	p := mustParse(t, `version: 1
+rules:
+  - {name: r, tools: ["list_*"], agents: ["bot-?"], labels: {env: "prod*"}, when: 'false', action: deny}
+`)
+	r := p.Rules[0]
+	for _, tc := range []struct {
+		req  string
+		want bool
+	}{
+		{`{"tool":"list_files","agent":"bot-1","labels":{"env":"production"}}`, true},
+		{`{"tool":"read_file","agent":"bot-1","labels":{"env":"production"}}`, false},
+		{`{"tool":"list_files","agent":"bot-12","labels":{"env":"production"}}`, false},
+		{`{"tool":"list_files","agent":"bot-1","labels":{"env":"staging"}}`, false},
+		{`{"tool":"list_files","agent":"bot-1"}`, false},
+	} {
+		if got := r.Selects(input(t, tc.req)); got != tc.want {
+			t.Errorf("%s: Selects %v, want %v", tc.req, got, tc.want)
+		}
+	}
+}
+
 func TestTraceExplains(t *testing.T) {
 	p := mustParse(t, precedencePolicy)
 	in := input(t, `{"tool":"write_file","session":"s-1","args":{"path":"/tmp"}}`)
