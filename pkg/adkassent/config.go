@@ -46,6 +46,19 @@ type Config struct {
 	// one from a Go type). A tool without one that proposes a payload asks
 	// with the schema SchemaOf derives from the proposal.
 	Schemas map[string]json.RawMessage
+	// Hints gives, by tool name, what approvers read for a tool whose
+	// confirmation carries ADK's stock text (RequireConfirmation and
+	// RequireConfirmationProvider tools ask the app, not a person, to
+	// "respond with a FunctionResponse"). A tool without one is asked as
+	// "Run <tool>?". A hint the tool gave RequestConfirmation itself is
+	// always kept.
+	Hints map[string]string
+	// KeepOnStop leaves a request pending when Run's or Resume's context
+	// ends before its decision (handler.Request.Keep): Resume then picks up
+	// the decision made meanwhile. By default the request is withdrawn
+	// (cancelled), as the SDK does for any caller that stops waiting. A
+	// crash leaves it pending either way.
+	KeepOnStop bool
 	// Logger; nil logs nothing.
 	Logger *zap.Logger
 }

@@ -8,6 +8,7 @@ import (
 	"iter"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -303,11 +304,27 @@ func (r *Runner) request(userID, sessionID string, c Confirmation) (handler.Requ
 		Session:        sessionID,
 		User:           userID,
 		CallID:         c.OriginalCallID,
-		Hint:           truncateText(c.Hint, hintLimit),
+		Hint:           truncateText(r.hint(c), hintLimit),
 		ResponseSchema: schema,
 		Timeout:        events.Duration(r.cfg.Timeout),
 		Labels:         r.cfg.Labels,
-	}}, nil
+	}, Keep: r.cfg.KeepOnStop}, nil
+}
+
+// stockHint marks the text ADK's own tools give RequestConfirmation: words
+// for the app that answers the confirmation, not for a person.
+const stockHint = "by responding with a FunctionResponse"
+
+// hint is what approvers read for c: the tool's own words, or for ADK's stock
+// text, Config.Hints for the tool or a plain question.
+func (r *Runner) hint(c Confirmation) string {
+	if !strings.Contains(c.Hint, stockHint) {
+		return c.Hint
+	}
+	if h := r.cfg.Hints[c.Tool]; h != "" {
+		return h
+	}
+	return "Run " + c.Tool + "?"
 }
 
 // beforeTool stands between a confirmation and its tool. A call confirmed by

@@ -177,66 +177,91 @@ func TestPayload(t *testing.T) {
 // The agent process stops while its request is pending; the approver answers
 // while it is down; a new process resumes the stored session, and the tool
 // runs once, with the approval.
+// TestResumeAfterRestart: the agent process stops while its request is
+// pending, by a crash or, with KeepOnStop, a planned stop; the approver
+// answers while it is down; a new process on the same stored session resumes
+// and the tool runs once, with the approval.
 func TestResumeAfterRestart(t *testing.T) {
-	e := newEnv(t, broker.Config{})
-	pending := e.pendings(t)
-	path := dbPath(t)
-	rec := &runs{}
+	for _, tc := range []struct {
+		name  string
+		cfg   adkassent.Config
+		crash bool // the connection goes first, so no cancel can be sent
+	}{
+		{"crash", adkassent.Config{}, true},
+		{"planned stop", adkassent.Config{KeepOnStop: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, broker.Config{})
+			pending := e.pendings(t)
+			path := dbPath(t)
+			rec := &runs{}
 
-	// The first process.
-	p1 := e.agent(t, path, deleteTool(t, rec), deleteCall, adkassent.Config{})
-	sid := newSession(t, p1.sessions)
-	ctx1, stop1 := context.WithCancel(t.Context())
-	done := make(chan outcome, 1)
-	go func() {
-		done <- drain(p1.r.Run(ctx1, userID, sid, userText("delete the Q3 report"), agent.RunConfig{}))
-	}()
-	id := next(t, pending)
+			// The first process.
+			p1 := e.agent(t, path, deleteTool(t, rec), deleteCall, tc.cfg)
+			sid := newSession(t, p1.sessions)
+			ctx1, stop1 := context.WithCancel(t.Context())
+			done := make(chan outcome, 1)
+			go func() {
+				done <- drain(p1.r.Run(ctx1, userID, sid, userText("delete the Q3 report"), agent.RunConfig{}))
+			}()
+			id := next(t, pending)
+			if tc.crash {
+				p1.nc.Close()
+			}
+			stop1()
+			first := wait(t, done)
+			if len(first.errs) != 1 || !errors.Is(first.errs[0], adkassent.ErrUnanswered) {
+				t.Fatalf("first run: errors %v, want one ErrUnanswered", first.errs)
+			}
+			p1.nc.Close()
+			p1.closeDB()
+			if n := rec.count(); n != 0 {
+				t.Fatalf("the tool ran %d times before any decision", n)
+			}
 
-	// It dies: its connection goes (so no cancel is sent), then the rest.
-	p1.nc.Close()
-	stop1()
-	first := wait(t, done)
-	if len(first.errs) != 1 || !errors.Is(first.errs[0], adkassent.ErrUnanswered) {
-		t.Fatalf("first run: errors %v, want one ErrUnanswered", first.errs)
-	}
-	p1.closeDB()
-	if n := rec.count(); n != 0 {
-		t.Fatalf("the tool ran %d times before any decision", n)
-	}
+			// Alice approves while the agent is down; the request is still
+			// pending, and approvers read a hint meant for them, not ADK's
+			// words for the app.
+			r, err := e.b.Get(t.Context(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.State != broker.StatePending || r.Request.Hint != "Run delete_file?" {
+				t.Fatalf("request %s while the agent is down: state %s, hint %q; want pending, %q", id, r.State, r.Request.Hint, "Run delete_file?")
+			}
+			js, err := jetstream.New(e.nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := handler.Answer(t.Context(), js, "alice", id, events.Responded{Decision: events.Approve, Reason: "fine", Channel: "cli"}); err != nil {
+				t.Fatal(err)
+			}
 
-	// Alice approves while the agent is down.
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := handler.Answer(t.Context(), js, "alice", id, events.Responded{Decision: events.Approve, Reason: "fine", Channel: "cli"}); err != nil {
-		t.Fatal(err)
-	}
-
-	// The second process, on the same stored session.
-	p2 := e.agent(t, path, deleteTool(t, rec), deleteCall, adkassent.Config{})
-	waiting, err := p2.r.Pending(t.Context(), userID, sid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(waiting) != 1 || waiting[0].RequestID != id || waiting[0].Tool != "delete_file" {
-		t.Fatalf("pending after the restart: %+v, want request %s", waiting, id)
-	}
-	got := drain(p2.r.Resume(t.Context(), userID, sid, agent.RunConfig{}))
-	if len(got.errs) > 0 {
-		t.Fatalf("resume: %v", errors.Join(got.errs...))
-	}
-	if n := rec.count(); n != 1 {
-		t.Fatalf("the tool ran %d times, want 1", n)
-	}
-	as := answers(t, p2.sessions, sid)
-	if len(as) != 1 || as[0]["request_id"] != id || as[0]["outcome"] != string(events.Approved) {
-		t.Fatalf("answers: %v, want request %s approved", as, id)
-	}
-	// Nothing is left: resuming again does nothing.
-	if again := drain(p2.r.Resume(t.Context(), userID, sid, agent.RunConfig{})); len(again.events)+len(again.errs) != 0 || rec.count() != 1 {
-		t.Fatalf("a second resume yielded %d events, %v; the tool ran %d times", len(again.events), again.errs, rec.count())
+			// The second process, on the same stored session.
+			p2 := e.agent(t, path, deleteTool(t, rec), deleteCall, tc.cfg)
+			waiting, err := p2.r.Pending(t.Context(), userID, sid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(waiting) != 1 || waiting[0].RequestID != id || waiting[0].Tool != "delete_file" {
+				t.Fatalf("pending after the restart: %+v, want request %s", waiting, id)
+			}
+			got := drain(p2.r.Resume(t.Context(), userID, sid, agent.RunConfig{}))
+			if len(got.errs) > 0 {
+				t.Fatalf("resume: %v", errors.Join(got.errs...))
+			}
+			if n := rec.count(); n != 1 {
+				t.Fatalf("the tool ran %d times, want 1", n)
+			}
+			as := answers(t, p2.sessions, sid)
+			if len(as) != 1 || as[0]["request_id"] != id || as[0]["outcome"] != string(events.Approved) {
+				t.Fatalf("answers: %v, want request %s approved", as, id)
+			}
+			// Nothing is left: resuming again does nothing.
+			if again := drain(p2.r.Resume(t.Context(), userID, sid, agent.RunConfig{})); len(again.events)+len(again.errs) != 0 || rec.count() != 1 {
+				t.Fatalf("a second resume yielded %d events, %v; the tool ran %d times", len(again.events), again.errs, rec.count())
+			}
+		})
 	}
 }
 
