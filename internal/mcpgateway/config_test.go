@@ -18,6 +18,7 @@ import (
 	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/internal/mcpgateway"
 	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/pkg/events"
 )
 
 const goodConfig = `# the gateway of the docs
@@ -253,4 +254,30 @@ func TestCheck(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, &out)
 		}
 	}
+}
+
+// Any file: Parse and Validate neither panic nor accept a configuration
+// that cannot work, and any client name makes a valid agent.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(goodConfig))
+	f.Add([]byte("upstreams:\n  - name: fs\n    command: x\n    url: http://x\ncolour: blue\n"))
+	f.Add([]byte("upstreams: [\n"))
+	f.Add([]byte("timeout: soon\nupstreams: [{name: a, url: 'http://h/mcp', headers: {A: b}, prefix: a.}]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if name := mcpgateway.AgentName(string(data)); !events.ValidToken(name) || len(name) > 64 {
+			t.Fatalf("AgentName(%q) = %q", data, name)
+		}
+		c := mcpgateway.Parse(data, "fuzz.yaml").WithDefaults()
+		if err := c.Validate(); err != nil {
+			return
+		}
+		if len(c.Upstreams) == 0 {
+			t.Fatal("a configuration without upstreams passed")
+		}
+		for _, u := range c.Upstreams {
+			if !events.ValidToken(u.Name) || (u.Command == "") == (u.URL == "") {
+				t.Fatalf("upstream %+v passed", u)
+			}
+		}
+	})
 }
