@@ -2,6 +2,7 @@ package worker
 
 import (
 	"encoding/json"
+	"maps"
 	"reflect"
 	"slices"
 	"testing"
@@ -29,13 +30,7 @@ func TestMCPSchemasMatchArgs(t *testing.T) {
 		if err := json.Unmarshal([]byte(tool.schema), &schema); err != nil {
 			t.Fatalf("%s: schema: %v", tool.name, err)
 		}
-		props := slices.Sorted(func(yield func(string) bool) {
-			for p := range schema.Properties {
-				if !yield(p) {
-					return
-				}
-			}
-		})
+		props := slices.Sorted(maps.Keys(schema.Properties))
 		want := argNames(argTypes[tool.name])
 		slices.Sort(want)
 		if schema.Type != "object" || !slices.Equal(props, want) || schema.AdditionalProperties == nil || *schema.AdditionalProperties {
