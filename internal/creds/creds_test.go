@@ -3,6 +3,7 @@ package creds_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +95,9 @@ func TestPermissionsRefuseBadIdentities(t *testing.T) {
 		{creds.Identity{Role: creds.RoleBot, Name: "bot"}, "at least one"},
 		{creds.Identity{Role: creds.RoleBot, Name: "bot", Principals: []string{"al*ce"}}, "principal"},
 		{creds.Identity{Role: "admin", Name: "x"}, `role "admin"`},
+		{creds.Identity{Role: creds.RoleGateway, Name: "gw"}, "identity.agent"},
+		{creds.Identity{Role: creds.RoleGateway, Name: "gw", Agent: "co.der"}, "agent"},
+		{creds.Identity{Role: creds.RoleGateway, Name: "gw", Agent: "coder", Principal: "*"}, "principal"},
 	} {
 		if _, err := c.who.Permissions(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.who, err, c.want)
@@ -105,6 +109,70 @@ func TestPermissionsRefuseBadIdentities(t *testing.T) {
 	}
 	if !p.Pub.Allow.Contains("assent.response.alice.>") || p.Pub.Allow.Contains("assent.response.>") || p.Pub.Allow.Contains("assent.decision.>") {
 		t.Fatalf("approver alice may publish %v", p.Pub.Allow)
+	}
+}
+
+// TestGatewayPermissions: a gateway's credentials are its agent's, plus,
+// with a principal, the agent's pending events and that principal's answers;
+// nothing of another agent's or principal's, no consumer, no decision.
+func TestGatewayPermissions(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		who     creds.Identity
+		extra   []string // beyond the agent's own, "pub S" or "sub S"
+		private bool
+	}{
+		{"agent only", creds.Identity{Role: creds.RoleGateway, Name: "gw", Agent: "coder"}, nil, false},
+		{"elicitation", creds.Identity{Role: creds.RoleGateway, Name: "gw", Agent: "coder", Principal: "carol"},
+			[]string{"pub assent.response.carol.>", "sub assent.pending.coder"}, false},
+		{"private", creds.Identity{Role: creds.RoleGateway, Name: "gw", Agent: "coder", Principal: "carol", Private: true},
+			[]string{"pub assent.response.carol.>", "sub assent.pending.coder"}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := c.who.Permissions()
+			if err != nil {
+				t.Fatal(err)
+			}
+			agent, err := creds.Identity{Role: creds.RoleAgent, Name: "coder", Private: c.private}.Permissions()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var extra []string
+			for _, s := range p.Pub.Allow {
+				if !agent.Pub.Allow.Contains(s) {
+					extra = append(extra, "pub "+s)
+				}
+			}
+			for _, s := range p.Sub.Allow {
+				if !agent.Sub.Allow.Contains(s) {
+					extra = append(extra, "sub "+s)
+				}
+			}
+			for _, s := range agent.Pub.Allow {
+				if !p.Pub.Allow.Contains(s) {
+					t.Errorf("the gateway may not publish its agent's %s", s)
+				}
+			}
+			for _, s := range agent.Sub.Allow {
+				if !p.Sub.Allow.Contains(s) {
+					t.Errorf("the gateway may not read its agent's %s", s)
+				}
+			}
+			slices.Sort(extra)
+			if !slices.Equal(extra, c.extra) {
+				t.Errorf("beyond agent coder's: %q, want %q", extra, c.extra)
+			}
+			for _, s := range []string{"assent.decision.>", "assent.response.>", "assent.response.alice.>", "assent.request.other", "$JS.API.CONSUMER.CREATE.ASSENT", "$KV.assent-presence.carol.>"} {
+				if p.Pub.Allow.Contains(s) {
+					t.Errorf("the gateway may publish %s", s)
+				}
+			}
+			for _, s := range []string{"assent.pending.>", "assent.pending.other", "assent.response.>"} {
+				if p.Sub.Allow.Contains(s) {
+					t.Errorf("the gateway may read %s", s)
+				}
+			}
+		})
 	}
 }
 

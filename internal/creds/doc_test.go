@@ -18,8 +18,8 @@ func TestSecurityDocPermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := regexp.MustCompile("(?s)```permissions ([a-z-]+) (\\S+)\n(.*?)```").FindAllStringSubmatch(string(doc), -1)
-	if len(blocks) != 4 {
-		t.Fatalf("docs/security.md has %d permissions blocks, want 4", len(blocks))
+	if len(blocks) != 5 {
+		t.Fatalf("docs/security.md has %d permissions blocks, want 5", len(blocks))
 	}
 	lines := func(pub, sub []string) []string {
 		var out []string
@@ -57,6 +57,31 @@ func TestSecurityDocPermissions(t *testing.T) {
 				if strings.Contains(l, name+".") || strings.HasSuffix(l, name) || strings.Contains(l, "$KV.assent-channels.") || strings.Contains(l, "assent-bot.") {
 					want = append(want, l)
 				}
+			}
+		case "gateway-extra":
+			// What a gateway with a principal has beyond its agent's, the
+			// same over an agent's list and over a private agent's.
+			agent, principal, _ := strings.Cut(name, ",")
+			for i, private := range []bool{false, true} {
+				gw, err := creds.Identity{Role: creds.RoleGateway, Name: "gw", Agent: agent, Principal: principal, Private: private}.Permissions()
+				if err != nil {
+					t.Fatal(err)
+				}
+				p, err := creds.Identity{Role: creds.RoleAgent, Name: agent, Private: private}.Permissions()
+				if err != nil {
+					t.Fatal(err)
+				}
+				own := lines(p.Pub.Allow, p.Sub.Allow)
+				var extra []string
+				for _, l := range lines(gw.Pub.Allow, gw.Sub.Allow) {
+					if !slices.Contains(own, l) {
+						extra = append(extra, l)
+					}
+				}
+				if i > 0 && !slices.Equal(extra, want) {
+					t.Errorf("a private gateway's extra %q, a gateway's %q", extra, want)
+				}
+				want = extra
 			}
 		default:
 			t.Fatalf("unknown block %q", role)

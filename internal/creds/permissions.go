@@ -29,22 +29,33 @@ const (
 	RoleBot Role = "bot"
 	// RoleBroker runs the broker: it alone publishes decisions.
 	RoleBroker Role = "broker"
+	// RoleGateway is the MCP gateway (cmd/mcp-gateway): it asks as one
+	// agent, and with a principal its elicitation also reads that agent's
+	// pending requests and answers them as that principal.
+	RoleGateway Role = "gateway"
 )
 
 // Roles lists the roles, for messages.
-var Roles = []Role{RoleAgent, RoleApprover, RoleBot, RoleBroker}
+var Roles = []Role{RoleAgent, RoleApprover, RoleBot, RoleBroker, RoleGateway}
 
 // Identity is who a credential is issued to.
 type Identity struct {
 	Role Role
 	// Name is the agent (RoleAgent), the principal (RoleApprover), or a
-	// name for the bot or broker (it names the user in the server's logs).
+	// name for the bot, broker or gateway (it names the user in the
+	// server's logs).
 	Name string
 	// Principals are the principals a bot answers as (RoleBot).
 	Principals []string
+	// Agent is the agent a gateway asks as (RoleGateway): its
+	// identity.agent.
+	Agent string
+	// Principal, if set, is the principal a gateway's elicitation answers
+	// as (RoleGateway): its elicitation.principal.
+	Principal string
 	// Expires, if set, is when the credential stops working (Unix seconds).
 	Expires int64
-	// Private (RoleAgent) keeps the agent from reading any other agent's
+	// Private (RoleAgent, RoleGateway) keeps the agent from reading any other agent's
 	// decisions: it reads its own through assent-private.<agent>.> and its
 	// own inbox (_INBOX_<agent>), not the stream (handler.Config.Private).
 	Private bool
@@ -54,7 +65,7 @@ type Identity struct {
 // what its role needs of the wire contract and of JetStream's API, and
 // nothing of another agent's, principal's or the broker's.
 func (who Identity) Permissions() (jwt.Permissions, error) {
-	if err := events.CheckToken(string(who.Role)+" name", who.Name); err != nil && who.Role != RoleBroker && who.Role != RoleBot {
+	if err := events.CheckToken(string(who.Role)+" name", who.Name); err != nil && who.Role != RoleBroker && who.Role != RoleBot && who.Role != RoleGateway {
 		return jwt.Permissions{}, err
 	}
 	var p perms
@@ -87,6 +98,21 @@ func (who Identity) Permissions() (jwt.Permissions, error) {
 		}
 		p.stream(webhook.LogStream, true)
 		p.pub(webhook.LogSubjectPrefix + ">")
+	case RoleGateway:
+		if err := events.CheckToken("agent", who.Agent); err != nil {
+			return jwt.Permissions{}, fmt.Errorf("a gateway asks as one agent, its identity.agent: %w", err)
+		}
+		if who.Private {
+			p.privateAgent(who.Agent)
+		} else {
+			p.agent(who.Agent)
+		}
+		if who.Principal != "" {
+			if err := events.CheckToken("principal", who.Principal); err != nil {
+				return jwt.Permissions{}, err
+			}
+			p.elicit(who.Agent, who.Principal)
+		}
 	default:
 		return jwt.Permissions{}, fmt.Errorf("role %q: want one of %v", who.Role, Roles)
 	}
@@ -142,6 +168,16 @@ func (p *perms) agent(name string) {
 func (p *perms) privateAgent(name string) {
 	p.pub(events.RequestPrefix+name, events.CancelPrefix+name+".>", events.PrivatePrefix+name+".lookup.>")
 	p.sub(handler.PrivateInbox(name)+".>", events.PrivatePrefix+name+".>")
+}
+
+// elicit is what the MCP gateway's elicitation needs besides its agent's
+// permissions: the pending events of agent's requests, as they happen (a
+// plain subscription, no consumer), and answering them as principal (a
+// JetStream publish, acknowledged to the inbox). Not the stream's consumers,
+// nor presence: the gateway uses neither.
+func (p *perms) elicit(agent, principal string) {
+	p.sub(events.PendingPrefix + agent)
+	p.pub(events.ResponsePrefix + principal + ".>")
 }
 
 // approver may answer as principal only, read the stream through consumers
