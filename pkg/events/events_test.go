@@ -291,6 +291,82 @@ func TestRequestedValidateSchema(t *testing.T) {
 	}
 }
 
+// TestRequestedValidateInputSchema: an input schema is context for
+// approvers, never compiled: any JSON object within MaxInputSchemaSize.
+func TestRequestedValidateInputSchema(t *testing.T) {
+	big := `{"description":"` + strings.Repeat("d", events.MaxInputSchemaSize) + `"}`
+	atLimit := `{"description":"` + strings.Repeat("d", events.MaxInputSchemaSize-len(`{"description":""}`)) + `"}`
+	tests := []struct {
+		name    string
+		schema  string
+		wantErr error
+	}{
+		{"absent", ``, nil},
+		{"null", `null`, nil},
+		{"empty object", `{}`, nil},
+		{"mcp input schema", `{"type":"object","properties":{"path":{"type":"string","description":"the file"}},"required":["path"]}`, nil},
+		{"not a schema that compiles", `{"type":5}`, nil},
+		{"at limit", atLimit, nil},
+		{"array", `[{"type":"object"}]`, events.ErrBadValue},
+		{"string", `"object"`, events.ErrBadValue},
+		{"true", `true`, events.ErrBadValue},
+		{"too large", big, events.ErrBadValue},
+		{"lone surrogate", `{"description":"\ud800"}`, events.ErrBadText},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := events.Requested{Tool: "ask", InputSchema: json.RawMessage(tt.schema)}
+			err := r.Validate()
+			checkErr(t, err, tt.wantErr)
+			if err != nil {
+				checkField(t, err, "input_schema")
+			}
+			if errors.Is(tt.wantErr, events.ErrBadValue) && !strings.Contains(err.Error(), "object") && !strings.Contains(err.Error(), fmt.Sprint(events.MaxInputSchemaSize)) {
+				t.Errorf("error %q says neither what is wanted nor the limit", err)
+			}
+
+			// The same on the wire, and in the request a pending event carries.
+			data := `{"tool":"ask"}`
+			if tt.schema != "" {
+				data = `{"tool":"ask","input_schema":` + tt.schema + `}`
+			}
+			e, derr := events.Decode(structuredHeader, structured(testID, events.TypeRequested, data))
+			if derr != nil {
+				t.Fatal(derr)
+			}
+			got, derr := events.DecodeRequested(&e)
+			checkErr(t, derr, tt.wantErr)
+			if derr == nil && tt.schema != "" && tt.schema != "null" && string(got.InputSchema) != tt.schema {
+				t.Errorf("decoded input_schema %.80s, want %.80s", got.InputSchema, tt.schema)
+			}
+			p := events.Pending{RequestID: testID, Request: r}
+			checkErr(t, p.Validate(), tt.wantErr)
+		})
+	}
+}
+
+// TestInputSchemaWithinEventSize: the input schema counts toward the event
+// size limit like any other field.
+func TestInputSchemaWithinEventSize(t *testing.T) {
+	schema := `{"description":"` + strings.Repeat("d", events.MaxInputSchemaSize-100) + `"}`
+	args := `{"blob":"` + strings.Repeat("a", events.DefaultMaxEventSize-len(schema)) + `"}`
+	r := events.Requested{Tool: "ask", Args: json.RawMessage(args), InputSchema: json.RawMessage(schema)}
+	if err := r.Validate(); err != nil {
+		t.Fatalf("each part alone is valid: %v", err)
+	}
+	e, err := events.New(events.TypeRequested, testID, "agent/a", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, body, err := events.Encode(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.Decode(h, body); !errors.Is(err, events.ErrTooLarge) {
+		t.Errorf("an event of %d bytes: %v, want ErrTooLarge", len(body), err)
+	}
+}
+
 // TestSchemaLimits: compiling costs more than linear time in nesting and
 // subschemas, so a response schema is bounded before it is compiled.
 func TestSchemaLimits(t *testing.T) {

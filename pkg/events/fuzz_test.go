@@ -116,6 +116,10 @@ func FuzzDecode(f *testing.F) {
 	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"ask","response_schema":`+
 		strings.Repeat(`{"items":`, events.MaxSchemaDepth)+`{}`+strings.Repeat(`}`, events.MaxSchemaDepth)+`}`))
 	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"ask","response_schema":{"title":"{[\"]}","allOf":[{},{"not":{}}]}}`))
+	// Input schemas: shown to approvers, not compiled.
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"t","input_schema":{"type":"object","properties":{"path":{"type":"string","description":"<b>&"}}}}`))
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"t","input_schema":[1],"hint":"x"}`))
+	f.Add(byte(fuzzStructured), "", structured(testID, events.TypePending, `{"request_id":"a","request":{"tool":"t","input_schema":{"description":"\ud800"}}}`))
 	// HTML-significant characters, raw and escaped.
 	f.Add(byte(fuzzStructured), "", structured(testID, events.TypeRequested, `{"tool":"t","args":{"q":"<a&b>","e":"\u003c\u0026\u003e"}}`))
 	f.Add(byte(fuzzHeaderText), "ce-specversion: 1.0\nce-id: a\nce-type: t\nce-source: a<b>&c\nce-x: \\u003c", []byte(`{ "q" : "<x>" }`))

@@ -20,9 +20,10 @@ var ErrRequestMismatch = invalid("request digest mismatch")
 // "args" is always present, in its canonical form (CanonicalArgs); the others
 // are left out when empty (a null or absent response_schema, no labels).
 // Labels and the response schema are canonical like args: keys sorted, no
-// white space, strings without HTML escaping. The hint and the timeout are not
-// part of it: they change how a request is shown and how long it waits, not
-// what runs.
+// white space, strings without HTML escaping. The hint, the input schema and
+// the timeout are not part of it: they change how a request is shown and how
+// long it waits, not what runs (and leaving the input schema out keeps the
+// digests of clients from before it was added).
 //
 // Agent is taken as given; the broker fills it from the subject
 // (assent.request.<agent>) when the data leaves it out, so a client computing

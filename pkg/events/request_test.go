@@ -45,6 +45,8 @@ func TestRequestDigest(t *testing.T) {
 		{"args re-encoded", func(r *events.Requested) { r.Args = json.RawMessage("{ \"path\" :\"\\/srv\\/reports\\/q3.csv\" }") }},
 		{"labels empty", func(r *events.Requested) { r.Labels = map[string]string{} }},
 		{"schema null", func(r *events.Requested) { r.ResponseSchema = json.RawMessage("null") }},
+		// Shown to approvers, like the hint; it does not change what runs.
+		{"input schema", func(r *events.Requested) { r.InputSchema = json.RawMessage(`{"type":"object"}`) }},
 	}
 	for _, tc := range same {
 		r := base

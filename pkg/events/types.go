@@ -109,6 +109,11 @@ type Requested struct {
 	ResponseSchema json.RawMessage   `json:"response_schema,omitempty"`
 	Timeout        Duration          `json:"timeout,omitempty"`
 	Labels         map[string]string `json:"labels,omitempty"`
+	// InputSchema is the JSON Schema of the tool's arguments, as context
+	// for approvers (for example an MCP tool's inputSchema). It is shown,
+	// not enforced, and not part of the request digest. Absent from
+	// requests by clients before it was added.
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
 }
 
 // Remember asks the broker to reuse an answer for later matching requests.

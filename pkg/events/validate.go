@@ -13,14 +13,17 @@ import (
 // Limits on free-text fields, so one event cannot carry unbounded strings in
 // places that end up in logs and UIs. Args and payloads are bounded only by the
 // event size limit; response schemas also by MaxSchemaSize, MaxSchemaDepth and
-// MaxSchemaObjects.
+// MaxSchemaObjects, input schemas by MaxInputSchemaSize.
 const (
-	MaxToolLength   = 256
-	MaxTextLength   = 4096
-	MaxLabels       = 64
-	MaxLabelLength  = 256
-	MaxTimeout      = 30 * 24 * time.Hour
-	maxTokenlikeLen = 256
+	MaxToolLength  = 256
+	MaxTextLength  = 4096
+	MaxLabels      = 64
+	MaxLabelLength = 256
+	MaxTimeout     = 30 * 24 * time.Hour
+	// MaxInputSchemaSize bounds requested.input_schema in bytes: as much
+	// as a response schema may take, a small part of an event.
+	MaxInputSchemaSize = MaxSchemaSize
+	maxTokenlikeLen    = 256
 )
 
 // Validate reports every problem with r at once.
@@ -66,6 +69,20 @@ func (r *Requested) Validate() error {
 			errs = append(errs, fieldErr("response_schema", fmt.Errorf("%w: must be a JSON Schema object", ErrBadValue)))
 		} else if _, err := CompileSchema(r.ResponseSchema); err != nil {
 			errs = append(errs, err) // names response_schema; ErrBadText or ErrSchema
+		}
+	}
+	// The input schema is only shown, never compiled: it needs to be an
+	// object of bounded size, not a schema that compiles.
+	if len(r.InputSchema) > 0 && !isJSONNull(r.InputSchema) {
+		switch {
+		case len(r.InputSchema) > MaxInputSchemaSize:
+			errs = append(errs, fieldErr("input_schema", fmt.Errorf("%w: %d bytes, limit %d", ErrBadValue, len(r.InputSchema), MaxInputSchemaSize)))
+		case !isJSONObject(r.InputSchema):
+			errs = append(errs, fieldErr("input_schema", fmt.Errorf("%w: must be a JSON Schema object", ErrBadValue)))
+		default:
+			if err := CheckJSONText(r.InputSchema); err != nil {
+				errs = append(errs, fieldErr("input_schema", err))
+			}
 		}
 	}
 	if r.Timeout < 0 || r.Timeout.Std() > MaxTimeout {
