@@ -3,7 +3,9 @@ package brokertest
 
 import (
 	"context"
+	"log"
 	"net/http"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/channels"
+	"github.com/assent-dev/assent/internal/natsembed"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
@@ -214,5 +217,42 @@ func SubmitPending(ctx context.Context, t testing.TB, b *broker.Broker, newID fu
 			t.Fatalf("make a pending request: %v (state %q)", err, rec.State)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Example starts an embedded NATS server and a manual-mode broker for
+// runnable examples, which have no testing.T, and returns a connection to it
+// with a func that stops everything. Real programs connect to a running
+// broker's NATS instead.
+func Example() (*nats.Conn, func()) {
+	dir, err := os.MkdirTemp("", "assent-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	ns, err := natsembed.Start(natsembed.Config{Port: -1, StoreDir: dir}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	b, err := broker.New(nc, broker.Config{}, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- b.Run(ctx) }()
+	for !b.Ready() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nc, func() {
+		cancel()
+		<-done
+		nc.Close()
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		os.RemoveAll(dir)
 	}
 }

@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"google.golang.org/adk/agent"
 	"google.golang.org/adk/agent/llmagent"
 	"google.golang.org/adk/runner"
@@ -17,45 +15,18 @@ import (
 	"google.golang.org/adk/tool/functiontool"
 	"google.golang.org/genai"
 
-	"github.com/assent-dev/assent/internal/broker"
-	"github.com/assent-dev/assent/internal/natsembed"
+	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/pkg/adkassent"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
 	"github.com/assent-dev/assent/pkg/policy"
 )
 
-// exampleBroker starts NATS and a manual-mode broker for the examples; real
-// programs connect to a running broker's NATS instead.
-func exampleBroker() (*nats.Conn, func()) {
-	dir, _ := os.MkdirTemp("", "assent-example")
-	ns, err := natsembed.Start(natsembed.Config{Port: -1, StoreDir: dir}, nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	nc, _ := nats.Connect(ns.ClientURL())
-	b, _ := broker.New(nc, broker.Config{}, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- b.Run(ctx) }()
-	for !b.Ready() {
-		time.Sleep(5 * time.Millisecond)
-	}
-	return nc, func() {
-		cancel()
-		<-done
-		nc.Close()
-		ns.Shutdown()
-		ns.WaitForShutdown()
-		os.RemoveAll(dir)
-	}
-}
-
 // An ADK agent wants to delete a file; the functiontool requires a
 // confirmation, the Runner asks Assent, and the approver narrows the call to
 // the draft: the tool deletes the draft.
 func ExampleRunner_Run() {
-	nc, stop := exampleBroker()
+	nc, stop := brokertest.Example()
 	defer stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -5,47 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/assent-dev/assent/internal/broker"
-	"github.com/assent-dev/assent/internal/natsembed"
+	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
 )
 
-// exampleBroker starts NATS and a manual-mode broker for the examples; real
-// programs connect to a running broker's NATS instead.
-func exampleBroker() (*nats.Conn, func()) {
-	dir, _ := os.MkdirTemp("", "assent-example")
-	ns, err := natsembed.Start(natsembed.Config{Port: -1, StoreDir: dir}, nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	nc, _ := nats.Connect(ns.ClientURL())
-	b, _ := broker.New(nc, broker.Config{}, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- b.Run(ctx) }()
-	for !b.Ready() {
-		time.Sleep(5 * time.Millisecond)
-	}
-	return nc, func() {
-		cancel()
-		<-done
-		nc.Close()
-		ns.Shutdown()
-		ns.WaitForShutdown()
-		os.RemoveAll(dir)
-	}
-}
-
 // An agent asks before deleting a file and runs only what was approved, with the
 // arguments the approver settled on.
 func ExampleClient_Request() {
-	nc, stop := exampleBroker()
+	nc, stop := brokertest.Example()
 	defer stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -76,7 +46,7 @@ func ExampleClient_Request() {
 
 // An approver is a Handler: here a rule bot that denies anything touching /etc.
 func ExampleNewApprover() {
-	nc, stop := exampleBroker()
+	nc, stop := brokertest.Example()
 	defer stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
