@@ -22,10 +22,16 @@ func credsCommands() []*command {
 		if role == creds.RoleBot {
 			synopsis = arg + " --principals P,Q --dir DIR [--out FILE] [--expires DURATION]"
 		}
+		required := []string{"dir"}
+		if role == creds.RoleGateway {
+			synopsis = arg + " --agent AGENT [--principal PRINCIPAL] --dir DIR [--private] [--out FILE] [--expires DURATION]"
+			required = []string{"agent", "dir"}
+		}
 		return &command{
 			name: "creds " + string(role), synopsis: synopsis, args: []string{arg},
-			summary:  "issue NATS credentials for " + map[creds.Role]string{creds.RoleAgent: "an agent", creds.RoleApprover: "an approver", creds.RoleBot: "an approver bot", creds.RoleBroker: "a broker replica"}[role],
-			required: []string{"dir"},
+			summary: "issue NATS credentials for " + map[creds.Role]string{creds.RoleAgent: "an agent", creds.RoleApprover: "an approver",
+				creds.RoleBot: "an approver bot", creds.RoleBroker: "a broker replica", creds.RoleGateway: "an MCP gateway"}[role],
+			required: required,
 			about:    about,
 			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
 				dir := fs.String("dir", "", "the credentials authority's `DIR` (broker creds init)")
@@ -36,15 +42,20 @@ func credsCommands() []*command {
 					principals = fs.String("principals", "", "the `principals` the bot's channels answer as, comma-separated")
 				}
 				private := new(bool)
-				if role == creds.RoleAgent {
+				if role == creds.RoleAgent || role == creds.RoleGateway {
 					private = fs.Bool("private", false, "the agent reads its own decisions only, through the broker (the SDK's Config.Private; docs/security.md)")
+				}
+				agent, principal := new(string), new(string)
+				if role == creds.RoleGateway {
+					agent = fs.String("agent", "", "the `AGENT` the gateway asks as (its identity.agent)")
+					principal = fs.String("principal", "", "the `PRINCIPAL` the gateway's elicitation answers as (its elicitation.principal); none if unset")
 				}
 				return func(_ context.Context, c CLI, args []string) error {
 					a, err := creds.Open(*dir)
 					if err != nil {
 						return err
 					}
-					who := creds.Identity{Role: role, Name: args[0], Private: *private}
+					who := creds.Identity{Role: role, Name: args[0], Private: *private, Agent: *agent, Principal: *principal}
 					if principals != nil && *principals != "" {
 						who.Principals = strings.Split(*principals, ",")
 					}
@@ -104,6 +115,11 @@ own consumers, and announce its presence.`),
 		issue(creds.RoleBot, "NAME", `Issues credentials for an approver bot called NAME: it answers as each of
 --principals (the principals its channels map) and keeps its channels'
 buckets and webhook delivery log.`),
+		issue(creds.RoleGateway, "NAME", `Issues credentials for an MCP gateway called NAME (cmd/mcp-gateway): it asks
+as AGENT, with an agent's permissions (the gateway's identity.agent must name
+it), and with --principal it also reads AGENT's pending requests and answers
+them as PRINCIPAL, for asking the user in the client (its
+elicitation.principal); nothing of another agent's or principal's.`),
 		issue(creds.RoleBroker, "NAME", `Issues credentials for a broker replica called NAME: the only role that may
 publish decisions (assent.decision.>) and manage the stream and buckets.`),
 		{

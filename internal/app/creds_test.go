@@ -10,7 +10,7 @@ import (
 )
 
 // TestCLICreds: `broker creds init` makes the authority once; `creds agent`,
-// `approver`, `bot` and `broker` issue credentials files whose user JWTs
+// `approver`, `bot`, `gateway` and `broker` issue credentials files whose user JWTs
 // carry their role's permissions; `creds server-config` prints a
 // configuration; mistakes say what to do.
 func TestCLICreds(t *testing.T) {
@@ -44,6 +44,22 @@ func TestCLICreds(t *testing.T) {
 		t.Fatalf("agent coder's JWT: pub %v, expires %d", uc.Pub.Allow, uc.Expires)
 	}
 
+	gwFile := filepath.Join(t.TempDir(), "gateway.creds")
+	if code, _, errOut = run(t, "creds", "gateway", "desktop", "--agent", "claude-desktop", "--principal", "alice", "--dir", dir, "--out", gwFile); code != 0 || !strings.Contains(errOut, "gateway credentials for desktop written to "+gwFile) {
+		t.Fatalf("gateway: %d %s", code, errOut)
+	}
+	data, _ = os.ReadFile(gwFile)
+	if token, err = jwt.ParseDecoratedJWT(data); err != nil {
+		t.Fatal(err)
+	}
+	if uc, err = jwt.DecodeUserClaims(token); err != nil {
+		t.Fatal(err)
+	}
+	if !uc.Pub.Allow.Contains("assent.request.claude-desktop") || !uc.Pub.Allow.Contains("assent.response.alice.>") || !uc.Sub.Allow.Contains("assent.pending.claude-desktop") ||
+		uc.Pub.Allow.Contains("assent.decision.>") || uc.Name != "gateway:desktop" {
+		t.Fatalf("gateway desktop's JWT %s: pub %v, sub %v", uc.Name, uc.Pub.Allow, uc.Sub.Allow)
+	}
+
 	code, out, _ = run(t, "creds", "bot", "slack-bot", "--principals", "alice,bob", "--dir", dir)
 	if code != 0 || !strings.Contains(out, "-----BEGIN NATS USER JWT-----") || !strings.Contains(out, "SEED") {
 		t.Fatalf("bot to stdout: %d %s", code, out)
@@ -61,6 +77,9 @@ func TestCLICreds(t *testing.T) {
 		{[]string{"creds", "agent", "coder"}, 2, "--dir"},
 		{[]string{"creds", "agent", "co.der", "--dir", dir}, 1, "agent name"},
 		{[]string{"creds", "bot", "b", "--dir", dir}, 1, "at least one"},
+		{[]string{"creds", "gateway", "gw", "--dir", dir}, 2, "--agent"},
+		{[]string{"creds", "gateway", "gw", "--agent", "a.b", "--dir", dir}, 1, "identity.agent"},
+		{[]string{"creds", "gateway", "gw", "--agent", "coder", "--principal", "al ice", "--dir", dir}, 1, "principal"},
 		{[]string{"creds", "approver", "alice", "--dir", t.TempDir()}, 1, "broker creds init --dir"},
 	} {
 		code, _, errOut := run(t, c.args...)
