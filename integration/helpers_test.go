@@ -300,6 +300,17 @@ func waitDecision(t *testing.T, js jetstream.JetStream, id string) events.Decide
 	return d
 }
 
+// decodePending decodes a message of assent.pending.<agent>: a pending event,
+// as a channel sees it.
+func decodePending(t *testing.T, header nats.Header, data []byte) (events.Pending, error) {
+	t.Helper()
+	ev, err := events.Decode(events.Header(header), data)
+	if err != nil {
+		return events.Pending{}, err
+	}
+	return events.DecodePending(&ev)
+}
+
 // waitPending waits until the stream holds the pending event of request id
 // of agent, as an approver sees it before answering.
 func waitPending(t *testing.T, js jetstream.JetStream, agent, id string) {
@@ -311,11 +322,7 @@ func waitPending(t *testing.T, js jetstream.JetStream, agent, id string) {
 		if err != nil {
 			return false, "no pending event for " + agent + ": " + err.Error()
 		}
-		ev, err := events.Decode(events.Header(m.Header), m.Data)
-		if err != nil {
-			return false, err.Error()
-		}
-		p, err := events.DecodePending(&ev)
+		p, err := decodePending(t, m.Header, m.Data)
 		return err == nil && p.RequestID == id, "the last pending event of " + agent + " is not " + id
 	})
 }

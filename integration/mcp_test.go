@@ -151,11 +151,7 @@ func callMCPAfter(t *testing.T, e *env, cs *mcp.ClientSession, agent, tool, args
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	select {
 	case m := <-pending:
-		ev, err := events.Decode(events.Header(m.Header), m.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := events.DecodePending(&ev)
+		p, err := decodePending(t, m.Header, m.Data)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -569,11 +569,7 @@ rules:
 		for {
 			select {
 			case m := <-pending:
-				ev, err := events.Decode(events.Header(m.Header), m.Data)
-				if err != nil {
-					t.Fatal(err)
-				}
-				p, err := events.DecodePending(&ev)
+				p, err := decodePending(t, m.Header, m.Data)
 				if err != nil {
 					t.Fatal(err)
 				}
