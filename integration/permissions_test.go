@@ -59,30 +59,61 @@ func (v *violations) add(err error) {
 // wait waits until the server refused a publish on subject.
 func (v *violations) wait(t *testing.T, subject string) {
 	t.Helper()
+	v.waitFor(t, "Publish", subject)
+}
+
+// waitSub waits until the server refused a subscription to subject.
+func (v *violations) waitSub(t *testing.T, subject string) {
+	t.Helper()
+	v.waitFor(t, "Subscription", subject)
+}
+
+// waitFor waits until the server reported a violation of kind (Publish,
+// Subscription) on subject.
+func (v *violations) waitFor(t *testing.T, kind, subject string) {
+	t.Helper()
 	eventually(t, patience, func() (bool, string) {
 		v.mu.Lock()
 		defer v.mu.Unlock()
 		for _, e := range v.errs {
-			if strings.Contains(e, "Permissions Violation for Publish") && strings.Contains(e, subject) {
+			if strings.Contains(e, "Permissions Violation for "+kind) && strings.Contains(e, subject) {
 				return true, ""
 			}
 		}
-		return false, "no permissions violation for " + subject + " in " + strings.Join(v.errs, "; ")
+		return false, "no " + kind + " violation for " + subject + " in " + strings.Join(v.errs, "; ")
 	})
+}
+
+// none fails t if the server reported any violation.
+func (v *violations) none(t *testing.T, who string) {
+	t.Helper()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.errs) > 0 {
+		t.Fatalf("%s was refused: %v", who, v.errs)
+	}
+}
+
+// credsFile writes the credentials issued to who to a file of t's, and
+// returns its path.
+func credsFile(t *testing.T, a *creds.Authority, who creds.Identity) string {
+	t.Helper()
+	data, err := a.Issue(who)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), string(who.Role)+"-"+who.Name+".creds")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }
 
 // connectAs connects to ns with the credentials issued to who, recording the
 // permission violations the server reports.
 func connectAs(t *testing.T, ns *testenv.NATS, a *creds.Authority, who creds.Identity) (*nats.Conn, *violations) {
 	t.Helper()
-	data, err := a.Issue(who)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), who.Name+".creds")
-	if err := os.WriteFile(file, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file := credsFile(t, a, who)
 	v := &violations{}
 	nc, err := nats.Connect(ns.ClientURL(), nats.UserCredentials(file), nats.MaxReconnects(-1),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { v.add(err) }))
@@ -211,14 +242,7 @@ func TestBotWithCredentials(t *testing.T) {
 	brokerNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleBroker, Name: "broker-1"})
 	agentNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleAgent, Name: "coder"})
 	w := newChannelWorldOn(t, ns, brokerNC, agentNC, broker.Config{})
-	data, err := a.Issue(creds.Identity{Role: creds.RoleBot, Name: "bot-1", Principals: []string{"alice", "bob", "ci-bot"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.creds = filepath.Join(t.TempDir(), "bot.creds")
-	if err := os.WriteFile(w.creds, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	w.creds = credsFile(t, a, creds.Identity{Role: creds.RoleBot, Name: "bot-1", Principals: []string{"alice", "bob", "ci-bot"}})
 	bot := w.runBot(t, "bot")
 
 	// Slack: alice approves.
@@ -277,14 +301,7 @@ func TestEmbeddedTLS(t *testing.T) {
 	addrs := startApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0",
 		NATSOperator: keys, NATSTLS: &natsembed.TLS{CertFile: certs.ServerCertFile, KeyFile: certs.ServerKey, ClientCAFile: certs.CAFile},
 		Broker: broker.Config{Mode: broker.ModeAutoApprove}})
-	data, err := a.Issue(creds.Identity{Role: creds.RoleAgent, Name: "coder"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "coder.creds")
-	if err := os.WriteFile(file, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file := credsFile(t, a, creds.Identity{Role: creds.RoleAgent, Name: "coder"})
 	url := strings.Replace(addrs.NATS, "nats://", "tls://", 1)
 	s := natsconn.Settings{URL: url, Creds: file, CAFile: certs.CAFile, CertFile: certs.ClientCertFile, KeyFile: certs.ClientKey}
 	nc, err := natsconn.Connect(s)
@@ -360,14 +377,7 @@ func mustEncode(t *testing.T, e *events.Event) []byte {
 // inbox prefix.
 func connectPrivate(t *testing.T, ns *testenv.NATS, a *creds.Authority, agent string) (*nats.Conn, *violations) {
 	t.Helper()
-	data, err := a.Issue(creds.Identity{Role: creds.RoleAgent, Name: agent, Private: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), agent+".creds")
-	if err := os.WriteFile(file, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	file := credsFile(t, a, creds.Identity{Role: creds.RoleAgent, Name: agent, Private: true})
 	v := &violations{}
 	nc, err := nats.Connect(ns.ClientURL(), nats.UserCredentials(file), nats.CustomInboxPrefix(handler.PrivateInbox(agent)),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { v.add(err) }))
@@ -441,20 +451,7 @@ func TestPrivateReads(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = otherNC.Flush()
-		eventually(t, patience, func() (bool, string) {
-			otherV.mu.Lock()
-			defer otherV.mu.Unlock()
-			for _, e := range otherV.errs {
-				if strings.Contains(e, "Permissions Violation for Subscription") && strings.Contains(e, subj) {
-					return true, ""
-				}
-			}
-			return false, "no subscription violation for " + subj
-		})
+		otherV.waitSub(t, subj)
 	}
-	coderV.mu.Lock()
-	defer coderV.mu.Unlock()
-	if len(coderV.errs) > 0 {
-		t.Fatalf("coder's own reads were refused: %v", coderV.errs)
-	}
+	coderV.none(t, "coder's own reads")
 }

@@ -1,0 +1,173 @@
+package integration
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/creds"
+	"github.com/assent-dev/assent/internal/mcpgateway"
+	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// gatewayPolicy: deploys wait for ops, carol (the gateway's user) among them.
+const gatewayPolicy = `version: 1
+principals:
+  alice: {roles: [ops]}
+  carol: {roles: [ops]}
+rules:
+  - name: deploys
+    tools: [deploy]
+    action: require_approval
+    approvers: ["role:ops"]
+`
+
+// TestGatewayWithCredentials runs the MCP gateway on the credentials
+// `broker creds gateway gw-1 --agent coder --principal carol` issues, on an
+// operator-mode server with the broker on its own: a call is asked as coder,
+// answered in the client by elicitation as carol (accepted: it runs;
+// declined: it does not) with no permission refused; and the server refuses
+// the gateway's connection another agent's request, another principal's
+// answer, a decision, a consumer of the stream, and another agent's (or
+// every agent's) pending events. The request the gateway tried to touch stays
+// pending.
+func TestGatewayWithCredentials(t *testing.T) {
+	a, _, err := creds.Init(filepath.Join(t.TempDir(), "keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.OperatorServer(t, a.Embedded())
+	brokerNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleBroker, Name: "broker-1"})
+	b, _ := runBroker(t, brokerNC, broker.Config{Name: "gateway", Policy: mustPolicy(t, gatewayPolicy, "gateway.yaml")})
+	js := newJS(t, brokerNC)
+	gwNC, gwV := connectAs(t, ns, a, creds.Identity{Role: creds.RoleGateway, Name: "gw-1", Agent: "coder", Principal: "carol"})
+
+	// An upstream with one tool, deploy, that counts its runs.
+	var runs atomic.Int32
+	up := mcp.NewServer(&mcp.Implementation{Name: "ops", Version: "v1"}, nil)
+	up.AddTool(&mcp.Tool{Name: "deploy", Description: "Deploy.", InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			runs.Add(1)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "deployed"}}}, nil
+		})
+	upSrv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, nil))
+	t.Cleanup(upSrv.Close)
+
+	g, err := mcpgateway.New(gwNC, mcpgateway.Config{
+		Upstreams:   []mcpgateway.Upstream{{Name: "ops", URL: upSrv.URL}},
+		Identity:    mcpgateway.Identity{Agent: "coder"},
+		NATS:        mcpgateway.NATS{URL: ns.ClientURL()},
+		Elicitation: mcpgateway.Elicitation{Principal: "carol"},
+	}, testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Errorf("close the gateway: %v", err)
+		}
+	})
+	if err := g.Start(testCtx(t, patience)); err != nil {
+		t.Fatal(err)
+	}
+	// The client on a pipe, as on stdio; its user accepts the first
+	// question and declines the next.
+	server, client := net.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(ctx, &mcp.IOTransport{Reader: server, Writer: server}) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	var asked atomic.Int32
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, &mcp.ClientOptions{
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			if asked.Add(1) == 1 {
+				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"reason": "ship it"}}, nil
+			}
+			return &mcp.ElicitResult{Action: "decline", Content: map[string]any{"reason": "not twice"}}, nil
+		},
+	}).Connect(testCtx(t, patience), &mcp.IOTransport{Reader: client, Writer: client}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+
+	res := callMCP(t, cs, "deploy", `{"v":1}`)
+	v := verdictOf(t, res)
+	if res.IsError || v.Outcome != events.Approved || len(v.DecidedBy) != 1 || v.DecidedBy[0].Principal != "carol" ||
+		v.DecidedBy[0].Channel != mcpgateway.ElicitChannel || runs.Load() != 1 {
+		t.Fatalf("accepted in the client: IsError %v, verdict %+v, %d run(s)", res.IsError, v, runs.Load())
+	}
+	if rec := waitState(t, b, v.RequestID, broker.StateApproved); rec.Request.Agent != "coder" {
+		t.Fatalf("asked as %q", rec.Request.Agent)
+	}
+	res = callMCP(t, cs, "deploy", `{"v":2}`)
+	if v := verdictOf(t, res); !res.IsError || v.Outcome != events.Denied || v.DecidedBy[0].Principal != "carol" || runs.Load() != 1 {
+		t.Fatalf("declined in the client: IsError %v, verdict %+v, %d run(s)", res.IsError, v, runs.Load())
+	}
+	gwV.none(t, "the gateway, on its own credentials,")
+
+	// A request of another agent's that the gateway tries to touch.
+	otherNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleAgent, Name: "other"})
+	victim := events.NewID()
+	req, _ := events.New(events.TypeRequested, victim, "agent/other", events.Requested{Tool: "deploy", Timeout: events.Duration(time.Minute)})
+	h, body, _ := events.Encode(&req)
+	if _, err := newJS(t, otherNC).PublishMsg(testCtx(t, patience), &nats.Msg{Subject: events.RequestPrefix + "other", Header: nats.Header(h), Data: body}); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, b, victim, broker.StatePending)
+
+	forged, _ := events.New(events.TypeDecided, "", "broker/evil", events.Decided{RequestID: victim, Outcome: events.Approved})
+	fh, fbody, _ := events.Encode(&forged)
+	answer, _ := events.New(events.TypeResponded, "", "approver/alice", events.Responded{Decision: events.Approve})
+	ah, abody, _ := events.Encode(&answer)
+	for _, c := range []struct {
+		what    string
+		subject string
+		h       events.Header
+		body    []byte
+	}{
+		{"asking as another agent", events.RequestPrefix + "other", h, body},
+		{"answering as another principal", events.ResponsePrefix + "alice." + victim, ah, abody},
+		{"publishing a decision", events.DecisionPrefix + victim, fh, fbody},
+		{"making a consumer of the stream", "$JS.API.CONSUMER.CREATE." + events.StreamName, nil, []byte(`{"stream_name":"ASSENT","config":{"filter_subject":"assent.pending.other"}}`)},
+	} {
+		t.Run(c.what, func(t *testing.T) {
+			if err := gwNC.PublishMsg(&nats.Msg{Subject: c.subject, Header: nats.Header(c.h), Data: c.body}); err != nil {
+				t.Fatal(err)
+			}
+			_ = gwNC.Flush()
+			gwV.wait(t, c.subject)
+		})
+	}
+	for _, subj := range []string{events.PendingPrefix + "other", events.PendingPrefix + ">"} {
+		t.Run("reading "+subj, func(t *testing.T) {
+			if _, err := gwNC.SubscribeSync(subj); err != nil {
+				t.Fatal(err)
+			}
+			_ = gwNC.Flush()
+			gwV.waitSub(t, subj)
+		})
+	}
+	waitBrokerIdle(t, js)
+	if rec := waitState(t, b, victim, broker.StatePending); rec.Decision != nil {
+		t.Fatalf("the victim's request changed: %+v", rec.Decision)
+	}
+	if n := countDecisions(t, js, victim); n != 0 {
+		t.Fatalf("%d decisions on the stream for the untouched request", n)
+	}
+}
