@@ -106,7 +106,7 @@ func conflict(rec *Record, req events.Requested, digest string) error {
 func (b *Broker) reject(ctx context.Context, id, source string, req events.Requested, o origin, why error) error {
 	at := o.at.UTC()
 	rec := Record{ID: id, Request: req, Source: source, RequestSeq: o.seq, ReceivedAt: at, Deadline: at, State: StatePending}
-	rec.Request.Args, rec.Request.ResponseSchema = nil, nil
+	rec.Request.Args, rec.Request.ResponseSchema, rec.Request.InputSchema = nil, nil, nil
 	if err := rec.decide(verdict{outcome: events.Denied, reason: "invalid_request: " + truncate(why.Error(), 512), rule: "validation", auto: true, at: b.now()}); err != nil {
 		return err
 	}
