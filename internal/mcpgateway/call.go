@@ -116,9 +116,10 @@ func (g *Gateway) request(req *mcp.CallToolRequest, u *upstream, t *mcp.Tool) (h
 	if string(args) == "null" {
 		args = nil
 	}
+	schema := inputSchema(t)
 	r := handler.Request{ID: events.NewID(), Requested: events.Requested{
 		Tool: t.Name, Args: args, Agent: agent, Session: g.sessionOf(req.Session), User: g.cfg.Identity.User,
-		Hint: hint(req.Params.Name, u.cfg.Name, t), Labels: labels,
+		Hint: hint(req.Params.Name, u.cfg.Name, t, schema != nil), InputSchema: schema, Labels: labels,
 	}}
 	return r, r.Validate()
 }
@@ -130,10 +131,11 @@ func (g *Gateway) request(req *mcp.CallToolRequest, u *upstream, t *mcp.Tool) (h
 // claude-desktop, "Visual Studio Code" as visual-studio-code.
 func AgentName(clientName string) string { return tokenOf(clientName, "mcp-client") }
 
-// hint is what approvers see of the tool: its title and description, the
-// name the client called it by, and its input schema, within the hint's
-// size limit (the schema is cut first).
-func hint(offered, server string, t *mcp.Tool) string {
+// hint is what a person reads about the tool: its title and description
+// and the name the client called it by, within the hint's size limit. The
+// input schema travels in the request's input_schema (inputSchema), not
+// here; withSchema false says it could not.
+func hint(offered, server string, t *mcp.Tool, withSchema bool) string {
 	title := t.Title
 	if title == "" && t.Annotations != nil {
 		title = t.Annotations.Title
@@ -147,11 +149,33 @@ func hint(offered, server string, t *mcp.Tool) string {
 	} else {
 		b.WriteString("(no description)")
 	}
-	fmt.Fprintf(&b, "\nMCP tool %s of server %s.", offered, server)
-	if schema, err := json.Marshal(t.InputSchema); err == nil {
-		b.WriteString("\nInput schema: " + string(schema))
+	tail := fmt.Sprintf("\nMCP tool %s of server %s.", offered, server)
+	if !withSchema {
+		tail += " Its input schema is too large to show."
 	}
-	return cut(b.String(), events.MaxTextLength)
+	// The description is cut, not the line naming the tool, unless that
+	// line is most of the hint.
+	if room := events.MaxTextLength - len(tail); room >= 256 {
+		return cut(b.String(), room) + tail
+	}
+	return cut(b.String()+tail, events.MaxTextLength)
+}
+
+// inputSchema is the tool's input schema as a request's input_schema, for
+// approvers; nil when it cannot be carried (over events.MaxInputSchemaSize,
+// or not an object).
+func inputSchema(t *mcp.Tool) json.RawMessage {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(t.InputSchema); err != nil {
+		return nil
+	}
+	raw := json.RawMessage(bytes.TrimSpace(buf.Bytes()))
+	if len(raw) > events.MaxInputSchemaSize || len(raw) == 0 || raw[0] != '{' {
+		return nil
+	}
+	return raw
 }
 
 // cut shortens s to at most n bytes, at a character boundary, marking the

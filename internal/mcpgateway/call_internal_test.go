@@ -1,6 +1,7 @@
 package mcpgateway
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -35,22 +36,53 @@ func TestMayAnswer(t *testing.T) {
 	}
 }
 
-// The hint fits the wire contract's limit, cut in the schema and never in
-// the middle of a character.
+// The hint is what a person reads: title, description and the name the
+// client called, within the wire contract's limit, cut in the description
+// and never in the middle of a character; no input schema in it.
 func TestHint(t *testing.T) {
-	props := map[string]any{}
-	for i := range 400 {
-		props[strings.Repeat("é", 5)+string(rune('a'+i%26))+strings.Repeat("x", i%7)] = map[string]any{"type": "string", "description": "ünïcödé"}
+	tool := &mcp.Tool{Name: "delete_file", Title: "Delete", Description: strings.Repeat("Delete one fïle. ", 400),
+		InputSchema: map[string]any{"type": "object", "properties": map[string]any{"path": map[string]any{"type": "string"}}}}
+	h := hint("fs__delete_file", "fs", tool, true)
+	if len(h) > events.MaxTextLength || !utf8.ValidString(h) || !strings.HasPrefix(h, "Delete: Delete one fïle.") ||
+		!strings.HasSuffix(h, "…\nMCP tool fs__delete_file of server fs.") || strings.Contains(h, `"path"`) {
+		t.Errorf("hint of %d bytes: %q", len(h), h[max(len(h)-200, 0):])
 	}
-	tool := &mcp.Tool{Name: "delete_file", Title: "Delete", Description: "Delete one file.", InputSchema: map[string]any{"type": "object", "properties": props}}
-	h := hint("fs__delete_file", "fs", tool)
-	if len(h) > events.MaxTextLength || !utf8.ValidString(h) || !strings.HasSuffix(h, "…") ||
-		!strings.HasPrefix(h, "Delete: Delete one file.\nMCP tool fs__delete_file of server fs.\nInput schema: {") {
-		t.Errorf("hint of %d bytes: %q", len(h), h[:200])
-	}
-	small := hint("x", "s", &mcp.Tool{Name: "x", Annotations: &mcp.ToolAnnotations{Title: "Ex"}, InputSchema: map[string]any{"type": "object"}})
-	if small != "Ex: (no description)\nMCP tool x of server s.\nInput schema: {\"type\":\"object\"}" {
+	small := hint("x", "s", &mcp.Tool{Name: "x", Annotations: &mcp.ToolAnnotations{Title: "Ex"}, InputSchema: map[string]any{"type": "object"}}, true)
+	if small != "Ex: (no description)\nMCP tool x of server s." {
 		t.Errorf("hint %q", small)
+	}
+	if h := hint("x", "s", &mcp.Tool{Name: "x", Description: "X."}, false); h != "X.\nMCP tool x of server s. Its input schema is too large to show." {
+		t.Errorf("hint without the schema %q", h)
+	}
+	long := strings.Repeat("n", events.MaxTextLength)
+	if h := hint(long, "s", tool, true); len(h) > events.MaxTextLength || !utf8.ValidString(h) {
+		t.Errorf("hint for a long name: %d bytes", len(h))
+	}
+}
+
+// The input schema goes as the upstream declares it, unless it is over the
+// wire contract's limit.
+func TestInputSchema(t *testing.T) {
+	tests := []struct {
+		name   string
+		schema any
+		want   string
+	}{
+		{"object", map[string]any{"type": "object", "properties": map[string]any{"q": map[string]any{"type": "string", "description": "<b> & co"}}}, `{"properties":{"q":{"description":"<b> & co","type":"string"}},"type":"object"}`},
+		{"raw", json.RawMessage(`{"type":"object"}`), `{"type":"object"}`},
+		{"too large", map[string]any{"type": "object", "description": strings.Repeat("d", events.MaxInputSchemaSize)}, ""},
+		{"not an object", []any{"type"}, ""},
+		{"none", nil, ""},
+	}
+	for _, tt := range tests {
+		got := inputSchema(&mcp.Tool{Name: "x", InputSchema: tt.schema})
+		if string(got) != tt.want {
+			t.Errorf("%s: %s, want %s", tt.name, got, tt.want)
+		}
+		r := events.Requested{Tool: "x", InputSchema: got}
+		if err := r.Validate(); err != nil {
+			t.Errorf("%s: the request is invalid: %v", tt.name, err)
+		}
 	}
 }
 

@@ -31,8 +31,12 @@
 //   - session: Identity.Session, else the MCP session id (streamable HTTP),
 //     else an id the gateway makes for each stdio connection.
 //   - user: Identity.User, else none.
-//   - hint: the tool's title and description, the name the client called,
-//     and its input schema (cut to the hint's 4096 bytes), for approvers.
+//   - hint: what a person reads: the tool's title and description and the
+//     name the client called (the description cut to the hint's 4096
+//     bytes).
+//   - input_schema: the tool's input schema as the upstream declares it,
+//     for approvers; left out (and the hint says so) when over
+//     events.MaxInputSchemaSize.
 //   - labels: mcp_server, and the upstream's annotations mcp_read_only
 //     ("true" or "false") and mcp_destructive ("true" unless the tool says
 //     false). Annotations are the upstream's claims: base policy on them

@@ -77,8 +77,16 @@ var scenarios = []struct {
 		r := p.Request
 		if r.Tool != "delete_file" || r.Agent != "approve-as-asked" || r.User != "carol" || r.Session == "" || !sameJSON(r.Args, `{"path":"aa.txt"}`) ||
 			r.Labels["mcp_server"] != f.server || r.Labels["mcp_read_only"] != "false" || r.Labels["mcp_destructive"] != "true" ||
-			!strings.Contains(r.Hint, "MCP tool "+f.prefix+"delete_file of server "+f.server) || !strings.Contains(r.Hint, `"path"`) {
+			!strings.Contains(r.Hint, "MCP tool "+f.prefix+"delete_file of server "+f.server) {
 			t.Errorf("request %+v", r)
+		}
+		// The tool's input schema goes in input_schema, as the upstream
+		// declares it; the hint is for people: title, description and
+		// name, without the schema.
+		up := f.upstreamTool(t, "delete_file")
+		want, _ := json.Marshal(up.InputSchema)
+		if hint := up.Title + ": " + up.Description + "\nMCP tool " + f.prefix + "delete_file of server " + f.server + "."; r.Hint != hint || !sameJSON(r.InputSchema, string(want)) {
+			t.Errorf("input_schema %s, want %s\nhint %q, want %q", r.InputSchema, want, r.Hint, hint)
 		}
 		f.answer(t, "alice", p.RequestID, events.Responded{Decision: events.Approve, Channel: "test"})
 		res := mustResult(t, await(t, ch))

@@ -502,3 +502,18 @@ func text(t *testing.T, res *mcp.CallToolResult) string {
 	}
 	return tc.Text
 }
+
+// upstreamTool is the upstream's tool name, as a client of it reads it.
+func (f *fixture) upstreamTool(t *testing.T, name string) *mcp.Tool {
+	t.Helper()
+	for tool, err := range f.direct.Tools(t.Context(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tool.Name == name {
+			return tool
+		}
+	}
+	t.Fatalf("the upstream has no tool %s", name)
+	return nil
+}
