@@ -5,10 +5,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
@@ -20,37 +18,18 @@ import (
 	"github.com/assent-dev/assent/pkg/events"
 )
 
-// gatewayPolicy: deploys wait for ops, carol (the gateway's user) among them.
-const gatewayPolicy = `version: 1
-principals:
-  alice: {roles: [ops]}
-  carol: {roles: [ops]}
-rules:
-  - name: deploys
-    tools: [deploy]
-    action: require_approval
-    approvers: ["role:ops"]
-`
-
 // TestGatewayWithCredentials runs the MCP gateway on the credentials
-// `broker creds gateway gw-1 --agent coder --principal carol` issues, on an
+// `broker creds gateway gw-1 --agent coder --principal bob` issues, on an
 // operator-mode server with the broker on its own: a call is asked as coder,
-// answered in the client by elicitation as carol (accepted: it runs;
+// answered in the client by elicitation as bob (accepted: it runs;
 // declined: it does not) with no permission refused; and the server refuses
 // the gateway's connection another agent's request, another principal's
 // answer, a decision, a consumer of the stream, and another agent's (or
 // every agent's) pending events. The request the gateway tried to touch stays
 // pending.
 func TestGatewayWithCredentials(t *testing.T) {
-	a, _, err := creds.Init(filepath.Join(t.TempDir(), "keys"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := testenv.OperatorServer(t, a.Embedded())
-	brokerNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleBroker, Name: "broker-1"})
-	b, _ := runBroker(t, brokerNC, broker.Config{Name: "gateway", Policy: mustPolicy(t, gatewayPolicy, "gateway.yaml")})
-	js := newJS(t, brokerNC)
-	gwNC, gwV := connectAs(t, ns, a, creds.Identity{Role: creds.RoleGateway, Name: "gw-1", Agent: "coder", Principal: "carol"})
+	a, ns, b, js := operatorBroker(t, "gateway")
+	gwNC, gwV := connectAs(t, ns, a, creds.Identity{Role: creds.RoleGateway, Name: "gw-1", Agent: "coder", Principal: "bob"})
 
 	// An upstream with one tool, deploy, that counts its runs.
 	var runs atomic.Int32
@@ -67,7 +46,7 @@ func TestGatewayWithCredentials(t *testing.T) {
 		Upstreams:   []mcpgateway.Upstream{{Name: "ops", URL: upSrv.URL}},
 		Identity:    mcpgateway.Identity{Agent: "coder"},
 		NATS:        mcpgateway.NATS{URL: ns.ClientURL()},
-		Elicitation: mcpgateway.Elicitation{Principal: "carol"},
+		Elicitation: mcpgateway.Elicitation{Principal: "bob"},
 	}, testenv.Logger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +87,7 @@ func TestGatewayWithCredentials(t *testing.T) {
 
 	res := callMCP(t, cs, "deploy", `{"v":1}`)
 	v := verdictOf(t, res)
-	if res.IsError || v.Outcome != events.Approved || len(v.DecidedBy) != 1 || v.DecidedBy[0].Principal != "carol" ||
+	if res.IsError || v.Outcome != events.Approved || len(v.DecidedBy) != 1 || v.DecidedBy[0].Principal != "bob" ||
 		v.DecidedBy[0].Channel != mcpgateway.ElicitChannel || runs.Load() != 1 {
 		t.Fatalf("accepted in the client: IsError %v, verdict %+v, %d run(s)", res.IsError, v, runs.Load())
 	}
@@ -116,58 +95,29 @@ func TestGatewayWithCredentials(t *testing.T) {
 		t.Fatalf("asked as %q", rec.Request.Agent)
 	}
 	res = callMCP(t, cs, "deploy", `{"v":2}`)
-	if v := verdictOf(t, res); !res.IsError || v.Outcome != events.Denied || v.DecidedBy[0].Principal != "carol" || runs.Load() != 1 {
+	if v := verdictOf(t, res); !res.IsError || v.Outcome != events.Denied || v.DecidedBy[0].Principal != "bob" || runs.Load() != 1 {
 		t.Fatalf("declined in the client: IsError %v, verdict %+v, %d run(s)", res.IsError, v, runs.Load())
 	}
 	gwV.none(t, "the gateway, on its own credentials,")
 
 	// A request of another agent's that the gateway tries to touch.
 	otherNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleAgent, Name: "other"})
-	victim := events.NewID()
-	req, _ := events.New(events.TypeRequested, victim, "agent/other", events.Requested{Tool: "deploy", Timeout: events.Duration(time.Minute)})
-	h, body, _ := events.Encode(&req)
-	if _, err := newJS(t, otherNC).PublishMsg(testCtx(t, patience), &nats.Msg{Subject: events.RequestPrefix + "other", Header: nats.Header(h), Data: body}); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, b, victim, broker.StatePending)
-
-	forged, _ := events.New(events.TypeDecided, "", "broker/evil", events.Decided{RequestID: victim, Outcome: events.Approved})
-	fh, fbody, _ := events.Encode(&forged)
-	answer, _ := events.New(events.TypeResponded, "", "approver/alice", events.Responded{Decision: events.Approve})
-	ah, abody, _ := events.Encode(&answer)
+	victim, req := askPending(t, b, otherNC, "other")
+	decided, answer := forgeries(t, victim, "alice")
 	for _, c := range []struct {
 		what    string
 		subject string
-		h       events.Header
-		body    []byte
+		m       *nats.Msg
 	}{
-		{"asking as another agent", events.RequestPrefix + "other", h, body},
-		{"answering as another principal", events.ResponsePrefix + "alice." + victim, ah, abody},
-		{"publishing a decision", events.DecisionPrefix + victim, fh, fbody},
-		{"making a consumer of the stream", "$JS.API.CONSUMER.CREATE." + events.StreamName, nil, []byte(`{"stream_name":"ASSENT","config":{"filter_subject":"assent.pending.other"}}`)},
+		{"asking as another agent", events.RequestPrefix + "other", req},
+		{"answering as another principal", events.ResponsePrefix + "alice." + victim, answer},
+		{"publishing a decision", events.DecisionPrefix + victim, decided},
+		{"making a consumer of the stream", "$JS.API.CONSUMER.CREATE." + events.StreamName, &nats.Msg{Data: []byte(`{"stream_name":"ASSENT","config":{"filter_subject":"assent.pending.other"}}`)}},
 	} {
-		t.Run(c.what, func(t *testing.T) {
-			if err := gwNC.PublishMsg(&nats.Msg{Subject: c.subject, Header: nats.Header(c.h), Data: c.body}); err != nil {
-				t.Fatal(err)
-			}
-			_ = gwNC.Flush()
-			gwV.wait(t, c.subject)
-		})
+		t.Run(c.what, func(t *testing.T) { gwV.refused(t, gwNC, c.subject, c.m) })
 	}
 	for _, subj := range []string{events.PendingPrefix + "other", events.PendingPrefix + ">"} {
-		t.Run("reading "+subj, func(t *testing.T) {
-			if _, err := gwNC.SubscribeSync(subj); err != nil {
-				t.Fatal(err)
-			}
-			_ = gwNC.Flush()
-			gwV.waitSub(t, subj)
-		})
+		t.Run("reading "+subj, func(t *testing.T) { gwV.refusedSub(t, gwNC, subj) })
 	}
-	waitBrokerIdle(t, js)
-	if rec := waitState(t, b, victim, broker.StatePending); rec.Decision != nil {
-		t.Fatalf("the victim's request changed: %+v", rec.Decision)
-	}
-	if n := countDecisions(t, js, victim); n != 0 {
-		t.Fatalf("%d decisions on the stream for the untouched request", n)
-	}
+	untouched(t, b, js, victim)
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/assent-dev/assent/internal/app"
 	"github.com/assent-dev/assent/internal/broker"
@@ -62,12 +63,6 @@ func (v *violations) wait(t *testing.T, subject string) {
 	v.waitFor(t, "Publish", subject)
 }
 
-// waitSub waits until the server refused a subscription to subject.
-func (v *violations) waitSub(t *testing.T, subject string) {
-	t.Helper()
-	v.waitFor(t, "Subscription", subject)
-}
-
 // waitFor waits until the server reported a violation of kind (Publish,
 // Subscription) on subject.
 func (v *violations) waitFor(t *testing.T, kind, subject string) {
@@ -92,6 +87,102 @@ func (v *violations) none(t *testing.T, who string) {
 	if len(v.errs) > 0 {
 		t.Fatalf("%s was refused: %v", who, v.errs)
 	}
+}
+
+// refused publishes m on subject through nc, and waits until the server
+// refused it.
+func (v *violations) refused(t *testing.T, nc *nats.Conn, subject string, m *nats.Msg) {
+	t.Helper()
+	if err := nc.PublishMsg(&nats.Msg{Subject: subject, Header: m.Header, Data: m.Data}); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	v.wait(t, subject)
+}
+
+// refusedSub subscribes to subject through nc, and waits until the server
+// refused it.
+func (v *violations) refusedSub(t *testing.T, nc *nats.Conn, subject string) {
+	t.Helper()
+	if _, err := nc.SubscribeSync(subject); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	v.waitFor(t, "Subscription", subject)
+}
+
+// operatorBroker starts an operator-mode server trusting a new authority,
+// and a broker called name on its credentials under permsPolicy. js is the
+// broker's connection's.
+func operatorBroker(t *testing.T, name string) (*creds.Authority, *testenv.NATS, *broker.Broker, jetstream.JetStream) {
+	t.Helper()
+	a, ns, brokerNC := operatorServer(t)
+	b, _ := runBroker(t, brokerNC, broker.Config{Name: name, Policy: mustPolicy(t, permsPolicy, "perms.yaml")})
+	return a, ns, b, newJS(t, brokerNC)
+}
+
+// operatorServer starts an operator-mode server trusting a new authority,
+// and connects to it with broker credentials.
+func operatorServer(t *testing.T) (*creds.Authority, *testenv.NATS, *nats.Conn) {
+	t.Helper()
+	a, _, err := creds.Init(filepath.Join(t.TempDir(), "keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.OperatorServer(t, a.Embedded())
+	brokerNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleBroker, Name: "broker-1"})
+	return a, ns, brokerNC
+}
+
+// untouched checks that request id, which others tried to decide, is still
+// pending once the broker is idle, with no decision on the stream.
+func untouched(t *testing.T, b *broker.Broker, js jetstream.JetStream, id string) {
+	t.Helper()
+	waitBrokerIdle(t, js)
+	if rec := waitState(t, b, id, broker.StatePending); rec.Decision != nil {
+		t.Fatalf("the victim's request changed: %+v", rec.Decision)
+	}
+	if n := countDecisions(t, js, id); n != 0 {
+		t.Fatalf("%d decisions on the stream for the untouched request", n)
+	}
+}
+
+// eventMsg is an event of typ from source about data, as a message without
+// a subject.
+func eventMsg(t *testing.T, typ, source string, data any) *nats.Msg {
+	t.Helper()
+	e, err := events.New(typ, "", source, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, body, err := events.Encode(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &nats.Msg{Header: nats.Header(h), Data: body}
+}
+
+// askPending publishes a request of agent's through nc, and waits until b
+// holds it pending. It returns the request's id and message.
+func askPending(t *testing.T, b *broker.Broker, nc *nats.Conn, agent string) (string, *nats.Msg) {
+	t.Helper()
+	id := events.NewID()
+	req, _ := events.New(events.TypeRequested, id, "agent/"+agent, events.Requested{Tool: "deploy", Args: json.RawMessage(`{"v":2}`), Timeout: events.Duration(time.Minute)})
+	h, body, _ := events.Encode(&req)
+	m := &nats.Msg{Subject: events.RequestPrefix + agent, Header: nats.Header(h), Data: body}
+	if _, err := newJS(t, nc).PublishMsg(testCtx(t, patience), m); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, b, id, broker.StatePending)
+	return id, m
+}
+
+// forgeries are what others publish against request id: a decision the
+// broker did not make, and principal's approval.
+func forgeries(t *testing.T, id, principal string) (decided, answer *nats.Msg) {
+	t.Helper()
+	return eventMsg(t, events.TypeDecided, "broker/evil", events.Decided{RequestID: id, Outcome: events.Approved}),
+		eventMsg(t, events.TypeResponded, "approver/"+principal, events.Responded{Decision: events.Approve})
 }
 
 // credsFile writes the credentials issued to who to a file of t's, and
@@ -131,17 +222,10 @@ func connectAs(t *testing.T, ns *testenv.NATS, a *creds.Authority, who creds.Ide
 // broker publishing a decision, and an agent cancelling another agent's
 // request; none of those reaches the stream.
 func TestServerEnforcesRoles(t *testing.T) {
-	a, made, err := creds.Init(filepath.Join(t.TempDir(), "keys"))
-	if err != nil || !made {
-		t.Fatalf("init: %v %v", made, err)
-	}
-	ns := testenv.OperatorServer(t, a.Embedded())
+	a, ns, b, js := operatorBroker(t, "perms")
 	if _, err := nats.Connect(ns.ClientURL()); err == nil {
 		t.Fatal("a client without credentials connected")
 	}
-	brokerNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleBroker, Name: "broker-1"})
-	b, _ := runBroker(t, brokerNC, broker.Config{Name: "perms", Policy: mustPolicy(t, permsPolicy, "perms.yaml")})
-	js := newJS(t, brokerNC)
 
 	agentNC, agentV := connectAs(t, ns, a, creds.Identity{Role: creds.RoleAgent, Name: "coder"})
 	aliceNC, aliceV := connectAs(t, ns, a, creds.Identity{Role: creds.RoleApprover, Name: "alice"})
@@ -161,65 +245,41 @@ func TestServerEnforcesRoles(t *testing.T) {
 	}
 
 	// A request of coder's that others try to touch.
-	victim := events.NewID()
-	req, _ := events.New(events.TypeRequested, victim, "agent/coder", events.Requested{Tool: "deploy", Args: json.RawMessage(`{"v":2}`), Timeout: events.Duration(time.Minute)})
-	h, body, _ := events.Encode(&req)
-	if _, err := newJS(t, agentNC).PublishMsg(testCtx(t, patience), &nats.Msg{Subject: events.RequestPrefix + "coder", Header: nats.Header(h), Data: body}); err != nil {
-		t.Fatal(err)
-	}
-	waitState(t, b, victim, broker.StatePending)
-
-	forged, _ := events.New(events.TypeDecided, "", "broker/evil", events.Decided{RequestID: victim, Outcome: events.Approved})
-	fh, fbody, _ := events.Encode(&forged)
-	answer, _ := events.New(events.TypeResponded, "", "approver/bob", events.Responded{Decision: events.Approve})
-	ah, abody, _ := events.Encode(&answer)
-	cancel, _ := events.New(events.TypeCancel, "", "agent/other", events.Cancel{Reason: "mine now"})
-	ch, cbody, _ := events.Encode(&cancel)
+	victim, req := askPending(t, b, agentNC, "coder")
+	decided, answer := forgeries(t, victim, "bob")
+	cancel := eventMsg(t, events.TypeCancel, "agent/other", events.Cancel{Reason: "mine now"})
 	for _, c := range []struct {
 		what    string
 		nc      *nats.Conn
 		v       *violations
 		subject string
-		h       events.Header
-		body    []byte
+		m       *nats.Msg
 	}{
-		{"an agent asking as another", agentNC, agentV, events.RequestPrefix + "other", h, body},
-		{"an agent publishing a decision", agentNC, agentV, events.DecisionPrefix + victim, fh, fbody},
-		{"an approver publishing a decision", aliceNC, aliceV, events.DecisionPrefix + victim, fh, fbody},
-		{"an approver answering as another", aliceNC, aliceV, events.ResponsePrefix + "bob." + victim, ah, abody},
-		{"an approver asking", aliceNC, aliceV, events.RequestPrefix + "coder", h, body},
-		{"an agent answering", agentNC, agentV, events.ResponsePrefix + "alice." + victim, ah, abody},
-		{"an agent cancelling by id alone", agentNC, agentV, events.CancelPrefix + victim, ch, cbody},
-		{"an approver announcing another's presence", aliceNC, aliceV, "$KV." + events.PresenceBucket + ".bob.sdk", nil, []byte(`{"principal":"bob","channel":"sdk"}`)},
-		{"an approver deleting the broker's consumer", aliceNC, aliceV, "$JS.API.CONSUMER.DELETE.ASSENT.assent-broker-requests", nil, nil},
-		{"an agent reading the broker's consumer", agentNC, agentV, "$JS.API.CONSUMER.MSG.NEXT.ASSENT.assent-broker-requests", nil, []byte(`{"batch":1}`)},
+		{"an agent asking as another", agentNC, agentV, events.RequestPrefix + "other", req},
+		{"an agent publishing a decision", agentNC, agentV, events.DecisionPrefix + victim, decided},
+		{"an approver publishing a decision", aliceNC, aliceV, events.DecisionPrefix + victim, decided},
+		{"an approver answering as another", aliceNC, aliceV, events.ResponsePrefix + "bob." + victim, answer},
+		{"an approver asking", aliceNC, aliceV, events.RequestPrefix + "coder", req},
+		{"an agent answering", agentNC, agentV, events.ResponsePrefix + "alice." + victim, answer},
+		{"an agent cancelling by id alone", agentNC, agentV, events.CancelPrefix + victim, cancel},
+		{"an approver announcing another's presence", aliceNC, aliceV, "$KV." + events.PresenceBucket + ".bob.sdk", &nats.Msg{Data: []byte(`{"principal":"bob","channel":"sdk"}`)}},
+		{"an approver deleting the broker's consumer", aliceNC, aliceV, "$JS.API.CONSUMER.DELETE.ASSENT.assent-broker-requests", &nats.Msg{}},
+		{"an agent reading the broker's consumer", agentNC, agentV, "$JS.API.CONSUMER.MSG.NEXT.ASSENT.assent-broker-requests", &nats.Msg{Data: []byte(`{"batch":1}`)}},
 	} {
-		t.Run(c.what, func(t *testing.T) {
-			if err := c.nc.PublishMsg(&nats.Msg{Subject: c.subject, Header: nats.Header(c.h), Data: c.body}); err != nil {
-				t.Fatal(err)
-			}
-			_ = c.nc.Flush()
-			c.v.wait(t, c.subject)
-		})
+		t.Run(c.what, func(t *testing.T) { c.v.refused(t, c.nc, c.subject, c.m) })
 	}
 	// Another agent cancelling coder's request on its own cancel subject:
 	// the server lets it publish there, the broker refuses it.
 	otherJS := newJS(t, otherNC)
-	if _, err := otherJS.PublishMsg(testCtx(t, patience), &nats.Msg{Subject: events.CancelPrefix + "other." + victim, Header: nats.Header(ch), Data: cbody}); err != nil {
+	if _, err := otherJS.PublishMsg(testCtx(t, patience), &nats.Msg{Subject: events.CancelPrefix + "other." + victim, Header: cancel.Header, Data: cancel.Data}); err != nil {
 		t.Fatalf("cancel on its own subject: %v", err)
 	}
 	// ... and on coder's, the server refuses.
-	_, err = otherJS.PublishMsg(testCtx(t, 2*time.Second), &nats.Msg{Subject: events.CancelPrefix + "coder." + victim, Header: nats.Header(ch), Data: cbody})
+	_, err = otherJS.PublishMsg(testCtx(t, 2*time.Second), &nats.Msg{Subject: events.CancelPrefix + "coder." + victim, Header: cancel.Header, Data: cancel.Data})
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "ermission") && !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("cancel on another agent's subject: %v", err)
 	}
-	waitBrokerIdle(t, js)
-	if rec := waitState(t, b, victim, broker.StatePending); rec.Decision != nil {
-		t.Fatalf("the victim's request changed: %+v", rec.Decision)
-	}
-	if n := countDecisions(t, js, victim); n != 0 {
-		t.Fatalf("%d decisions on the stream for the untouched request", n)
-	}
+	untouched(t, b, js, victim)
 	// coder cancels its own, through the SDK (assent.cancel.coder.<id>).
 	if err := coder.Cancel(testCtx(t, patience), victim, "changed my mind"); err != nil {
 		t.Fatal(err)
@@ -234,12 +294,7 @@ func TestServerEnforcesRoles(t *testing.T) {
 // the agent and the broker on theirs: every channel shows requests, and an
 // answer through each decides as its principal.
 func TestBotWithCredentials(t *testing.T) {
-	a, _, err := creds.Init(filepath.Join(t.TempDir(), "keys"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := testenv.OperatorServer(t, a.Embedded())
-	brokerNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleBroker, Name: "broker-1"})
+	a, ns, brokerNC := operatorServer(t)
 	agentNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleAgent, Name: "coder"})
 	w := newChannelWorldOn(t, ns, brokerNC, agentNC, broker.Config{})
 	w.creds = credsFile(t, a, creds.Identity{Role: creds.RoleBot, Name: "bot-1", Principals: []string{"alice", "bob", "ci-bot"}})
@@ -394,13 +449,7 @@ func connectPrivate(t *testing.T, ns *testenv.NATS, a *creds.Authority, agent st
 // subjects, another agent's private subjects; the broker answers a lookup of
 // another agent's request as unknown.
 func TestPrivateReads(t *testing.T) {
-	a, _, err := creds.Init(filepath.Join(t.TempDir(), "keys"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := testenv.OperatorServer(t, a.Embedded())
-	brokerNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleBroker, Name: "broker-1"})
-	b, _ := runBroker(t, brokerNC, broker.Config{Name: "private", Policy: mustPolicy(t, permsPolicy, "perms.yaml")})
+	a, ns, b, _ := operatorBroker(t, "private")
 	aliceNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleApprover, Name: "alice"})
 	runApprover(t, aliceNC, "alice", "coder", func(_ context.Context, req handler.Request) (handler.Response, error) {
 		return handler.Response{Decision: events.Approve, Reason: "fine"}, nil
@@ -447,11 +496,7 @@ func TestPrivateReads(t *testing.T) {
 	_ = otherNC.Flush()
 	otherV.wait(t, "$JS.API.STREAM.MSG.GET.ASSENT")
 	for _, subj := range []string{events.DecisionPrefix + d.RequestID, events.PrivatePrefix + "coder.decided." + d.RequestID} {
-		if _, err := otherNC.SubscribeSync(subj); err != nil {
-			t.Fatal(err)
-		}
-		_ = otherNC.Flush()
-		otherV.waitSub(t, subj)
+		otherV.refusedSub(t, otherNC, subj)
 	}
 	coderV.none(t, "coder's own reads")
 }
