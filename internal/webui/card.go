@@ -31,6 +31,8 @@ type card struct {
 	// characters as \u escapes; NoArgs says there are none.
 	Args   string
 	NoArgs bool
+	// ArgsSchema is the request's input_schema, to read; nil without one.
+	ArgsSchema *argsSchema
 	// Hidden says the request held control or invisible characters, now
 	// shown as escapes.
 	Hidden   bool
@@ -105,9 +107,10 @@ func (u *UI) makeCard(rec broker.Record, v viewer) card {
 	}
 	sort.Slice(c.Labels, func(i, j int) bool { return c.Labels[i][0] < c.Labels[j][0] })
 	c.Args, c.NoArgs = prettyJSON(req.Args)
-	if hidden(req.Args) {
+	if hidden(req.Args) || hidden(req.InputSchema) {
 		c.Hidden = true
 	}
+	c.ArgsSchema = makeArgsSchema(req.InputSchema)
 	for _, d := range rec.Votes {
 		c.Votes = append(c.Votes, vote{Principal: textsafe.Line(d.Principal), Channel: textsafe.Line(d.Channel), At: d.At})
 	}
@@ -351,4 +354,93 @@ func makeSchemaForm(raw json.RawMessage) *schemaForm {
 	})
 	form.Fields = fields
 	return form
+}
+
+// argsSchema is a request's input schema as a person reads it: a row per
+// property of an object schema, and the schema itself as JSON.
+type argsSchema struct {
+	Props []schemaProp
+	Raw   string
+}
+
+type schemaProp struct {
+	Name, Type, Description string
+	Required                bool
+}
+
+// maxEnumShown is how many of a property's choices a row lists.
+const maxEnumShown = 12
+
+// makeArgsSchema reads raw, a request's input_schema; nil when there is none.
+// Properties are listed when raw is an object schema with them, required
+// ones first; anything else is shown as JSON only.
+func makeArgsSchema(raw json.RawMessage) *argsSchema {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		return nil
+	}
+	pretty, _ := prettyJSON(raw)
+	out := &argsSchema{Raw: pretty}
+	var s struct {
+		Properties map[string]struct {
+			Type        json.RawMessage   `json:"type"`
+			Title       string            `json:"title"`
+			Description string            `json:"description"`
+			Enum        []json.RawMessage `json:"enum"`
+			Items       *struct {
+				Type json.RawMessage `json:"type"`
+			} `json:"items"`
+		} `json:"properties"`
+		Required []string `json:"required"`
+	}
+	if json.Unmarshal(raw, &s) != nil {
+		return out
+	}
+	for name, p := range s.Properties {
+		desc := p.Description
+		if p.Title != "" && desc != "" {
+			desc = p.Title + ": " + desc
+		} else if desc == "" {
+			desc = p.Title
+		}
+		typ := schemaType(p.Type)
+		if typ == "array" && p.Items != nil {
+			if it := schemaType(p.Items.Type); it != "" {
+				typ = "array of " + it
+			}
+		}
+		if len(p.Enum) > 0 {
+			var vals []string
+			for i, e := range p.Enum {
+				if i == maxEnumShown {
+					vals = append(vals, "…")
+					break
+				}
+				vals = append(vals, string(e))
+			}
+			typ = "one of " + strings.Join(vals, ", ")
+		}
+		out.Props = append(out.Props, schemaProp{Name: textsafe.Line(name), Type: textsafe.Line(typ),
+			Description: textsafe.Text(desc), Required: slices.Contains(s.Required, name)})
+	}
+	sort.SliceStable(out.Props, func(i, j int) bool {
+		if out.Props[i].Required != out.Props[j].Required {
+			return out.Props[i].Required
+		}
+		return out.Props[i].Name < out.Props[j].Name
+	})
+	return out
+}
+
+// schemaType is a JSON Schema "type" as words: "string", "string or null";
+// "" when absent or of another shape.
+func schemaType(raw json.RawMessage) string {
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return one
+	}
+	var many []string
+	if json.Unmarshal(raw, &many) == nil {
+		return strings.Join(many, " or ")
+	}
+	return ""
 }

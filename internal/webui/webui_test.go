@@ -132,6 +132,47 @@ func TestPagesShowWhatAgentsSentSafely(t *testing.T) {
 	}
 }
 
+// TestArgsSchemaShownSafely: a request's input_schema is on its card and
+// page, collapsed, as a table of arguments and as JSON, with everything the
+// agent wrote escaped.
+func TestArgsSchemaShownSafely(t *testing.T) {
+	s := newSite(t, false, 0)
+	rec := s.submit(t, events.Requested{
+		Tool: "delete_file",
+		Args: json.RawMessage(`{"path":"/tmp/a"}`),
+		InputSchema: json.RawMessage(`{"type":"object","required":["path"],"properties":{` +
+			`"path":{"type":"string","description":"<script>alert(1)</script> the file"},` +
+			`"<img src=x onerror=alert(2)>":{"type":["integer","null"]},` +
+			`"mode":{"enum":["soft","hard"],"title":"How"}}}`),
+	})
+	for _, path := range []string{"/approvals/" + rec.ID, "/ui/cards/" + rec.ID} {
+		code, body, _ := s.get(t, "", path)
+		if code != http.StatusOK {
+			t.Fatalf("%s: status %d", path, code)
+		}
+		for _, bad := range []string{"<script>alert", "<img src=x", `<details class="args-schema" open`} {
+			if strings.Contains(body, bad) {
+				t.Errorf("%s contains %q", path, bad)
+			}
+		}
+		for _, want := range []string{
+			`<details class="args-schema">`, "<summary>Arguments schema",
+			`<code>path</code> <span class="req">required</span>`, "&lt;script&gt;alert(1)&lt;/script&gt; the file",
+			"<code>&lt;img src=x onerror=alert(2)&gt;</code>", "integer or null",
+			`one of &#34;soft&#34;, &#34;hard&#34;`, "How",
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("%s lacks %q", path, want)
+			}
+		}
+	}
+	// Without a schema, nothing about one.
+	plain := s.submit(t, events.Requested{Tool: "delete_file", Args: json.RawMessage(`{"path":"/tmp/b"}`)})
+	if _, body, _ := s.get(t, "", "/ui/cards/"+plain.ID); strings.Contains(body, "Arguments schema") {
+		t.Error("a request without input_schema shows an arguments schema")
+	}
+}
+
 func TestSignInRequired(t *testing.T) {
 	s := newSite(t, true, 0)
 	for _, path := range []string{"/", "/history?state=denied", "/remembered", "/approvals/x"} {
