@@ -417,6 +417,39 @@ func TestBrowser(t *testing.T) {
 		e.shot(t, "detail")
 	})
 
+	t.Run("arguments-schema", func(t *testing.T) {
+		schema := json.RawMessage(`{"type":"object","properties":{` +
+			`"path":{"type":"string","description":"The note to delete, relative to the sandbox. <b>Not</b> a directory."},` +
+			`"recursive":{"type":"boolean","description":"Delete a directory and everything in it."},` +
+			`"mode":{"enum":["trash","purge"],"title":"How","description":"Move to the trash, or delete for good."},` +
+			`"tags":{"type":"array","items":{"type":"string"}}},"required":["path"],"additionalProperties":false}`)
+		id, _ := e.ask(t, events.Requested{Tool: "delete_file", Session: "s-mcp", Args: json.RawMessage(`{"path":"notes/q3.md","mode":"trash"}`),
+			Hint: "Delete a note: Delete one note.\nMCP tool fs__delete_file of server fs.", InputSchema: schema,
+			Labels: map[string]string{"mcp_server": "fs"}})
+		var collapsed bool
+		var rows int
+		var cell string
+		e.run(t, "see it", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery))
+		e.run(t, "its page", chromedp.Navigate(e.url+"/approvals/"+id), chromedp.WaitVisible(card(id)+` .args-schema summary`, chromedp.ByQuery),
+			chromedp.Evaluate(fmt.Sprintf(`!document.querySelector(%q).open`, card(id)+" .args-schema"), &collapsed))
+		if !collapsed {
+			t.Fatal("the arguments schema is open before anyone asks")
+		}
+		e.run(t, "open the schema", chromedp.Click(card(id)+` .args-schema > summary`, chromedp.ByQuery),
+			chromedp.WaitVisible(card(id)+` .args-schema table`, chromedp.ByQuery),
+			chromedp.Evaluate(fmt.Sprintf(`document.querySelectorAll(%q).length`, card(id)+" .args-schema tbody tr"), &rows),
+			chromedp.Text(card(id)+` .args-schema tbody tr td.desc`, &cell, chromedp.ByQuery))
+		if rows != 4 || !strings.Contains(cell, "<b>Not</b> a directory") {
+			t.Fatalf("%d rows, the first described %q", rows, cell)
+		}
+		e.shot(t, "args-schema")
+		ctx, cancel := opCtx()
+		defer cancel()
+		if err := e.agent.Cancel(ctx, id, "test over"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("phone-and-dark", func(t *testing.T) {
 		id, _ := e.ask(t, events.Requested{Tool: "send_email", Session: "s-phone", Args: json.RawMessage(`{"to":"all@example.com","subject":"Quarterly results"}`)})
 		var overflow bool
