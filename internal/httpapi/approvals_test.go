@@ -6,14 +6,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/internal/httpapi"
-	"github.com/assent-dev/assent/internal/openapicheck"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -27,14 +25,7 @@ func TestInputSchemaRoundTrip(t *testing.T) {
 	b, _ := brokertest.Run(t, nc, broker.Config{})
 	srv := httptest.NewServer(httpapi.New(b, httpapi.Config{}, testenv.Logger(t)))
 	t.Cleanup(srv.Close)
-	raw, err := os.ReadFile("openapi.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := openapicheck.Load(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, doc := loadOpenAPI(t)
 	pending, err := nc.SubscribeSync(events.PendingPrefix + "doc")
 	if err != nil {
 		t.Fatal(err)

@@ -16,14 +16,7 @@ import (
 // router serves, every path parameter is declared, operation ids are unique,
 // every reference resolves and every schema compiles.
 func TestOpenAPIMatchesRouter(t *testing.T) {
-	raw, err := os.ReadFile("openapi.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc, err := openapicheck.Load(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw, doc := loadOpenAPI(t)
 	if !strings.HasPrefix(doc.Version, "3.1.") {
 		t.Fatalf("openapi %q, want 3.1.x", doc.Version)
 	}
@@ -83,4 +76,19 @@ func TestOpenAPIMatchesRouter(t *testing.T) {
 			t.Errorf("schema %s: %v", name, err)
 		}
 	}
+}
+
+// loadOpenAPI reads openapi.json, as text and as a document to check
+// responses against.
+func loadOpenAPI(t *testing.T) ([]byte, *openapicheck.Doc) {
+	t.Helper()
+	raw, err := os.ReadFile("openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := openapicheck.Load(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw, doc
 }

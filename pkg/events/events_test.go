@@ -267,19 +267,7 @@ func TestRequestedValidateSchema(t *testing.T) {
 				checkField(t, err, "response_schema")
 			}
 
-			// The same on the wire, and in the request a pending event carries.
-			data := `{"tool":"ask"}`
-			if tt.schema != "" {
-				data = `{"tool":"ask","response_schema":` + tt.schema + `}`
-			}
-			e, derr := events.Decode(structuredHeader, structured(testID, events.TypeRequested, data))
-			if derr != nil {
-				t.Fatal(derr)
-			}
-			_, derr = events.DecodeRequested(&e)
-			checkErr(t, derr, tt.wantErr)
-			p := events.Pending{RequestID: testID, Request: r}
-			checkErr(t, p.Validate(), tt.wantErr)
+			checkSchemaOnWire(t, "response_schema", tt.schema, r, tt.wantErr)
 
 			// A schema Validate accepts is one CheckPayload can use.
 			if err == nil && len(tt.schema) > 0 && tt.schema != "null" {
@@ -325,22 +313,10 @@ func TestRequestedValidateInputSchema(t *testing.T) {
 				t.Errorf("error %q says neither what is wanted nor the limit", err)
 			}
 
-			// The same on the wire, and in the request a pending event carries.
-			data := `{"tool":"ask"}`
-			if tt.schema != "" {
-				data = `{"tool":"ask","input_schema":` + tt.schema + `}`
-			}
-			e, derr := events.Decode(structuredHeader, structured(testID, events.TypeRequested, data))
-			if derr != nil {
-				t.Fatal(derr)
-			}
-			got, derr := events.DecodeRequested(&e)
-			checkErr(t, derr, tt.wantErr)
-			if derr == nil && tt.schema != "" && tt.schema != "null" && string(got.InputSchema) != tt.schema {
+			got := checkSchemaOnWire(t, "input_schema", tt.schema, r, tt.wantErr)
+			if err == nil && tt.schema != "" && tt.schema != "null" && string(got.InputSchema) != tt.schema {
 				t.Errorf("decoded input_schema %.80s, want %.80s", got.InputSchema, tt.schema)
 			}
-			p := events.Pending{RequestID: testID, Request: r}
-			checkErr(t, p.Validate(), tt.wantErr)
 		})
 	}
 }
@@ -365,6 +341,26 @@ func TestInputSchemaWithinEventSize(t *testing.T) {
 	if _, err := events.Decode(h, body); !errors.Is(err, events.ErrTooLarge) {
 		t.Errorf("an event of %d bytes: %v, want ErrTooLarge", len(body), err)
 	}
+}
+
+// checkSchemaOnWire checks that a request with schema as its field (absent
+// when "") decodes with wantErr, and that r in a pending event validates with
+// it too; it returns the decoded request.
+func checkSchemaOnWire(t *testing.T, field, schema string, r events.Requested, wantErr error) events.Requested {
+	t.Helper()
+	data := `{"tool":"ask"}`
+	if schema != "" {
+		data = `{"tool":"ask","` + field + `":` + schema + `}`
+	}
+	e, err := events.Decode(structuredHeader, structured(testID, events.TypeRequested, data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := events.DecodeRequested(&e)
+	checkErr(t, err, wantErr)
+	p := events.Pending{RequestID: testID, Request: r}
+	checkErr(t, p.Validate(), wantErr)
+	return got
 }
 
 // TestSchemaLimits: compiling costs more than linear time in nesting and
