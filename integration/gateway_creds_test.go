@@ -16,6 +16,7 @@ import (
 	"github.com/assent-dev/assent/internal/mcpgateway"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/handler"
 )
 
 // TestGatewayWithCredentials runs the MCP gateway on the credentials
@@ -31,59 +32,17 @@ func TestGatewayWithCredentials(t *testing.T) {
 	a, ns, b, js := operatorBroker(t, "gateway")
 	gwNC, gwV := connectAs(t, ns, a, creds.Identity{Role: creds.RoleGateway, Name: "gw-1", Agent: "coder", Principal: "bob"})
 
-	// An upstream with one tool, deploy, that counts its runs.
-	var runs atomic.Int32
-	up := mcp.NewServer(&mcp.Implementation{Name: "ops", Version: "v1"}, nil)
-	up.AddTool(&mcp.Tool{Name: "deploy", Description: "Deploy.", InputSchema: map[string]any{"type": "object"}},
-		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			runs.Add(1)
-			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "deployed"}}}, nil
-		})
-	upSrv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, nil))
-	t.Cleanup(upSrv.Close)
-
-	g, err := mcpgateway.New(gwNC, mcpgateway.Config{
-		Upstreams:   []mcpgateway.Upstream{{Name: "ops", URL: upSrv.URL}},
+	var asked atomic.Int32
+	cs, runs := gatewayOn(t, gwNC, mcpgateway.Config{
 		Identity:    mcpgateway.Identity{Agent: "coder"},
 		NATS:        mcpgateway.NATS{URL: ns.ClientURL()},
 		Elicitation: mcpgateway.Elicitation{Principal: "bob"},
-	}, testenv.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := g.Close(); err != nil {
-			t.Errorf("close the gateway: %v", err)
+	}, func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		if asked.Add(1) == 1 {
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"reason": "ship it"}}, nil
 		}
+		return &mcp.ElicitResult{Action: "decline", Content: map[string]any{"reason": "not twice"}}, nil
 	})
-	if err := g.Start(testCtx(t, patience)); err != nil {
-		t.Fatal(err)
-	}
-	// The client on a pipe, as on stdio; its user accepts the first
-	// question and declines the next.
-	server, client := net.Pipe()
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(ctx, &mcp.IOTransport{Reader: server, Writer: server}) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	var asked atomic.Int32
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, &mcp.ClientOptions{
-		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
-			if asked.Add(1) == 1 {
-				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"reason": "ship it"}}, nil
-			}
-			return &mcp.ElicitResult{Action: "decline", Content: map[string]any{"reason": "not twice"}}, nil
-		},
-	}).Connect(testCtx(t, patience), &mcp.IOTransport{Reader: client, Writer: client}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cs.Close() })
 
 	res := callMCP(t, cs, "deploy", `{"v":1}`)
 	v := verdictOf(t, res)
@@ -120,4 +79,81 @@ func TestGatewayWithCredentials(t *testing.T) {
 		t.Run("reading "+subj, func(t *testing.T) { gwV.refusedSub(t, gwNC, subj) })
 	}
 	untouched(t, b, js, victim)
+}
+
+// TestGatewayWithPrivateCredentials: with `broker creds gateway gw-2 --agent
+// coder --principal bob --private` and nats.private, the gateway reads its
+// decisions through coder's own subjects and inbox, never the stream, and the
+// server refuses it nothing: an answer given in the client decides.
+func TestGatewayWithPrivateCredentials(t *testing.T) {
+	a, ns, b, _ := operatorBroker(t, "gateway-private")
+	file := credsFile(t, a, creds.Identity{Role: creds.RoleGateway, Name: "gw-2", Agent: "coder", Principal: "bob", Private: true})
+	v := &violations{}
+	gwNC, err := nats.Connect(ns.ClientURL(), nats.UserCredentials(file), nats.CustomInboxPrefix(handler.PrivateInbox("coder")),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { v.add(err) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gwNC.Close)
+	cs, runs := gatewayOn(t, gwNC, mcpgateway.Config{
+		Identity:    mcpgateway.Identity{Agent: "coder"},
+		NATS:        mcpgateway.NATS{URL: ns.ClientURL(), Private: true},
+		Elicitation: mcpgateway.Elicitation{Principal: "bob"},
+	}, func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		return &mcp.ElicitResult{Action: "accept"}, nil
+	})
+	res := callMCP(t, cs, "deploy", `{"v":1}`)
+	verdict := verdictOf(t, res)
+	if res.IsError || verdict.Outcome != events.Approved || runs.Load() != 1 {
+		t.Fatalf("accepted in the client: IsError %v, verdict %+v, %d run(s)", res.IsError, verdict, runs.Load())
+	}
+	waitState(t, b, verdict.RequestID, broker.StateApproved)
+	v.none(t, "the gateway, on private credentials,")
+}
+
+// gatewayOn runs the MCP gateway on nc in front of an upstream with one tool,
+// deploy, that counts its runs, and connects a client to it on a pipe, as on
+// stdio, whose user answers questions with elicit.
+func gatewayOn(t *testing.T, nc *nats.Conn, cfg mcpgateway.Config, elicit func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error)) (*mcp.ClientSession, *atomic.Int32) {
+	t.Helper()
+	runs := &atomic.Int32{}
+	up := mcp.NewServer(&mcp.Implementation{Name: "ops", Version: "v1"}, nil)
+	up.AddTool(&mcp.Tool{Name: "deploy", Description: "Deploy.", InputSchema: map[string]any{"type": "object"}},
+		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			runs.Add(1)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "deployed"}}}, nil
+		})
+	upSrv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up }, nil))
+	t.Cleanup(upSrv.Close)
+
+	cfg.Upstreams = []mcpgateway.Upstream{{Name: "ops", URL: upSrv.URL}}
+	g, err := mcpgateway.New(nc, cfg, testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Errorf("close the gateway: %v", err)
+		}
+	})
+	if err := g.Start(testCtx(t, patience)); err != nil {
+		t.Fatal(err)
+	}
+	server, client := net.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(ctx, &mcp.IOTransport{Reader: server, Writer: server}) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, &mcp.ClientOptions{ElicitationHandler: elicit}).
+		Connect(testCtx(t, patience), &mcp.IOTransport{Reader: client, Writer: client}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs, runs
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/natsconn"
 	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/handler"
 )
 
 // ErrUsage: the command line is wrong. ParseArgs has printed the usage.
@@ -81,6 +82,7 @@ func ParseArgs(args []string, stderr io.Writer) (Command, error) {
 	fs.StringVar(&cfg.NATS.CAFile, "nats-ca", "", "the CA `file` of the NATS server's TLS certificate")
 	fs.StringVar(&cfg.NATS.CertFile, "nats-cert", "", "a client certificate `file`, for mutual TLS")
 	fs.StringVar(&cfg.NATS.KeyFile, "nats-key", "", "the client certificate's key `file`")
+	fs.BoolVar(&cfg.NATS.Private, "private", false, "read decisions through the agent's own subjects, for --private credentials (needs --agent)")
 	fs.Func("trust-decision-key", "accept only decisions signed by the broker's decision `key` (public, A...); repeatable", func(v string) error {
 		k, err := events.ParseTrustedKeys(v)
 		keys = append(keys, k...)
@@ -121,6 +123,7 @@ func ParseArgs(args []string, stderr io.Writer) (Command, error) {
 		overlay(&loaded.NATS.CAFile, cfg.NATS.CAFile, set["nats-ca"])
 		overlay(&loaded.NATS.CertFile, cfg.NATS.CertFile, set["nats-cert"])
 		overlay(&loaded.NATS.KeyFile, cfg.NATS.KeyFile, set["nats-key"])
+		overlay(&loaded.NATS.Private, cfg.NATS.Private, set["private"])
 		overlay(&loaded.Identity.Agent, cfg.Identity.Agent, set["agent"])
 		overlay(&loaded.Identity.Session, cfg.Identity.Session, set["session"])
 		overlay(&loaded.Identity.User, cfg.Identity.User, set["user"])
@@ -186,7 +189,11 @@ func (c Command) Execute(ctx context.Context, log *zap.Logger, stdin io.Reader, 
 	if log == nil {
 		log = zap.NewNop()
 	}
-	nc, err := natsconn.Connect(c.Config.NATS.Settings(), nats.Name("assent-mcp-gateway"), nats.MaxReconnects(-1), nats.Timeout(5*time.Second))
+	opts := []nats.Option{nats.Name("assent-mcp-gateway"), nats.MaxReconnects(-1), nats.Timeout(5 * time.Second)}
+	if c.Config.NATS.Private {
+		opts = append(opts, nats.CustomInboxPrefix(handler.PrivateInbox(c.Config.Identity.Agent)))
+	}
+	nc, err := natsconn.Connect(c.Config.NATS.Settings(), opts...)
 	if err != nil {
 		return err
 	}
@@ -224,10 +231,15 @@ func check(ctx context.Context, nc *nats.Conn, cfg Config, log *zap.Logger, stdo
 		return err
 	}
 	defer g.Close() //nolint:errcheck // a check
-	if _, err := g.js.Stream(ctx, events.StreamName); err != nil {
-		return fmt.Errorf("nats: connected to %s, but no stream %s: %w (has a broker run on this NATS server?)", nc.ConnectedUrl(), events.StreamName, err)
+	if cfg.NATS.Private {
+		// Private credentials read no stream: the connection is the check.
+		fmt.Fprintf(stdout, "nats: connected to %s (private: decisions through assent-private.%s.>)\n", nc.ConnectedUrl(), cfg.Identity.Agent)
+	} else {
+		if _, err := g.js.Stream(ctx, events.StreamName); err != nil {
+			return fmt.Errorf("nats: connected to %s, but no stream %s: %w (has a broker run on this NATS server?)", nc.ConnectedUrl(), events.StreamName, err)
+		}
+		fmt.Fprintf(stdout, "nats: connected to %s; stream %s found\n", nc.ConnectedUrl(), events.StreamName)
 	}
-	fmt.Fprintf(stdout, "nats: connected to %s; stream %s found\n", nc.ConnectedUrl(), events.StreamName)
 	err = g.Start(ctx)
 	byUpstream := map[string][]string{}
 	for name, up := range g.Tools() {

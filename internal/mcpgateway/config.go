@@ -87,6 +87,11 @@ type NATS struct {
 	// keys (broker decision-key new): when set, a decision counts only if
 	// one of them signed it.
 	TrustedDecisionKeys []string `yaml:"trusted_decision_keys"`
+	// Private reads decisions through the agent's own subjects and inbox
+	// instead of the stream, for credentials issued with --private (broker
+	// creds gateway NAME --agent A --private), which read nothing else. It
+	// needs identity.agent.
+	Private bool `yaml:"private"`
 }
 
 // Settings are the NATS connection settings.
@@ -289,6 +294,9 @@ func (c Config) Validate() error {
 		if err := events.CheckIdentifier(field, v); err != nil || len(v) > 256 {
 			errs = append(errs, c.errorf(field, "%q: want at most 256 bytes of printable text", v))
 		}
+	}
+	if c.NATS.Private && c.Identity.Agent == "" {
+		errs = append(errs, c.errorf("nats.private", "needs identity.agent: private credentials read the decisions of the one agent they were issued for"))
 	}
 	if err := c.NATS.Settings().Validate(); err != nil {
 		errs = append(errs, c.errorf("nats", "%v", err))

@@ -108,6 +108,7 @@ colour: blue
 			"gw.yaml:2: upstreams[0] (fs).command: neither command nor url"}},
 		{"wrong type", "upstreams:\n  - name: fs\n    command: x\ntimeout: soon\n", []string{"gw.yaml:4: cannot unmarshal !!str `soon` into time.Duration"}},
 		{"not YAML", "upstreams: [\n", []string{"gw.yaml:"}},
+		{"private without an agent", "upstreams:\n  - name: fs\n    command: x\nnats:\n  private: true\n", []string{"gw.yaml:5: nats.private: needs identity.agent"}},
 		{"headers with a command", "upstreams:\n  - name: fs\n    command: x\n    headers: {A: b}\n", []string{"gw.yaml:4: upstreams[0] (fs).headers: headers go to a url server"}},
 	}
 	for _, tt := range tests {

@@ -96,7 +96,7 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Gateway, error) {
 		log = zap.NewNop()
 	}
 	client, err := handler.NewClient(nc, handler.Config{Agent: cfg.Identity.Agent, DefaultTimeout: cfg.Timeout,
-		TrustedKeys: cfg.NATS.TrustedDecisionKeys, Logger: log})
+		TrustedKeys: cfg.NATS.TrustedDecisionKeys, Private: cfg.NATS.Private, Logger: log})
 	if err != nil {
 		return nil, err
 	}
