@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -163,26 +162,16 @@ type result struct {
 // requestAsync runs c.Request in a goroutine the test waits for at cleanup.
 func requestAsync(t *testing.T, ctx context.Context, c *handler.Client, req handler.Request) <-chan result {
 	t.Helper()
-	ch := make(chan result, 1)
-	var wg sync.WaitGroup
-	wg.Go(func() {
+	return testenv.Go(t, func() result {
 		d, err := c.Request(ctx, req)
-		ch <- result{d, err}
+		return result{d, err}
 	})
-	t.Cleanup(wg.Wait)
-	return ch
 }
 
 // await returns what a requestAsync call returned, failing after patience.
 func await(t *testing.T, ch <-chan result) result {
 	t.Helper()
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(patience):
-		t.Fatalf("Client.Request did not return within %s", patience)
-	}
-	return result{}
+	return testenv.Await(t, ch, patience, "Client.Request")
 }
 
 // runApprover runs an SDK approver runtime until the test ends. It answers

@@ -443,26 +443,16 @@ type result struct {
 // at cleanup.
 func callAsync(t *testing.T, ctx context.Context, cs *mcp.ClientSession, tool, args string) <-chan result {
 	t.Helper()
-	ch := make(chan result, 1)
-	var wg sync.WaitGroup
-	wg.Go(func() {
+	return testenv.Go(t, func() result {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: json.RawMessage(args)})
-		ch <- result{res, err}
+		return result{res, err}
 	})
-	t.Cleanup(wg.Wait)
-	return ch
 }
 
 // await waits for a callAsync.
 func await(t *testing.T, ch <-chan result) result {
 	t.Helper()
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(patience):
-		t.Fatalf("the call did not return within %s", patience)
-	}
-	return result{}
+	return testenv.Await(t, ch, patience, "the call")
 }
 
 // call calls tool and waits for its result, which must not be a protocol

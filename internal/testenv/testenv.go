@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -231,4 +232,29 @@ func WireRequest(method, target, host string, header [][2]string, body []byte) (
 		return nil, false
 	}
 	return r, true
+}
+
+// Go runs f in a goroutine that the test waits for when it ends, and returns
+// a channel that gets f's result.
+func Go[T any](t testing.TB, f func() T) <-chan T {
+	t.Helper()
+	ch := make(chan T, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() { ch <- f() })
+	t.Cleanup(wg.Wait)
+	return ch
+}
+
+// Await returns what ch gets, failing the test if nothing comes within
+// patience; what names the awaited call in the failure.
+func Await[T any](t testing.TB, ch <-chan T, patience time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(patience):
+		t.Fatalf("%s did not return within %s", what, patience)
+	}
+	var zero T
+	return zero
 }
