@@ -10,13 +10,11 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
-	"github.com/assent-dev/assent/internal/logging"
-	"github.com/assent-dev/assent/internal/textsafe"
+	"go.uber.org/zap"
+
+	"github.com/assent-dev/assent/internal/cmdrun"
 	"github.com/assent-dev/assent/internal/worker"
 )
 
@@ -32,24 +30,8 @@ func run() int {
 	case err != nil:
 		return 2
 	}
-
-	log, err := logging.New(cmd.LogLevel.String(), false)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "agent-worker: logger: %v\n", err)
-		return 1
-	}
-	defer log.Sync() //nolint:errcheck // stderr
-
 	// Ctrl-C cancels ctx; a guarded step in flight then publishes a cancel.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	if err := cmd.Execute(ctx, log, os.Stdout, os.Stderr); err != nil {
-		// The error may quote request data (a tool, a reason): escape it.
-		fmt.Fprintf(os.Stderr, "agent-worker %s: %s\n", cmd.Name, textsafe.Line(err.Error()))
-		return 1
-	}
-	return 0
+	return cmdrun.Run("agent-worker "+cmd.Name, cmd.LogLevel.String(), func(ctx context.Context, log *zap.Logger) error {
+		return cmd.Execute(ctx, log, os.Stdout, os.Stderr)
+	})
 }
-
-// newLogger logs at level and above to stderr, in the console format.

@@ -15,14 +15,12 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
-	"github.com/assent-dev/assent/internal/logging"
+	"go.uber.org/zap"
+
+	"github.com/assent-dev/assent/internal/cmdrun"
 	"github.com/assent-dev/assent/internal/mcpgateway"
-	"github.com/assent-dev/assent/internal/textsafe"
 )
 
 func main() {
@@ -37,22 +35,8 @@ func run() int {
 	case err != nil:
 		return 2
 	}
-
-	log, err := logging.New(cmd.LogLevel.String(), false)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "mcp-gateway: logger: %v\n", err)
-		return 1
-	}
-	defer log.Sync() //nolint:errcheck // stderr
-
 	// SIGINT or SIGTERM withdraws the calls in flight and stops.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	if err := cmd.Execute(ctx, log, os.Stdin, os.Stdout, os.Stderr); err != nil {
-		// The error may quote what an upstream or the broker said: escape it.
-		fmt.Fprintf(os.Stderr, "mcp-gateway %s: %s\n", cmd.Name, textsafe.Line(err.Error()))
-		return 1
-	}
-	return 0
+	return cmdrun.Run("mcp-gateway "+cmd.Name, cmd.LogLevel.String(), func(ctx context.Context, log *zap.Logger) error {
+		return cmd.Execute(ctx, log, os.Stdin, os.Stdout, os.Stderr)
+	})
 }
