@@ -65,6 +65,11 @@ type Options struct {
 	ShadowPolicyFile string
 	// Reload asks for the policy file to be read again (main feeds it SIGHUP).
 	Reload <-chan struct{}
+	// PprofListen, if set, is a loopback host:port serving Go's runtime
+	// profiles (net/http/pprof, /debug/pprof/) on a listener of its own,
+	// from the start of Run, before the embedded server recovers its store.
+	// Empty (the default) serves none.
+	PprofListen string
 	// Broker settings.
 	Broker broker.Config
 	// Ready, if set, is called once the broker is ready, with the addresses it
@@ -74,8 +79,9 @@ type Options struct {
 
 // Addrs are where a running process listens.
 type Addrs struct {
-	NATS string // client URL
-	HTTP string // http://host:port, or empty
+	NATS  string // client URL
+	HTTP  string // http://host:port, or empty
+	Pprof string // http://host:port of the profiles (/debug/pprof/), or empty
 }
 
 // Validate reports every problem with o at once.
@@ -106,6 +112,13 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("http listen address: %w", err))
 		} else if o.AuthFile == "" && !loopback(host) {
 			errs = append(errs, fmt.Errorf("http listen address %s: without --auth the HTTP API lets whoever reaches it answer as anyone, so it serves loopback only (127.0.0.1, ::1, localhost); add --auth FILE (docs/web.md) to serve %s", o.HTTPListen, o.HTTPListen))
+		}
+	}
+	if o.PprofListen != "" {
+		if host, _, err := splitHostPort(o.PprofListen); err != nil {
+			errs = append(errs, fmt.Errorf("pprof listen address: %w", err))
+		} else if !loopback(host) {
+			errs = append(errs, fmt.Errorf("pprof listen address %s: the profiles show the process's code paths, command line and memory, and taking one costs CPU, with no authentication, so they are served on loopback only (127.0.0.1, ::1, localhost); from another machine, reach it through a tunnel (ssh -L, kubectl port-forward)", o.PprofListen))
 		}
 	}
 	if err := o.Broker.WithDefaults().Validate(); err != nil {
@@ -144,6 +157,15 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 	}
 	if err := o.Validate(); err != nil {
 		return err
+	}
+	addrs := Addrs{}
+	if o.PprofListen != "" {
+		url, stop, err := servePprof(o.PprofListen, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		addrs.Pprof = url
 	}
 	if o.PolicyFile != "" {
 		p, err := LoadPolicy(o.PolicyFile)
@@ -269,7 +291,7 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 		g.Go(func() error { watchPolicy(gctx, o.PolicyFile, o.ShadowPolicyFile, policyReload, b, log); return nil })
 	}
 
-	addrs := Addrs{NATS: url}
+	addrs.NATS = url
 	if o.HTTPListen != "" {
 		ln, err := net.Listen("tcp", o.HTTPListen)
 		if err != nil {
@@ -332,7 +354,7 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 			case <-t.C:
 			}
 		}
-		log.Info("ready: agents publish to assent.request.<agent>; approve over HTTP or NATS", zap.String("nats", addrs.NATS), zap.String("http", addrs.HTTP))
+		log.Info("ready: agents publish to assent.request.<agent>; approve over HTTP or NATS", zap.String("nats", addrs.NATS), zap.String("http", addrs.HTTP), zap.String("pprof", addrs.Pprof))
 		if o.Ready != nil {
 			o.Ready(addrs)
 		}
