@@ -32,17 +32,20 @@ type Broker struct {
 	signer  *events.Signer
 	trusted *events.TrustedKeys
 
-	res      *resources
-	pol      atomic.Pointer[policy.Policy]
-	custom   atomic.Bool // a policy file is in force, not the built-in policy
-	shadow   atomic.Pointer[policy.Policy]
-	grants   *grants
-	presence *presence
-	timers   *timers
-	metrics  metrics
-	records  *hub   // KV updates by request id, for callers waiting on a record
-	index    *index // pending and recent decided requests, for listings
-	feed     *feed  // new events for subscribers
+	res    *resources
+	pol    atomic.Pointer[policy.Policy]
+	custom atomic.Bool // a policy file is in force, not the built-in policy
+	shadow atomic.Pointer[policy.Policy]
+	grants *grants
+	// grantsCheck asks whether grants is current (grantsNewer), once for
+	// every request judged meanwhile.
+	grantsCheck *coalescer[bool]
+	presence    *presence
+	timers      *timers
+	metrics     metrics
+	records     *hub   // KV updates by request id, for callers waiting on a record
+	index       *index // pending and recent decided requests, for listings
+	feed        *feed  // new events for subscribers
 
 	stateReady chan struct{} // closed once the index holds the whole bucket
 
@@ -126,6 +129,10 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 		b.custom.Store(true)
 	}
 	b.shadow.Store(cfg.Shadow)
+	b.grantsCheck = newCoalescer(b.grantsNewer)
+	if cfg.feedIdle > 0 {
+		b.feed.idle = cfg.feedIdle
+	}
 	return b, nil
 }
 

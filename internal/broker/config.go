@@ -91,6 +91,10 @@ type Config struct {
 	// heartbeats). It bounds how late a request handed to a replica that then
 	// crashed is seen by another. Default 2s.
 	AckWait time.Duration
+
+	// feedIdle is how long the event feed reads the stream after its last
+	// subscriber left (tests shorten it). Default feedIdle.
+	feedIdle time.Duration
 }
 
 // WithDefaults returns c with every unset field at its default.

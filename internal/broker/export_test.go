@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"time"
 
 	"github.com/assent-dev/assent/pkg/policy"
 )
@@ -26,11 +27,22 @@ func (b *Broker) ForgetLocalGrants() {
 	for _, gr := range b.grants.list() {
 		b.grants.remove(gr.Key())
 	}
+	b.grants.applied.Store(0)
 }
 
 // KeepLocalGrant puts gr into this replica's copy only, as a watcher that has
 // not yet seen its revocation would keep it.
-func (b *Broker) KeepLocalGrant(gr policy.Grant) { b.grants.put(gr.Key(), gr) }
+func (b *Broker) KeepLocalGrant(gr policy.Grant) {
+	b.grants.put(gr.Key(), gr)
+	b.grants.applied.Store(0)
+}
 
 // ConsumerRequests names the durable consumer the replicas take requests from.
 const ConsumerRequests = consumerRequests
+
+// WithFeedIdle returns c with the event feed stopping d after its last
+// subscriber left.
+func WithFeedIdle(c Config, d time.Duration) Config {
+	c.feedIdle = d
+	return c
+}

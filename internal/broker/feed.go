@@ -151,23 +151,33 @@ func (e *Event) str(name string) string {
 }
 
 // feed fans the stream's new events out to subscribers: one ordered consumer
-// per replica, however many clients listen. Events go into a ring that every
-// subscriber reads from at its own position. A subscriber is signalled only
-// for events of the agents it follows (or for every event if it follows all),
-// on a channel of one slot: events that arrive while it is busy writing are
-// picked up together by its next read, so a busy stream costs a subscriber a
-// wake-up and a write per batch, not per event.
+// per replica, however many clients listen, and none while nobody listens
+// (it starts with the first subscriber and stops feedIdle after the last one
+// leaves). Events go into a ring that every subscriber reads from at its own
+// position. A subscriber is signalled only for events of the agents it
+// follows (or for every event if it follows all), on a channel of one slot:
+// events that arrive while it is busy writing are picked up together by its
+// next read, so a busy stream costs a subscriber a wake-up and a write per
+// batch, not per event.
 type feed struct {
-	mu   sync.RWMutex // guards the ring
+	mu   sync.RWMutex // guards the ring and the run's state
 	ring []*Event
 	n    uint64 // events ever added; event k is ring[k%len(ring)]
-	seq  uint64 // the stream sequence of the last event added
+	seq  uint64 // the stream sequence of the last event added in this run
+	// active is set while a run consumes the stream; start is the first
+	// stream sequence the run delivers, and activated is closed when a run
+	// becomes active.
+	active    bool
+	start     uint64
+	activated chan struct{}
 
 	// Who to signal, replaced (not changed) when a subscriber joins or
 	// leaves, so that publishing reads it without a lock.
 	watchers atomic.Pointer[watchers]
-	join_    sync.Mutex // serializes changes of watchers
+	join_    sync.Mutex // serializes joining, leaving and stopping for idleness
 	subs     atomic.Int64
+	wake     chan struct{}          // a subscriber joined
+	idle     time.Duration          // how long the feed runs without subscribers
 	meta     *recent.Map[[2]string] // the agent and session of recent requests
 }
 
@@ -189,10 +199,14 @@ const (
 	feedRing = 16384
 	// feedBatch bounds the events one read hands a subscriber.
 	feedBatch = 128
+	// feedIdle is how long the feed keeps reading the stream after its last
+	// subscriber left: a page that reloads finds it running.
+	feedIdle = 30 * time.Second
 )
 
 func newFeed() *feed {
-	f := &feed{ring: make([]*Event, feedRing), meta: recent.New[[2]string](100_000)}
+	f := &feed{ring: make([]*Event, feedRing), meta: recent.New[[2]string](100_000),
+		activated: make(chan struct{}), wake: make(chan struct{}, 1), idle: feedIdle}
 	f.watchers.Store(&watchers{byAgent: map[string][]*feedSub{}})
 	return f
 }
@@ -211,8 +225,12 @@ func (f *feed) join(flt *EventFilter) (*feedSub, uint64) {
 		for _, a := range s.agents {
 			w.byAgent[a] = append(w.byAgent[a], s)
 		}
+		f.subs.Add(1)
 	})
-	f.subs.Add(1)
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
 	return s, f.end()
 }
 
@@ -227,14 +245,63 @@ func (f *feed) leave(s *feedSub) {
 				delete(w.byAgent, a)
 			}
 		}
+		f.subs.Add(-1)
 	})
-	f.subs.Add(-1)
+}
+
+// running waits until a run of the feed consumes the stream, and returns the
+// first stream sequence that run delivers.
+func (f *feed) running(ctx context.Context) (uint64, error) {
+	for {
+		f.mu.RLock()
+		active, start, ch := f.active, f.start, f.activated
+		f.mu.RUnlock()
+		if active {
+			return start, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// activate marks a run that delivers from stream sequence start as active,
+// unless one is already (a run resumed after a failure continues it).
+func (f *feed) activate(start uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.active {
+		return
+	}
+	f.active, f.start = true, start
+	close(f.activated)
+}
+
+// deactivate ends the active run if nobody subscribes, and reports whether
+// it did. The next run then starts at the end of the stream.
+func (f *feed) deactivate() bool {
+	f.join_.Lock()
+	defer f.join_.Unlock()
+	if f.subs.Load() > 0 {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.active, f.seq = false, 0
+	f.activated = make(chan struct{})
+	return true
 }
 
 // change replaces the watchers with a changed copy.
 func (f *feed) change(edit func(*watchers)) {
 	f.join_.Lock()
 	defer f.join_.Unlock()
+	f.changeLocked(edit)
+}
+
+func (f *feed) changeLocked(edit func(*watchers)) {
 	old := f.watchers.Load()
 	w := &watchers{all: slices.Clone(old.all), byAgent: make(map[string][]*feedSub, len(old.byAgent))}
 	for a, list := range old.byAgent {
@@ -292,20 +359,30 @@ func (f *feed) end() uint64 {
 	return f.n
 }
 
-// runFeed delivers new events to the feed's subscribers until ctx ends.
+// runFeed delivers new events to the feed's subscribers until ctx ends. It
+// reads the stream only while someone subscribes, and for feedIdle after.
 func (b *Broker) runFeed(ctx context.Context) error {
+	f := b.feed
 	for ctx.Err() == nil {
+		if f.subs.Load() == 0 {
+			select {
+			case <-f.wake:
+			case <-ctx.Done():
+				return nil
+			}
+			continue
+		}
 		info, err := b.res.stream.Info(ctx)
 		if err != nil {
 			b.retryAfter(ctx, "event feed: stream info", err)
 			continue
 		}
 		start := info.State.LastSeq + 1
-		b.feed.mu.RLock()
-		if b.feed.seq != 0 {
-			start = b.feed.seq + 1 // after a failure, no gap
+		f.mu.RLock()
+		if f.seq != 0 {
+			start = f.seq + 1 // after a failure, no gap
 		}
-		b.feed.mu.RUnlock()
+		f.mu.RUnlock()
 		cons, err := b.res.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
 		})
@@ -318,11 +395,37 @@ func (b *Broker) runFeed(ctx context.Context) error {
 			b.retryAfter(ctx, "event feed: messages", err)
 			continue
 		}
-		go func() { <-ctx.Done(); it.Stop() }()
+		f.activate(start)
+		var idled atomic.Bool
+		stop := make(chan struct{})
+		go func() {
+			defer it.Stop()
+			t := time.NewTicker(min(time.Second, f.idle))
+			defer t.Stop()
+			var since time.Time // when the last subscriber left
+			for {
+				select {
+				case <-stop:
+					return
+				case <-ctx.Done():
+					return
+				case now := <-t.C:
+					switch {
+					case f.subs.Load() > 0:
+						since = time.Time{}
+					case since.IsZero():
+						since = now
+					case now.Sub(since) >= f.idle:
+						idled.Store(true)
+						return
+					}
+				}
+			}
+		}()
 		for {
 			msg, err := it.Next()
 			if err != nil {
-				if ctx.Err() == nil && !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				if ctx.Err() == nil && !idled.Load() && !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 					b.log.Warn("event feed interrupted; resuming", zap.Error(err))
 				}
 				break
@@ -331,10 +434,14 @@ func (b *Broker) runFeed(ctx context.Context) error {
 			if err != nil || !feedSubject(msg.Subject()) {
 				continue
 			}
-			b.feed.publish(b.event(ctx, md.Sequence.Stream, md.Timestamp, msg.Subject(), msg.Data(), events.Header(msg.Headers())))
+			f.publish(b.event(ctx, md.Sequence.Stream, md.Timestamp, msg.Subject(), msg.Data(), events.Header(msg.Headers())))
 		}
+		close(stop)
 		it.Stop()
 		b.dropConsumer(cons) // the next round reads through a new one
+		if idled.Load() && f.deactivate() {
+			b.log.Debug("event feed stopped: no subscribers")
+		}
 	}
 	return nil
 }
@@ -362,19 +469,32 @@ var ErrFellBehind = errors.New("event subscriber fell behind")
 // writer can send them together. It returns ErrFellBehind if the caller fell
 // more than the feed's ring behind the live events.
 func (b *Broker) Subscribe(ctx context.Context, after uint64, f EventFilter, deliver func([]*Event) error) error {
-	sub, pos := b.feed.join(&f)
-	defer b.feed.leave(sub)
-	last := after
-	if after > 0 {
-		// What was stored before the subscription: everything up to the
-		// stream's last sequence now; the live feed has the rest (and
-		// whatever it holds up to that sequence is skipped).
+	if after == 0 {
+		// From now on: after what the stream holds now.
 		info, err := b.res.stream.Info(ctx)
 		if err != nil {
 			return fmt.Errorf("stream info: %w", err)
 		}
+		after = info.State.LastSeq
+	}
+	sub, pos := b.feed.join(&f)
+	defer b.feed.leave(sub)
+	start, err := b.feed.running(ctx)
+	if err != nil {
+		return err
+	}
+	// What was stored before the subscription, or before the feed's run
+	// began if it began after: the live feed has the rest (and whatever it
+	// holds up to that sequence is skipped).
+	info, err := b.res.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("stream info: %w", err)
+	}
+	upto := max(info.State.LastSeq, start-1)
+	last := after
+	if after < upto {
 		var batch []*Event
-		if err := b.scan(ctx, after+1, time.Time{}, info.State.LastSeq, allSubjects, func(e *Event) (bool, error) {
+		if err := b.scan(ctx, after+1, time.Time{}, upto, allSubjects, func(e *Event) (bool, error) {
 			last = e.Seq
 			if f.match(e) {
 				if batch = append(batch, e); len(batch) == feedBatch {
@@ -392,8 +512,8 @@ func (b *Broker) Subscribe(ctx context.Context, after uint64, f EventFilter, del
 				return err
 			}
 		}
-		last = max(last, info.State.LastSeq)
 	}
+	last = max(last, upto)
 	batch := make([]*Event, 0, feedBatch)
 	for {
 		var ok bool

@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -117,7 +118,7 @@ func TestSubscriberFallsBehind(t *testing.T) {
 func TestReadsLeaveNoConsumer(t *testing.T) {
 	ns := testenv.Server(t)
 	nc := testenv.Conn(t, ns)
-	b, _ := brokertest.Run(t, nc, broker.Config{Mode: broker.ModeAutoApprove})
+	b, _ := brokertest.Run(t, nc, broker.WithFeedIdle(broker.Config{Mode: broker.ModeAutoApprove}, 100*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for range 3 {
@@ -162,12 +163,129 @@ func TestReadsLeaveNoConsumer(t *testing.T) {
 		}
 	}
 	// Deleting is asynchronous on the server's side only for the ordered
-	// consumer's earlier instances; allow them to go.
+	// consumer's earlier instances; allow them to go, and the event feed's
+	// own to stop once it has no subscriber.
 	deadline := time.Now().Add(20 * time.Second)
 	for consumers() != before && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if got := consumers(); got != before {
 		t.Fatalf("the stream has %d consumers after 15 reads, %d before: reads leave their consumers behind", got, before)
+	}
+}
+
+// TestFeedReadsOnlyWhileSubscribed: the event feed holds no consumer on the
+// stream while nobody subscribes; a subscriber that joins while it is
+// stopped gets every event from the moment it subscribed, one that resumes
+// gets what was stored while the feed was stopped, and the feed stops again
+// once the last subscriber has been gone for its idle time.
+func TestFeedReadsOnlyWhileSubscribed(t *testing.T) {
+	ns := testenv.Server(t)
+	nc := testenv.Conn(t, ns)
+	b, _ := brokertest.Run(t, nc, broker.WithFeedIdle(broker.Config{Mode: broker.ModeAutoApprove}, 200*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumers := func() int {
+		t.Helper()
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Consumers
+	}
+	submit := func() string {
+		t.Helper()
+		rec, err := b.Submit(ctx, "", "test/feed", events.Requested{Agent: "watched", Tool: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.ID
+	}
+	// ephemeral counts the stream's consumers that are not the broker's
+	// durable ones: reads and the feed.
+	ephemeral := func() int {
+		t.Helper()
+		n := 0
+		for info := range stream.ListConsumers(ctx).Info() {
+			if info.Config.Durable == "" {
+				n++
+			}
+		}
+		return n
+	}
+	submit()
+	idle := consumers()
+	if n := ephemeral(); n != 0 {
+		t.Fatalf("%d ephemeral consumers on the stream before anyone subscribed: the feed reads with nobody listening", n)
+	}
+
+	// follow subscribes after seq and returns the request ids of the
+	// decided events it gets, once it has want of them.
+	follow := func(after uint64, want int, publish func()) (ids []string, last uint64) {
+		t.Helper()
+		sctx, scancel := context.WithCancel(ctx)
+		defer scancel()
+		errc := make(chan error, 1)
+		go func() {
+			errc <- b.Subscribe(sctx, after, broker.EventFilter{Types: []string{"decided"}}, func(batch []*broker.Event) error {
+				for _, e := range batch {
+					ids, last = append(ids, e.RequestID), e.Seq
+				}
+				if len(ids) >= want {
+					scancel()
+				}
+				return nil
+			})
+		}()
+		for b.Subscribers() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		publish()
+		select {
+		case err := <-errc:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("got %d of %d decisions", len(ids), want)
+		}
+		return ids, last
+	}
+	var want []string
+	got, last := follow(0, 3, func() {
+		// Published at once after subscribing, while the feed starts.
+		for range 3 {
+			want = append(want, submit())
+		}
+	})
+	if !slices.Equal(got, want) {
+		t.Fatalf("a new subscriber got decisions %v, want %v", got, want)
+	}
+
+	stopped := func() bool {
+		deadline := time.Now().Add(20 * time.Second)
+		for (consumers() != idle || ephemeral() != 0) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		return consumers() == idle && ephemeral() == 0
+	}
+	if !stopped() {
+		t.Fatalf("%d consumers on the stream with nobody subscribed, %d before anyone did: the feed kept reading", consumers(), idle)
+	}
+	want = []string{submit(), submit()} // while the feed is stopped
+	got, _ = follow(last, 3, func() { want = append(want, submit()) })
+	if !slices.Equal(got, want) {
+		t.Fatalf("a subscriber resuming after %d got decisions %v, want %v", last, got, want)
+	}
+	if !stopped() {
+		t.Fatalf("the feed did not stop again after its subscriber left")
 	}
 }

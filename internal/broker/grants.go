@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -39,6 +40,9 @@ type grants struct {
 	mu       sync.RWMutex
 	byPrefix map[string]map[string]policy.Grant // GrantKey prefix -> key -> grant
 	ready    chan struct{}
+	// applied is the stream sequence of the last bucket entry the watcher
+	// applied.
+	applied atomic.Uint64
 }
 
 func newGrants() *grants {
@@ -111,6 +115,17 @@ func (g *grants) put(key string, gr policy.Grant) {
 	g.byPrefix[p][key] = gr
 }
 
+// advance records that the watcher applied the bucket's entry at stream
+// sequence seq.
+func (g *grants) advance(seq uint64) {
+	for {
+		cur := g.applied.Load()
+		if seq <= cur || g.applied.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
+}
+
 func (g *grants) remove(key string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -122,20 +137,38 @@ func (g *grants) remove(key string) {
 }
 
 // grantReader gives the policy the remembered choices that may apply to a
-// request as the bucket's stream leader has them, not as this replica's
-// watcher last saw them: a watcher on a stopped node falls behind for seconds,
-// and a grant made or revoked meanwhile must still count at once everywhere.
-// It reads only when the policy consults remembered choices (a rememberable
-// approval). A failed read is kept in err, and the request is retried.
+// request as the bucket's stream leader has them, not merely as this
+// replica's watcher last saw them: a watcher on a stopped node falls behind
+// for seconds, and a grant made or revoked meanwhile must still count at once
+// everywhere. It reads only when the policy consults remembered choices (a
+// rememberable approval), and then asks the leader one question shared by
+// every request judged at that moment (grantsFresh): does the bucket hold
+// anything the watcher has not applied? Usually it does not, and the
+// replica's copy answers; otherwise the grants are read from the leader key
+// by key. A failed read is kept in err, and the request is retried.
 type grantReader struct {
-	ctx  context.Context
-	b    *Broker
-	err  error
-	seen map[string][]policy.Grant // prefix -> grants, read once per request
+	ctx context.Context
+	b   *Broker
+	err error
+	// checked says the leader was asked, fresh that the watcher's copy was
+	// then current.
+	checked, fresh bool
+	seen           map[string][]policy.Grant // prefix -> grants, read once per request
 }
 
 // Grants implements policy.Remembered.
 func (r *grantReader) Grants(in policy.Input) []policy.Grant {
+	if !r.checked {
+		fresh, err := r.b.grantsFresh(r.ctx)
+		if err != nil {
+			r.err = err
+			return nil
+		}
+		r.checked, r.fresh = true, fresh
+	}
+	if r.fresh {
+		return r.b.grants.Grants(in)
+	}
 	var out []policy.Grant
 	for _, prefix := range policy.GrantKeys(in) {
 		gs, ok := r.seen[prefix]
@@ -153,6 +186,39 @@ func (r *grantReader) Grants(in policy.Input) []policy.Grant {
 		out = append(out, gs...)
 	}
 	return out
+}
+
+// grantsFresh reports whether this replica's copy of the remembered choices
+// holds everything the bucket's stream leader held at some moment after the
+// call began. Concurrent callers share one question to the leader (see
+// coalescer), so a busy broker asks it once per round trip, not once per
+// request.
+func (b *Broker) grantsFresh(ctx context.Context) (bool, error) {
+	return b.grantsCheck.wait(ctx)
+}
+
+// grantsNewer asks the bucket's stream leader whether it holds a message after
+// the last one the watcher applied; it reports true if it holds none.
+func (b *Broker) grantsNewer(ctx context.Context) (bool, error) {
+	applied := b.grants.applied.Load()
+	req, _ := json.Marshal(map[string]any{"seq": applied + 1, "next_by_subj": ">"})
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	msg, err := b.nc.RequestWithContext(rctx, "$JS.API.STREAM.MSG.GET.KV_"+GrantBucket, req)
+	if err != nil {
+		return false, fmt.Errorf("check remembered choices: %w", err)
+	}
+	var resp msgGetResponse
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return false, fmt.Errorf("check remembered choices: %w", err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrCode == errNoMessage:
+		return true, nil
+	case resp.Error != nil:
+		return false, fmt.Errorf("check remembered choices: %s (%d)", resp.Error.Description, resp.Error.ErrCode)
+	}
+	return false, nil
 }
 
 // msgGetResponse is the JetStream API's answer to STREAM.MSG.GET.
@@ -223,6 +289,7 @@ func (b *Broker) readGrants(ctx context.Context, prefix string) ([]policy.Grant,
 // watchGrants keeps b.grants in step with the bucket until ctx ends.
 func (b *Broker) watchGrants(ctx context.Context) error {
 	b.follow(ctx, b.res.grants, "remembered choices", func(entry jetstream.KeyValueEntry) {
+		defer b.grants.advance(entry.Revision())
 		if entry.Operation() != jetstream.KeyValuePut {
 			b.grants.remove(entry.Key())
 			return
