@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/internal/natsembed"
+	"github.com/assent-dev/assent/internal/worker"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
 	"github.com/assent-dev/assent/pkg/policy"
@@ -86,6 +86,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	for _, sync := range []string{"always", "2m"} {
 		for _, conc := range []int{1, 64} {
 			b.Run(fmt.Sprintf("assent/sync=%s/c=%d", sync, conc), func(b *testing.B) {
+				b.ReportAllocs()
 				nc := benchServer(b, sync)
 				brokertest.Run(b, nc, broker.Config{Mode: broker.ModeAutoApprove})
 				client, err := handler.NewClient(nc, handler.Config{Agent: "bench"})
@@ -101,68 +102,113 @@ func BenchmarkRoundTrip(b *testing.B) {
 				})
 			})
 			b.Run(fmt.Sprintf("raw-jetstream/sync=%s/c=%d", sync, conc), func(b *testing.B) {
+				b.ReportAllocs()
 				benchRaw(b, benchServer(b, sync), conc)
 			})
 		}
 	}
 }
 
-// benchRaw is the minimum equivalent work on raw JetStream: the requester
-// subscribes to its reply subject and publishes a request to a file-backed
-// stream; a consumer receives it, publishes a reply to the stream, and acks;
-// the requester receives the reply.
+// benchRaw is the minimum equivalent work on raw JetStream
+// (worker.RawService): the requester subscribes to its reply subject and
+// publishes a request to a file-backed stream; a consumer receives it,
+// publishes a reply to the stream, and acks; the requester receives the
+// reply.
 func benchRaw(b *testing.B, nc *nats.Conn, conc int) {
-	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(cancel)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"}, Storage: jetstream.FileStorage})
-	if err != nil {
-		b.Fatal(err)
-	}
-	cons, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "svc", FilterSubject: "raw.req.*", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 1024})
-	if err != nil {
-		b.Fatal(err)
-	}
-	work := make(chan jetstream.Msg)
-	var wg sync.WaitGroup
-	for range 64 {
-		wg.Go(func() {
-			for m := range work {
-				id := m.Subject()[len("raw.req."):]
-				if _, err := js.Publish(ctx, "raw.reply."+id, m.Data()); err != nil {
-					_ = m.Nak()
-					continue
-				}
-				_ = m.Ack()
-			}
-		})
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) { work <- m }, jetstream.PullMaxMessages(128))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { cc.Stop(); <-cc.Closed(); close(work); wg.Wait() })
+	client := startRaw(b, nc, nc, false)
 	runLoad(b, conc, func(ctx context.Context, _ int) error {
-		id := events.NewID()
-		ch := make(chan *nats.Msg, 1)
-		sub, err := nc.ChanSubscribe("raw.reply."+id, ch)
-		if err != nil {
-			return err
-		}
-		defer sub.Unsubscribe() //nolint:errcheck
-		if _, err := js.Publish(ctx, "raw.req."+id, []byte(`{"tool":"noop","args":{"n":1}}`), jetstream.WithMsgID(id)); err != nil {
-			return err
-		}
-		select {
-		case <-ch:
-			return nil
-		case <-time.After(30 * time.Second):
-			return fmt.Errorf("no reply for %s", id)
+		_, err := client.Request(ctx, handler.Request{Requested: events.Requested{Tool: "noop", Args: []byte(`{"n":1}`)}})
+		return err
+	})
+}
+
+// startRaw serves the raw JetStream baseline on nc until the benchmark
+// ends, and returns a client of it on clientConn.
+func startRaw(b *testing.B, nc, clientConn *nats.Conn, manual bool) *worker.RawClient {
+	b.Helper()
+	svc, err := worker.StartRaw(context.Background(), nc, worker.RawConfig{Manual: manual}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := svc.Close(context.Background()); err != nil {
+			b.Error(err)
 		}
 	})
+	client, err := worker.NewRawClient(clientConn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return client
+}
+
+// benchConn opens another connection to nc's server, closed when the
+// benchmark ends.
+func benchConn(b *testing.B, nc *nats.Conn) *nats.Conn {
+	b.Helper()
+	c, err := nats.Connect(nc.ConnectedUrl())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Close)
+	return c
+}
+
+// BenchmarkAnswerToDecision measures the human path: the broker in manual
+// mode announces each request as pending; an approver subscribed to the
+// agent's pending subject approves it at once with a JetStream publish to
+// its response subject; the agent, waiting in handler.Client.Request,
+// receives the decision. p50-ms and p99-ms are of the span from just before
+// the approval's publish to the agent receiving the decision;
+// pending-p99-ms is of the span from the request to the approver seeing the
+// pending event. raw-jetstream is the same shape on raw JetStream
+// (worker.RawService in manual mode): the request stored, a stored pending
+// notice, a stored answer, a stored reply. The agent, the approver and the
+// broker (or raw service) each have a connection of their own;
+// worker.AnswerLoad drives both, as agent-worker load --answer-as does.
+func BenchmarkAnswerToDecision(b *testing.B) {
+	for _, sync := range []string{"always", "2m"} {
+		for _, conc := range []int{1, 16} {
+			b.Run(fmt.Sprintf("assent/sync=%s/c=%d", sync, conc), func(b *testing.B) {
+				nc := benchServer(b, sync)
+				brokertest.Run(b, nc, broker.Config{})
+				client, err := handler.NewClient(benchConn(b, nc), handler.Config{Agent: "bench"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				target, err := worker.NewAssentTarget(client, "bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				runAnswerLoad(b, benchConn(b, nc), target, conc)
+			})
+			b.Run(fmt.Sprintf("raw-jetstream/sync=%s/c=%d", sync, conc), func(b *testing.B) {
+				nc := benchServer(b, sync)
+				runAnswerLoad(b, benchConn(b, nc), startRaw(b, nc, benchConn(b, nc), true), conc)
+			})
+		}
+	}
+}
+
+// runAnswerLoad runs worker.AnswerLoad for b.N requests at conc and reports
+// its spans.
+func runAnswerLoad(b *testing.B, approver *nats.Conn, target worker.AnswerTarget, conc int) {
+	b.Helper()
+	b.ResetTimer()
+	res, err := worker.AnswerLoad(context.Background(), approver, target, worker.AnswerConfig{
+		LoadConfig: worker.LoadConfig{N: b.N, Concurrency: conc}, Principal: "alice"})
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if res.Errors > 0 || res.Outcomes[events.Approved] != b.N {
+		b.Fatalf("%d of %d failed (%v); first: %s", res.Errors, b.N, res.ErrorKinds, res.FirstError)
+	}
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(res.Throughput, "req/s")
+	b.ReportMetric(ms(res.Answer.P50), "p50-ms")
+	b.ReportMetric(ms(res.Answer.P99), "p99-ms")
+	b.ReportMetric(ms(res.Pending.P99), "pending-p99-ms")
 }
 
 // BenchmarkRememberedRoundTrip is BenchmarkRoundTrip's assent case decided by a

@@ -72,8 +72,17 @@ type RunOptions struct {
 type LoadOptions struct {
 	Agent  string
 	Config LoadConfig
-	JSON   bool
+	// Baseline is "" to measure Assent, or BaselineRaw to measure the raw
+	// JetStream baseline (RawService) on the same server instead.
+	Baseline string
+	// AnswerAs, if set, measures the human path (AnswerLoad): every request
+	// is approved by this principal as soon as it is pending.
+	AnswerAs string
+	JSON     bool
 }
+
+// BaselineRaw is the value of --baseline that measures raw JetStream.
+const BaselineRaw = "raw"
 
 // Command is a parsed command line.
 type Command struct {
@@ -177,19 +186,37 @@ func ParseArgs(args []string, stderr io.Writer) (Command, error) {
 		natsFlags()
 		o := &cmd.Load
 		fs.IntVar(&o.Config.N, "n", 10000, "number of requests")
-		fs.IntVar(&o.Config.Concurrency, "c", 64, "requests in flight at once")
+		fs.IntVar(&o.Config.Concurrency, "c", 0, "requests in flight at once: default 64, or 16 with --answer-as")
 		fs.StringVar(&o.Agent, "agent", "load", "agent `name`; requests go to assent.request.<name>")
 		fs.StringVar(&o.Config.Tool, "tool", "load_test", "tool `name` of the requests")
 		fs.DurationVar(&o.Config.Timeout, "timeout", 30*time.Second, "timeout asked for each request")
+		fs.StringVar(&o.Baseline, "baseline", "", "`raw`: measure the raw JetStream baseline on the same server instead of Assent (its own stream "+RawStream+", deleted at the end)")
+		fs.StringVar(&o.AnswerAs, "answer-as", "", "measure the human path: approve every request as `principal` once it is pending, and time the answer to the decision (broker in manual mode)")
 		fs.BoolVar(&o.JSON, "json", false, "print the result as one JSON object")
 		fs.Usage = func() {
-			fmt.Fprintf(stderr, "usage: agent-worker load [flags]\n\nSends N approval requests, C at a time, and reports throughput and\nrequest-to-decision latency. Run the broker in auto-approve mode.\n\n")
+			fmt.Fprintf(stderr, "usage: agent-worker load [flags]\n\nSends N approval requests, C at a time, and reports throughput and\nrequest-to-decision latency. Run the broker in auto-approve mode; with\n--answer-as, in manual mode. --baseline raw does the same on raw JetStream.\n\n")
 			fs.PrintDefaults()
 		}
 		check = func() []error {
 			var errs []error
 			if err := events.CheckToken("--agent", o.Agent); err != nil {
 				errs = append(errs, err)
+			}
+			if o.AnswerAs != "" {
+				if err := events.CheckToken("--answer-as", o.AnswerAs); err != nil {
+					errs = append(errs, err)
+				}
+			}
+			cSet := false
+			fs.Visit(func(f *flag.Flag) { cSet = cSet || f.Name == "c" })
+			if !cSet {
+				o.Config.Concurrency = 64
+				if o.AnswerAs != "" {
+					o.Config.Concurrency = 16
+				}
+			}
+			if o.Baseline != "" && o.Baseline != BaselineRaw {
+				errs = append(errs, fmt.Errorf("--baseline %q: want %s, or no --baseline to measure Assent", o.Baseline, BaselineRaw))
 			}
 			// Validate without defaults: an explicit --c 0 or --timeout 0
 			// is a mistake, not a request for the default.
@@ -254,7 +281,7 @@ func (c Command) Execute(ctx context.Context, log *zap.Logger, stdout, stderr io
 	case "run":
 		return c.execRun(ctx, log, stdout, stderr)
 	case "load":
-		return c.execLoad(ctx, log, stdout)
+		return c.execLoad(ctx, log, stdout, stderr)
 	case "mcp":
 		return c.execMCP(ctx, stdout, stderr)
 	}
@@ -308,21 +335,71 @@ func (c Command) execRun(ctx context.Context, log *zap.Logger, stdout, stderr io
 	return err
 }
 
-func (c Command) execLoad(ctx context.Context, log *zap.Logger, stdout io.Writer) error {
+func (c Command) execLoad(ctx context.Context, log *zap.Logger, stdout, stderr io.Writer) error {
 	o := c.Load
+	cfg := o.Config
+	cfg.Progress = func(ended, n int, elapsed time.Duration) {
+		fmt.Fprintf(stderr, "load: %d of %d requests ended after %s\n", ended, n, elapsed.Round(time.Second))
+	}
+	// The agent's connection; the approver and the raw baseline's service
+	// get their own, as they would be other programs.
 	nc, err := Connect(c.Conn, log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	client, err := handler.NewClient(nc, handler.Config{Agent: o.Agent, TrustedKeys: c.TrustedKeys, Logger: log})
-	if err != nil {
-		return err
+	connect := func(role string) (*nats.Conn, error) {
+		o := c.Conn
+		o.Name += "-" + role
+		return Connect(o, log)
 	}
-	res, err := Load(ctx, client, o.Config)
+
+	var target AnswerTarget
+	name := "assent"
+	if o.Baseline == BaselineRaw {
+		name = "raw-jetstream"
+		svcConn, err := connect("raw-service")
+		if err != nil {
+			return err
+		}
+		defer svcConn.Close()
+		svc, err := StartRaw(ctx, svcConn, RawConfig{Manual: o.AnswerAs != ""}, log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if cerr := svc.Close(context.WithoutCancel(ctx)); cerr != nil {
+				fmt.Fprintf(stderr, "agent-worker load: %v\n", cerr)
+			}
+		}()
+		if target, err = NewRawClient(nc); err != nil {
+			return err
+		}
+	} else {
+		client, err := handler.NewClient(nc, handler.Config{Agent: o.Agent, TrustedKeys: c.TrustedKeys, Logger: log})
+		if err != nil {
+			return err
+		}
+		if target, err = NewAssentTarget(client, o.Agent); err != nil {
+			return err
+		}
+	}
+
+	var res LoadResult
+	if o.AnswerAs == "" {
+		res, err = Load(ctx, target, cfg)
+	} else {
+		approver, cerr := connect("approver")
+		if cerr != nil {
+			return cerr
+		}
+		defer approver.Close()
+		res, err = AnswerLoad(ctx, approver, target, AnswerConfig{LoadConfig: cfg, Principal: o.AnswerAs})
+	}
 	if res.Sent == 0 {
 		return err
 	}
+	res.Target = name
 	var werr error
 	if o.JSON {
 		werr = WriteJSONLine(stdout, res)

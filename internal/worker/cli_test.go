@@ -54,6 +54,25 @@ func TestParseArgs(t *testing.T) {
 				t.Errorf("%+v", c)
 			}
 		}},
+		{"load the human path", "load --answer-as alice", nil, func(t *testing.T, c worker.Command) {
+			o := c.Load
+			if o.AnswerAs != "alice" || o.Config.Concurrency != 16 || o.Baseline != "" {
+				t.Errorf("%+v", c)
+			}
+		}},
+		{"load the human path at 64", "load --c 64 --answer-as alice", nil, func(t *testing.T, c worker.Command) {
+			if c.Load.Config.Concurrency != 64 {
+				t.Errorf("%+v", c)
+			}
+		}},
+		{"load the raw baseline", "load --baseline raw", nil, func(t *testing.T, c worker.Command) {
+			o := c.Load
+			if o.Baseline != worker.BaselineRaw || o.AnswerAs != "" || o.Config.Concurrency != 64 {
+				t.Errorf("%+v", c)
+			}
+		}},
+		{"load an unknown baseline", "load --baseline nats", worker.ErrUsage, nil},
+		{"load answered by a bad principal", "load --answer-as a.b", worker.ErrUsage, nil},
 		{"mcp", "mcp --sandbox sb --init-sandbox --log-level info", nil, func(t *testing.T, c worker.Command) {
 			if c.Name != "mcp" || c.MCP.Sandbox != "sb" || !c.MCP.InitSandbox || c.LogLevel != zapcore.InfoLevel {
 				t.Errorf("%+v", c)
@@ -205,6 +224,40 @@ func TestExecuteLoad(t *testing.T) {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, &stdout)
 		}
+	}
+}
+
+// The load command's other measurements, against a broker in manual mode:
+// the raw baseline of the automatic path, and the human path through
+// Assent and through the raw baseline.
+func TestExecuteLoadModes(t *testing.T) {
+	ns := testenv.Server(t)
+	startBroker(t, testenv.Conn(t, ns), broker.ModeManual)
+	tests := []struct {
+		name, args string
+		want       []string // text lines, or JSON fields with --json
+	}{
+		{"raw baseline", "--baseline raw --json", []string{`"target":"raw-jetstream"`, `"decided":30`, `"outcomes":{"approved":30}`, `"errors":0`, `"latency_ms":{`}},
+		{"human path", "--answer-as alice", []string{"target      assent\n", "requests    30 sent, concurrency 16\n", "\nanswer      p50 ", "\npending     p50 ", "outcomes    approved=30\n", "errors      0\n"}},
+		{"raw human path", "--answer-as alice --baseline raw --json", []string{`"target":"raw-jetstream"`, `"decided":30`, `"errors":0`, `"answer_ms":{`, `"pending_ms":{`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"load", "--n", "30", "--nats-url", ns.ClientURL()}, strings.Fields(tt.args)...)
+			cmd, err := worker.ParseArgs(args, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stdout bytes.Buffer
+			if err := cmd.Execute(testCtx(t), testenv.Logger(t), &stdout, io.Discard); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(stdout.String(), want) {
+					t.Errorf("output lacks %q:\n%s", want, &stdout)
+				}
+			}
+		})
 	}
 }
 

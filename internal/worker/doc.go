@@ -20,5 +20,9 @@
 //
 // Load sends N requests at concurrency C through the same SDK call and
 // measures request-to-decision latency; point it at a broker in auto-approve
-// mode.
+// mode. AnswerLoad measures the human path against a broker in manual mode:
+// it approves each request as soon as it is pending, and times the answer to
+// the decision. Both also run against the raw JetStream baseline (StartRaw,
+// RawClient): the least a durable broker must do for the same exchange, on
+// the same server, for comparison.
 package worker

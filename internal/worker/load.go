@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,10 @@ type LoadConfig struct {
 	Session string
 	// Args, if set, is sent with every request; otherwise each gets {"i": n}.
 	Args json.RawMessage
+	// Progress, if set, is called every ProgressEvery (default 5s) while
+	// the run lasts, with how many requests have ended so far, of n.
+	Progress      func(ended, n int, elapsed time.Duration)
+	ProgressEvery time.Duration
 }
 
 // WithDefaults returns c with unset fields at their defaults.
@@ -44,6 +49,9 @@ func (c LoadConfig) WithDefaults() LoadConfig {
 	}
 	if c.Session == "" {
 		c.Session = events.NewID()
+	}
+	if c.ProgressEvery <= 0 {
+		c.ProgressEvery = 5 * time.Second
 	}
 	return c
 }
@@ -72,8 +80,12 @@ type Latency struct {
 	Min, Mean, P50, P95, P99, Max time.Duration
 }
 
-// LoadResult is what Load measured.
+// LoadResult is what Load or AnswerLoad measured.
 type LoadResult struct {
+	// Target names what was measured: "assent", "raw-jetstream" (the
+	// baseline); empty if the caller did not say. Load and AnswerLoad leave
+	// it to the caller.
+	Target string
 	// Sent counts requests started (N, unless ctx ended first).
 	Sent        int
 	Concurrency int
@@ -82,7 +94,8 @@ type LoadResult struct {
 	// Outcomes counts decided requests by outcome.
 	Outcomes map[events.Outcome]int
 	// Errors counts requests that ended without a decision; ErrorKinds
-	// splits them: "no_decision", "tampered", "interrupted", "other".
+	// splits them: "no_decision", "tampered", "interrupted", "other", and
+	// for AnswerLoad "unanswered" and "answer_failed".
 	Errors     int
 	ErrorKinds map[string]int
 	// FirstError is the first error seen, as an example.
@@ -91,13 +104,19 @@ type LoadResult struct {
 	Elapsed time.Duration
 	// Throughput is decided requests per second of Elapsed.
 	Throughput float64
-	// Latency is over decided requests only.
+	// Latency is request to decision, over decided requests only.
 	Latency Latency
+	// Answered says the run was AnswerLoad's: an approver answered each
+	// request, and Answer and Pending are set.
+	Answered bool
+	// Answer is the time from publishing the approval to the agent
+	// receiving the decision; Pending from asking to the approver seeing
+	// the request's pending notice. Over decided requests only.
+	Answer, Pending Latency
 }
 
 // MarshalJSON writes times as milliseconds and seconds, for scripts.
 func (r LoadResult) MarshalJSON() ([]byte, error) {
-	ms := func(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Microsecond)) / 1000 }
 	type latency struct {
 		Min  float64 `json:"min"`
 		Mean float64 `json:"mean"`
@@ -106,7 +125,16 @@ func (r LoadResult) MarshalJSON() ([]byte, error) {
 		P99  float64 `json:"p99"`
 		Max  float64 `json:"max"`
 	}
+	ms := func(d time.Duration) float64 { return math.Round(float64(d)/float64(time.Microsecond)) / 1000 }
+	inMS := func(l Latency) *latency {
+		return &latency{ms(l.Min), ms(l.Mean), ms(l.P50), ms(l.P95), ms(l.P99), ms(l.Max)}
+	}
+	var answer, pending *latency
+	if r.Answered {
+		answer, pending = inMS(r.Answer), inMS(r.Pending)
+	}
 	return json.Marshal(struct {
+		Target      string                 `json:"target,omitempty"`
 		Sent        int                    `json:"sent"`
 		Concurrency int                    `json:"concurrency"`
 		Decided     int                    `json:"decided"`
@@ -116,11 +144,13 @@ func (r LoadResult) MarshalJSON() ([]byte, error) {
 		FirstError  string                 `json:"first_error,omitempty"`
 		Elapsed     float64                `json:"elapsed_seconds"`
 		Throughput  float64                `json:"decided_per_second"`
-		Latency     latency                `json:"latency_ms"`
+		Latency     *latency               `json:"latency_ms"`
+		Answer      *latency               `json:"answer_ms,omitempty"`
+		Pending     *latency               `json:"pending_ms,omitempty"`
 	}{
-		r.Sent, r.Concurrency, r.Decided, r.Outcomes, r.Errors, r.ErrorKinds, r.FirstError,
+		r.Target, r.Sent, r.Concurrency, r.Decided, r.Outcomes, r.Errors, r.ErrorKinds, r.FirstError,
 		r.Elapsed.Seconds(), math.Round(r.Throughput*10) / 10,
-		latency{ms(r.Latency.Min), ms(r.Latency.Mean), ms(r.Latency.P50), ms(r.Latency.P95), ms(r.Latency.P99), ms(r.Latency.Max)},
+		inMS(r.Latency), answer, pending,
 	})
 }
 
@@ -128,9 +158,25 @@ func (r LoadResult) MarshalJSON() ([]byte, error) {
 type loadStats struct {
 	sent      int
 	latencies []time.Duration
+	answers   []time.Duration // AnswerLoad only
+	pendings  []time.Duration // AnswerLoad only
 	outcomes  map[events.Outcome]int
 	errKinds  map[string]int
 	firstErr  error
+}
+
+// decided counts a decision that took lat from the request.
+func (st *loadStats) decided(lat time.Duration, o events.Outcome) {
+	st.latencies = append(st.latencies, lat)
+	st.outcomes[o]++
+}
+
+// fail counts a request that ended without a decision.
+func (st *loadStats) fail(kind string, err error) {
+	st.errKinds[kind]++
+	if st.firstErr == nil {
+		st.firstErr = err
+	}
 }
 
 // Load sends cfg.N requests through req, cfg.Concurrency at a time, and
@@ -145,9 +191,40 @@ func Load(ctx context.Context, req Requester, cfg LoadConfig) (LoadResult, error
 	if err := cfg.Validate(); err != nil {
 		return LoadResult{}, fmt.Errorf("load config: %w", err)
 	}
+	return drive(ctx, cfg, func(ctx context.Context, i int, st *loadStats) {
+		t0 := time.Now()
+		d, err := req.Request(ctx, cfg.request(i))
+		if err != nil {
+			st.fail(errorKind(ctx, err), err)
+			return
+		}
+		st.decided(time.Since(t0), d.Outcome)
+	})
+}
+
+// request returns the i-th request of a run.
+func (c LoadConfig) request(i int) handler.Request {
+	args := c.Args
+	if args == nil {
+		args = json.RawMessage(`{"i":` + strconv.Itoa(i) + `}`)
+	}
+	return handler.Request{Requested: events.Requested{
+		Tool:    c.Tool,
+		Args:    args,
+		Session: c.Session,
+		CallID:  strconv.Itoa(i),
+		Timeout: events.Duration(c.Timeout),
+	}}
+}
+
+// drive calls one for requests 1 to cfg.N from cfg.Concurrency goroutines,
+// each with its own tally, and merges the tallies. It reports progress to
+// cfg.Progress, if set, every cfg.ProgressEvery. If ctx ends, no more
+// requests start; the result so far comes with ctx's error.
+func drive(ctx context.Context, cfg LoadConfig, one func(ctx context.Context, i int, st *loadStats)) (LoadResult, error) {
 	workers := min(cfg.Concurrency, cfg.N)
 	stats := make([]loadStats, workers)
-	var next atomic.Int64
+	var next, done atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
 	for w := range workers {
@@ -160,39 +237,40 @@ func Load(ctx context.Context, req Requester, cfg LoadConfig) (LoadResult, error
 				if i > cfg.N {
 					return
 				}
-				args := cfg.Args
-				if args == nil {
-					args = json.RawMessage(`{"i":` + fmt.Sprint(i) + `}`)
-				}
 				st.sent++
-				t0 := time.Now()
-				d, err := req.Request(ctx, handler.Request{Requested: events.Requested{
-					Tool:    cfg.Tool,
-					Args:    args,
-					Session: cfg.Session,
-					CallID:  fmt.Sprint(i),
-					Timeout: events.Duration(cfg.Timeout),
-				}})
-				if err != nil {
-					st.errKinds[errorKind(ctx, err)]++
-					if st.firstErr == nil {
-						st.firstErr = err
-					}
-					continue
+				one(ctx, i, st)
+				done.Add(1)
+			}
+		})
+	}
+	finished := make(chan struct{})
+	var pg sync.WaitGroup
+	if cfg.Progress != nil {
+		pg.Go(func() {
+			t := time.NewTicker(cfg.ProgressEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-finished:
+					return
+				case <-t.C:
+					cfg.Progress(int(done.Load()), cfg.N, time.Since(start))
 				}
-				st.latencies = append(st.latencies, time.Since(t0))
-				st.outcomes[d.Outcome]++
 			}
 		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	close(finished)
+	pg.Wait()
 
 	res := LoadResult{Concurrency: workers, Outcomes: map[events.Outcome]int{}, ErrorKinds: map[string]int{}, Elapsed: elapsed}
-	var all []time.Duration
+	var all, answers, pendings []time.Duration
 	for _, st := range stats {
 		res.Sent += st.sent
 		all = append(all, st.latencies...)
+		answers = append(answers, st.answers...)
+		pendings = append(pendings, st.pendings...)
 		for o, n := range st.outcomes {
 			res.Outcomes[o] += n
 		}
@@ -209,6 +287,8 @@ func Load(ctx context.Context, req Requester, cfg LoadConfig) (LoadResult, error
 		res.Throughput = float64(res.Decided) / elapsed.Seconds()
 	}
 	res.Latency = summarise(all)
+	res.Answer = summarise(answers)
+	res.Pending = summarise(pendings)
 	if err := ctx.Err(); err != nil {
 		return res, fmt.Errorf("load stopped after %d of %d requests: %w", res.Sent, cfg.N, err)
 	}

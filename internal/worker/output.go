@@ -74,15 +74,26 @@ func WriteSummaryText(w io.Writer, s Summary) error {
 }
 
 // WriteLoadText writes r as a short table for people, error text escaped
-// (textsafe.Line).
+// (textsafe.Line). An AnswerLoad result has two more lines: answer (the
+// approval's publish to the decision) and pending (asking to the pending
+// notice).
 func WriteLoadText(w io.Writer, r LoadResult) error {
 	var b strings.Builder
+	if r.Target != "" {
+		fmt.Fprintf(&b, "target      %s\n", textsafe.Line(r.Target))
+	}
 	fmt.Fprintf(&b, "requests    %d sent, concurrency %d\n", r.Sent, r.Concurrency)
 	fmt.Fprintf(&b, "total time  %s\n", r.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(&b, "throughput  %.1f decided requests/s\n", r.Throughput)
-	l := r.Latency
-	fmt.Fprintf(&b, "latency     p50 %s  p95 %s  p99 %s  max %s  (min %s, mean %s)\n",
-		ms(l.P50), ms(l.P95), ms(l.P99), ms(l.Max), ms(l.Min), ms(l.Mean))
+	latency := func(name string, l Latency) {
+		fmt.Fprintf(&b, "%-11s p50 %s  p95 %s  p99 %s  max %s  (min %s, mean %s)\n",
+			name, ms(l.P50), ms(l.P95), ms(l.P99), ms(l.Max), ms(l.Min), ms(l.Mean))
+	}
+	latency("latency", r.Latency)
+	if r.Answered {
+		latency("answer", r.Answer)
+		latency("pending", r.Pending)
+	}
 	fmt.Fprintf(&b, "outcomes    %s\n", counts(r.Outcomes))
 	fmt.Fprintf(&b, "errors      %d", r.Errors)
 	if r.Errors > 0 {
