@@ -58,8 +58,10 @@ type Broker struct {
 	running atomic.Bool
 
 	// afterCommit, if set (by tests), runs right after an outcome is stored
-	// and before its decided event is published.
-	afterCommit func(id string)
+	// (or, decided at once, chosen) and before its decided event is
+	// published; afterPublish right after an outcome decided at once is
+	// published, before its request message is acknowledged.
+	afterCommit, afterPublish func(id string)
 }
 
 // New returns a broker that uses nc. A nil logger logs nothing. Call Run to start it.
@@ -324,7 +326,7 @@ func (b *Broker) Wait(ctx context.Context, id string) (Record, error) {
 	if err := events.CheckToken("request id", id); err != nil {
 		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	ch, cancel := b.records.wait(id)
+	ch, cancel := b.watch(id)
 	defer cancel()
 	for {
 		rec, err := b.load(context.WithoutCancel(ctx), id)
@@ -389,7 +391,7 @@ func (b *Broker) Submit(ctx context.Context, id, source string, req events.Reque
 	if size := len(msg.Data) + headerSize(msg.Header); size > b.cfg.MaxEventSize {
 		return Record{}, fmt.Errorf("%w: %w: the event would be %d bytes, limit %d", ErrInvalid, events.ErrTooLarge, size, b.cfg.MaxEventSize)
 	}
-	ch, cancel := b.records.wait(id)
+	ch, cancel := b.watch(id)
 	defer cancel()
 	if _, err := b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id)); err != nil {
 		return Record{}, fmt.Errorf("publish request: %w", err)
@@ -497,6 +499,21 @@ func (b *Broker) List(ctx context.Context, f Filter) (Page, error) {
 
 // Pending reports how many requests are pending.
 func (b *Broker) Pending() int { return b.index.pendingCount() }
+
+// watch returns a channel signalled whenever request id's state entry
+// changes or its decision is published (a request decided at once has no
+// state entry), and a func to stop watching.
+func (b *Broker) watch(id string) (<-chan struct{}, func()) {
+	ch, cancel := b.records.wait(id)
+	sub, err := b.nc.Subscribe(events.DecisionPrefix+id, func(*nats.Msg) { b.records.deliver(id) })
+	if err != nil {
+		return ch, cancel // the state watcher and the periodic look cover it
+	}
+	return ch, func() {
+		_ = sub.Unsubscribe()
+		cancel()
+	}
+}
 
 // hub wakes callers waiting for changes to a request's state.
 type hub struct {

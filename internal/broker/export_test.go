@@ -11,6 +11,10 @@ import (
 // publishes the decided event: the window a crash test aims at.
 func (b *Broker) SetCommitHook(fn func(id string)) { b.afterCommit = fn }
 
+// SetPublishHook makes b call fn right after it publishes an outcome decided
+// at once and before it acknowledges the request message.
+func (b *Broker) SetPublishHook(fn func(id string)) { b.afterPublish = fn }
+
 // Published reports whether the decision the state records for request id
 // is on the stream, as the redelivery of its trigger finds out.
 func (b *Broker) Published(ctx context.Context, id string) (bool, error) {

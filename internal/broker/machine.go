@@ -52,11 +52,16 @@ func originOf(msg jetstream.Msg) (origin, error) {
 	return origin{seq: md.Sequence.Stream, at: md.Timestamp, delivery: md.NumDelivered}, nil
 }
 
-// load reads the record of id.
+// load reads the record of id: its state entry or, for a request decided at
+// once (which has none), its decision and request from the stream.
 func (b *Broker) load(ctx context.Context, id string) (Record, error) {
 	entry, err := b.res.state.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
+		rec, err := b.loadDecided(ctx, id)
+		if err == nil {
+			b.index.put(rec)
+		}
+		return rec, err
 	}
 	if err != nil {
 		return Record{}, fmt.Errorf("read state of %s: %w", id, err)
