@@ -91,13 +91,29 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 // the subject holds a broker's decision already (an earlier delivery of this
 // message, or the same request published again), that one stands and nothing
 // is published; if that decision is about another request under the same
-// id, ErrIDConflict is returned.
+// id, ErrIDConflict is returned. It reads the subject before publishing, and
+// so costs a read and one stored message where deciding through a state
+// entry cost two stored messages (docs/architecture.md).
 func (b *Broker) decideNow(ctx context.Context, rec *Record, o origin) error {
 	msg, err := b.decisionMsg(rec)
 	if err != nil {
 		return err
 	}
 	msg.Header.Set(requestSeqHeader, strconv.FormatUint(o.seq, 10))
+	// Look first: a publish the stream refuses still reaches the agent's
+	// plain subscription to the decision subject, so a request asked again
+	// (after the duplicate window, or redelivered after a crash) must not put
+	// a second, perhaps different, decision on the wire.
+	found, err := b.firstOnSubject(ctx, rec.ID)
+	if err != nil {
+		return err
+	}
+	switch ours, err := b.brokers(ctx, rec.ID, &found); {
+	case err != nil:
+		return err
+	case ours:
+		return b.decidedAlready(rec, &found)
+	}
 	if b.afterCommit != nil {
 		b.afterCommit(rec.ID)
 	}
