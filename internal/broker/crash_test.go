@@ -74,20 +74,7 @@ func TestCrashBetweenStateAndDecision(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ncA := testenv.Conn(t, ns)
-			a, err := broker.New(ncA, broker.Config{Name: "a", Mode: tc.mode}, testenv.Logger(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			crashed := make(chan string, 1)
-			var once sync.Once
-			a.SetCommitHook(func(id string) {
-				once.Do(func() {
-					ncA.Close()
-					crashed <- id
-				})
-			})
-			runUntilCleanup(t, a)
+			a, crashed := crashing(t, ns, broker.Config{Name: "a", Mode: tc.mode}, (*broker.Broker).SetCommitHook)
 
 			id := events.NewID()
 			publishEvent(t, js, events.RequestPrefix+"crasher", events.TypeRequested, "agent/crasher",
@@ -153,6 +140,28 @@ func tctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), patience)
 	t.Cleanup(cancel)
 	return c
+}
+
+// crashing runs a broker with cfg on a connection of its own, which it
+// closes (what the server sees when the process dies) the first time the
+// hook that setHook installs fires; crashed then receives the request id.
+func crashing(t *testing.T, ns *testenv.NATS, cfg broker.Config, setHook func(*broker.Broker, func(id string))) (b *broker.Broker, crashed <-chan string) {
+	t.Helper()
+	nc := testenv.Conn(t, ns)
+	b, err := broker.New(nc, cfg, testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan string, 1)
+	var once sync.Once
+	setHook(b, func(id string) {
+		once.Do(func() {
+			nc.Close()
+			ch <- id
+		})
+	})
+	runUntilCleanup(t, b)
+	return b, ch
 }
 
 // runUntilCleanup runs b until the test ends; it does not wait for readiness

@@ -3,7 +3,6 @@ package broker_test
 import (
 	"encoding/json"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +32,24 @@ func stateEntry(t *testing.T, js jetstream.JetStream, id string) bool {
 		t.Fatal(err)
 	}
 	return true
+}
+
+// publishRequest publishes req as request id on its agent's request subject
+// with Nats-Msg-Id msgID: a new message for the stream, as the same request
+// asked again after the duplicate window would be.
+func publishRequest(t *testing.T, js jetstream.JetStream, id, msgID string, req events.Requested) {
+	t.Helper()
+	e, err := events.New(events.TypeRequested, id, "agent/"+req.Agent, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, body, err := events.Encode(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(tctx(t), &nats.Msg{Subject: events.RequestPrefix + req.Agent, Header: nats.Header(h), Data: body}, jetstream.WithMsgID(msgID)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // requestsHandled waits until the brokers' requests consumer has handled
@@ -129,20 +146,7 @@ func TestCrashAfterAutomaticDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ncA := testenv.Conn(t, ns)
-	a, err := broker.New(ncA, broker.Config{Name: "a", Mode: broker.ModeAutoApprove}, testenv.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	crashed := make(chan string, 1)
-	var once sync.Once
-	a.SetPublishHook(func(id string) {
-		once.Do(func() {
-			ncA.Close()
-			crashed <- id
-		})
-	})
-	runUntilCleanup(t, a)
+	_, crashed := crashing(t, ns, broker.Config{Name: "a", Mode: broker.ModeAutoApprove}, (*broker.Broker).SetPublishHook)
 
 	id := events.NewID()
 	asked := events.Requested{Tool: "rm", Args: []byte(`{"path":"/tmp/x"}`), Agent: "crasher", Timeout: events.Duration(time.Minute)}
@@ -178,28 +182,14 @@ func TestCrashAfterAutomaticDecision(t *testing.T) {
 
 	// The same request as a new message, beyond the duplicate window: the
 	// decision stands, and nothing starts waiting.
-	republish := func(req events.Requested, msgID string) {
-		t.Helper()
-		e, err := events.New(events.TypeRequested, id, "agent/crasher", req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, body, err := events.Encode(&e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := js.PublishMsg(tctx(t), &nats.Msg{Subject: events.RequestPrefix + "crasher", Header: nats.Header(h), Data: body}, jetstream.WithMsgID(msgID)); err != nil {
-			t.Fatal(err)
-		}
-	}
 	conflicts, err := check.SubscribeSync(events.RejectionPrefix + id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	republish(asked, "again-"+id)
+	publishRequest(t, js, id, "again-"+id, asked)
 	other := asked
 	other.Args = []byte(`{"path":"/etc"}`)
-	republish(other, "other-"+id)
+	publishRequest(t, js, id, "other-"+id, other)
 	m, err := conflicts.NextMsg(patience)
 	if err != nil {
 		t.Fatalf("the different request under a decided id got no rejection: %v", err)
@@ -242,17 +232,7 @@ func TestPendingAfterAutomaticDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := events.New(events.TypeRequested, rec.ID, "agent/t", events.Requested{Agent: "t", Tool: "deploy"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, body, err := events.Encode(&e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.PublishMsg(tctx(t), &nats.Msg{Subject: events.RequestPrefix + "t", Header: nats.Header(h), Data: body}, jetstream.WithMsgID("later-"+rec.ID)); err != nil {
-		t.Fatal(err)
-	}
+	publishRequest(t, js, rec.ID, "later-"+rec.ID, events.Requested{Agent: "t", Tool: "deploy"})
 	// b has not read the id before: the new message goes the way of a new
 	// request, finds the decision after creating its entry, and records it.
 	requestsHandled(t, js)

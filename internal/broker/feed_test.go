@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/assent-dev/assent/internal/broker"
@@ -126,22 +127,8 @@ func TestReadsLeaveNoConsumer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	consumers := func() int {
-		t.Helper()
-		s, err := js.Stream(ctx, events.StreamName)
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, err := s.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info.State.Consumers
-	}
+	stream := assentStream(ctx, t, nc)
+	consumers := func() int { return streamConsumers(ctx, t, stream) }
 	before := consumers()
 	for range 5 {
 		if _, err := b.Audit(ctx, broker.AuditQuery{Limit: 1}); err != nil {
@@ -174,6 +161,30 @@ func TestReadsLeaveNoConsumer(t *testing.T) {
 	}
 }
 
+// assentStream returns the broker's stream, read through nc.
+func assentStream(ctx context.Context, t *testing.T, nc *nats.Conn) jetstream.Stream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
+}
+
+// streamConsumers counts the consumers on stream.
+func streamConsumers(ctx context.Context, t *testing.T, stream jetstream.Stream) int {
+	t.Helper()
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Consumers
+}
+
 // TestFeedReadsOnlyWhileSubscribed: the event feed holds no consumer on the
 // stream while nobody subscribes; a subscriber that joins while it is
 // stopped gets every event from the moment it subscribed, one that resumes
@@ -185,22 +196,8 @@ func TestFeedReadsOnlyWhileSubscribed(t *testing.T) {
 	b, _ := brokertest.Run(t, nc, broker.WithFeedIdle(broker.Config{Mode: broker.ModeAutoApprove}, 200*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := js.Stream(ctx, events.StreamName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	consumers := func() int {
-		t.Helper()
-		info, err := stream.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return info.State.Consumers
-	}
+	stream := assentStream(ctx, t, nc)
+	consumers := func() int { return streamConsumers(ctx, t, stream) }
 	submit := func() string {
 		t.Helper()
 		rec, err := b.Submit(ctx, "", "test/feed", events.Requested{Agent: "watched", Tool: "t"})
