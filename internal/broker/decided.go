@@ -20,16 +20,26 @@ import (
 const requestSeqHeader = "Assent-Request-Seq"
 
 // onSubject is what a request's decision subject holds first: the decision
-// (decided, with its event id, on the message msg), or, for a broker that
-// does not sign, a message that is not a decided event (forgery). last is
-// the sequence of the last message read.
+// (decided, with its event id and source, on the message msg; reqSeq is its
+// requestSeqHeader, 0 without one), or, for a broker that does not sign, a
+// message that is not a decided event (forgery). last is the sequence of the
+// last message read.
 type onSubject struct {
 	decided *events.Decided
 	eventID string
 	source  string
+	reqSeq  uint64
 	msg     *jetstream.RawStreamMsg
 	forgery string
 	last    uint64
+}
+
+// storedRequest is a request message read back: the request (its agent from
+// the subject), its source, and when the stream stored it.
+type storedRequest struct {
+	req    events.Requested
+	source string
+	at     time.Time
 }
 
 // firstOnSubject reads the decision of request id as readers take it: the
@@ -61,6 +71,7 @@ func (b *Broker) firstOnSubject(ctx context.Context, id string) (onSubject, erro
 		}
 		if err == nil {
 			out.decided, out.eventID, out.source, out.msg = &d, e.ID(), e.Source(), m
+			out.reqSeq, _ = strconv.ParseUint(m.Header.Get(requestSeqHeader), 10, 64)
 			return out, nil
 		}
 		if out.forgery == "" {
@@ -73,57 +84,54 @@ func (b *Broker) firstOnSubject(ctx context.Context, id string) (onSubject, erro
 }
 
 // brokers reports whether found, a decision on request id's subject, is a
-// broker's. A broker that signs trusts its keys (firstOnSubject checked).
-// Unsigned decisions carry no proof; one decided at once by a broker names
-// its request message (requestSeqHeader), and it counts as a broker's if that
-// message is the request id with the digest the decision names. Anything
-// else on the subject is treated as before such decisions existed: as a
-// forgery that keeps the broker's own decision off the stream.
-func (b *Broker) brokers(ctx context.Context, id string, found *onSubject) (bool, error) {
+// broker's, and returns the request message it names if it read it. A broker
+// that signs trusts its keys (firstOnSubject checked). Unsigned decisions
+// carry no proof; one decided at once by a broker names its request message
+// (requestSeqHeader), and it counts as a broker's if that message is the
+// request id with the digest the decision names. Anything else on the
+// subject is treated as before such decisions existed: as a forgery that
+// keeps the broker's own decision off the stream.
+func (b *Broker) brokers(ctx context.Context, id string, found *onSubject) (bool, *storedRequest, error) {
 	d := found.decided
-	if d == nil {
-		return false, nil
+	switch {
+	case d == nil:
+		return false, nil, nil
+	case b.signer != nil:
+		return true, nil, nil
+	case found.reqSeq == 0 || !d.Auto || d.RequestDigest == "" || !strings.HasPrefix(found.source, "broker/"):
+		return false, nil, nil
 	}
-	if b.signer != nil {
-		return true, nil
-	}
-	seq, err := strconv.ParseUint(found.msg.Header.Get(requestSeqHeader), 10, 64)
-	if err != nil || !d.Auto || d.RequestDigest == "" || !strings.HasPrefix(found.source, "broker/") {
-		return false, nil
-	}
-	req, _, _, ok, err := b.requestAt(ctx, id, seq)
-	if err != nil || !ok {
-		return false, err
-	}
-	digest, err := events.RequestDigest(req)
-	return err == nil && digest == d.RequestDigest, nil
+	sr, err := b.requestAt(ctx, id, found.reqSeq, d.RequestDigest)
+	return sr != nil, sr, err
 }
 
-// requestAt reads the request message at stream sequence seq, if it is a
-// request with id: the request (its agent from the subject), its source and
-// when the stream stored it.
-func (b *Broker) requestAt(ctx context.Context, id string, seq uint64) (events.Requested, string, time.Time, bool, error) {
+// requestAt reads the request message at stream sequence seq, if it is
+// request id with the given request digest; nil if it is not.
+func (b *Broker) requestAt(ctx context.Context, id string, seq uint64, digest string) (*storedRequest, error) {
 	m, err := b.res.stream.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return events.Requested{}, "", time.Time{}, false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return events.Requested{}, "", time.Time{}, false, fmt.Errorf("read the request of %s: %w", id, err)
+		return nil, fmt.Errorf("read the request of %s: %w", id, err)
 	}
 	sub, err := events.ParseSubject(m.Subject)
 	if err != nil || sub.Kind != events.KindRequest {
-		return events.Requested{}, "", time.Time{}, false, nil
+		return nil, nil
 	}
 	e, err := b.codec.Decode(events.Header(m.Header), m.Data)
 	if err != nil || e.ID() != id {
-		return events.Requested{}, "", time.Time{}, false, nil
+		return nil, nil
 	}
 	req, err := events.DecodeRequested(&e)
 	if err != nil {
-		return events.Requested{}, "", time.Time{}, false, nil
+		return nil, nil
 	}
 	req.Agent = sub.Agent
-	return req, e.Source(), m.Time.UTC(), true, nil
+	if got, err := events.RequestDigest(req); err != nil || got != digest {
+		return nil, nil
+	}
+	return &storedRequest{req: req, source: e.Source(), at: m.Time.UTC()}, nil
 }
 
 // adopt makes r record the decision found on its subject.
@@ -136,9 +144,18 @@ func (r *Record) adopt(found *onSubject) {
 	if d.Rule != "" {
 		r.Rule = d.Rule
 	}
-	if seq, err := strconv.ParseUint(found.msg.Header.Get(requestSeqHeader), 10, 64); err == nil {
-		r.Trigger = seq
+	if found.reqSeq != 0 {
+		r.Trigger = found.reqSeq
 	}
+}
+
+// conflictWith is the ErrIDConflict of a request with digest whose id d, a
+// decision about another request, holds.
+func conflictWith(d *events.Decided, id, digest string) error {
+	if d.RequestDigest == "" || d.RequestDigest == digest {
+		return nil
+	}
+	return fmt.Errorf("%w: %s was decided (%s) as a request with digest %s; this one is %s", ErrIDConflict, id, d.Outcome, d.RequestDigest, digest)
 }
 
 // loadDecided reads back request id decided with no state entry (decideNow):
@@ -150,29 +167,25 @@ func (b *Broker) loadDecided(ctx context.Context, id string) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	switch ok, err := b.brokers(ctx, id, &found); {
+	ours, sr, err := b.brokers(ctx, id, &found)
+	switch {
 	case err != nil:
 		return Record{}, err
-	case !ok:
+	case !ours:
 		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	rec := Record{ID: id, RequestDigest: found.decided.RequestDigest}
 	rec.adopt(&found)
 	rec.Deadline = found.decided.DecidedAt
-	if rec.Trigger == 0 {
-		return rec, nil
+	if sr == nil && found.reqSeq != 0 {
+		// Signed: trusted without reading the request; read it now.
+		if sr, err = b.requestAt(ctx, id, found.reqSeq, rec.RequestDigest); err != nil {
+			return Record{}, err
+		}
 	}
-	req, source, at, ok, err := b.requestAt(ctx, id, rec.Trigger)
-	if err != nil {
-		return Record{}, err
+	if sr != nil {
+		rec.Request, rec.Source, rec.RequestSeq, rec.ReceivedAt = sr.req, sr.source, found.reqSeq, sr.at
+		rec.Deadline = rec.ReceivedAt.Add(b.cfg.clamp(sr.req.Timeout.Std()))
 	}
-	if !ok {
-		return rec, nil
-	}
-	if digest, err := events.RequestDigest(req); err != nil || digest != rec.RequestDigest {
-		return rec, nil
-	}
-	rec.Request, rec.Source, rec.RequestSeq, rec.ReceivedAt = req, source, rec.Trigger, at
-	rec.Deadline = rec.ReceivedAt.Add(b.cfg.clamp(req.Timeout.Std()))
 	return rec, nil
 }

@@ -298,10 +298,6 @@ func (f *feed) deactivate() bool {
 func (f *feed) change(edit func(*watchers)) {
 	f.join_.Lock()
 	defer f.join_.Unlock()
-	f.changeLocked(edit)
-}
-
-func (f *feed) changeLocked(edit func(*watchers)) {
 	old := f.watchers.Load()
 	w := &watchers{all: slices.Clone(old.all), byAgent: make(map[string][]*feedSub, len(old.byAgent))}
 	for a, list := range old.byAgent {

@@ -116,13 +116,11 @@ func (g *grants) put(key string, gr policy.Grant) {
 }
 
 // advance records that the watcher applied the bucket's entry at stream
-// sequence seq.
+// sequence seq. The watcher is its only caller; a watcher that replaces a
+// failed one goes over the bucket again from its first entry.
 func (g *grants) advance(seq uint64) {
-	for {
-		cur := g.applied.Load()
-		if seq <= cur || g.applied.CompareAndSwap(cur, seq) {
-			return
-		}
+	if seq > g.applied.Load() {
+		g.applied.Store(seq)
 	}
 }
 

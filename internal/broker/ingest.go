@@ -104,11 +104,7 @@ func (b *Broker) decideNow(ctx context.Context, rec *Record, o origin) error {
 	// plain subscription to the decision subject, so a request asked again
 	// (after the duplicate window, or redelivered after a crash) must not put
 	// a second, perhaps different, decision on the wire.
-	found, err := b.firstOnSubject(ctx, rec.ID)
-	if err != nil {
-		return err
-	}
-	switch ours, err := b.brokers(ctx, rec.ID, &found); {
+	switch found, ours, err := b.decisionOf(ctx, rec.ID); {
 	case err != nil:
 		return err
 	case ours:
@@ -135,29 +131,22 @@ func (b *Broker) decideNow(ctx context.Context, rec *Record, o origin) error {
 		if !isWrongLastSeq(err) {
 			return err
 		}
-		found, err := b.firstOnSubject(ctx, rec.ID)
-		if err != nil {
-			return err
-		}
-		ours, err := b.brokers(ctx, rec.ID, &found)
+		found, ours, err := b.decisionOf(ctx, rec.ID)
 		switch {
 		case err != nil:
 			return err
 		case ours:
 			return b.decidedAlready(rec, &found)
-		case found.forgery == "":
-			found.forgery = describeDecision(found.msg, &events.Event{}, errors.New("not decided at once by a broker"))
-			fallthrough
-		case b.signer == nil:
-			// The subject's first message is not a broker's decision, and
-			// readers take the first message.
-			b.metrics.nForged.Add(1)
+		}
+		b.metrics.nForged.Add(1)
+		if b.signer == nil {
+			// Readers take the subject's first message, which is not a
+			// broker's decision.
 			b.log.Error("the stream holds a message on this request's decision subject that is not the broker's decision; its own cannot be published",
 				zap.String("request_id", rec.ID), zap.String("found", found.forgery))
 			return fmt.Errorf("%w: request %s: %s", ErrForgedDecision, rec.ID, found.forgery)
 		}
-		// Signed: readers skip what no trusted key signed; publish after it.
-		b.metrics.nForged.Add(1)
+		// Readers skip what no trusted key signed; publish after it.
 		b.log.Error("the stream holds a decided event no trusted key signed; the broker's own signed decision follows it",
 			zap.String("request_id", rec.ID), zap.String("found", found.forgery))
 		last = found.last
@@ -170,14 +159,27 @@ func (b *Broker) decideNow(ctx context.Context, rec *Record, o origin) error {
 // publish, an earlier delivery, or the request published again), and
 // ErrIDConflict for one about another request under the same id.
 func (b *Broker) decidedAlready(rec *Record, found *onSubject) error {
-	d := found.decided
-	if d.RequestDigest != "" && d.RequestDigest != rec.RequestDigest {
-		return fmt.Errorf("%w: %s was decided (%s) as a request with digest %s; this one is %s", ErrIDConflict, rec.ID, d.Outcome, d.RequestDigest, rec.RequestDigest)
+	if err := conflictWith(found.decided, rec.ID, rec.RequestDigest); err != nil {
+		return err
 	}
-	if found.eventID != rec.DecisionEventID {
-		b.log.Debug("request decided already; that decision stands", zap.String("request_id", rec.ID), zap.String("outcome", string(d.Outcome)))
-	}
+	b.log.Debug("request decided already; that decision stands", zap.String("request_id", rec.ID), zap.String("outcome", string(found.decided.Outcome)))
 	return nil
+}
+
+// decisionOf reads request id's decision subject (firstOnSubject) and says
+// whether what it holds first is a broker's decision (brokers). If not, and
+// the subject is not empty, found.forgery describes what is there.
+func (b *Broker) decisionOf(ctx context.Context, id string) (found onSubject, ours bool, err error) {
+	if found, err = b.firstOnSubject(ctx, id); err != nil {
+		return found, false, err
+	}
+	if ours, _, err = b.brokers(ctx, id, &found); err != nil || ours {
+		return found, ours, err
+	}
+	if found.decided != nil {
+		found.forgery = describeDecision(found.msg, &events.Event{}, errors.New("a decided event no broker decided at once"))
+	}
+	return found, false, nil
 }
 
 // decidedBefore looks, for a pending record just created, whether its
@@ -187,19 +189,15 @@ func (b *Broker) decidedAlready(rec *Record, found *onSubject) error {
 // waiting; for another request, the entry just created is taken back and
 // ErrIDConflict returned.
 func (b *Broker) decidedBefore(ctx context.Context, rec *Record) (bool, error) {
-	found, err := b.firstOnSubject(ctx, rec.ID)
-	if err != nil || found.decided == nil {
-		return false, err
+	found, ours, err := b.decisionOf(ctx, rec.ID)
+	if err != nil || !ours {
+		return false, err // nothing, or not a broker's: the broker's decision comes later
 	}
-	if ours, err := b.brokers(ctx, rec.ID, &found); err != nil || !ours {
-		return false, err // something else: the broker's decision comes later
-	}
-	d := found.decided
-	if d.RequestDigest != "" && d.RequestDigest != rec.RequestDigest {
+	if err := conflictWith(found.decided, rec.ID, rec.RequestDigest); err != nil {
 		if err := b.res.state.Delete(ctx, rec.ID, jetstream.LastRevision(rec.revision)); err != nil {
 			b.log.Warn("could not take back the state of a request whose id was decided as another", zap.String("request_id", rec.ID), zap.Error(err))
 		}
-		return true, fmt.Errorf("%w: %s was decided (%s) as a request with digest %s; this one is %s", ErrIDConflict, rec.ID, d.Outcome, d.RequestDigest, rec.RequestDigest)
+		return true, err
 	}
 	next := *rec
 	next.adopt(&found)

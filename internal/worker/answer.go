@@ -27,9 +27,9 @@ type AnswerTarget interface {
 	// PendingID returns the id of the request a message on PendingSubject
 	// announces; false for any other message.
 	PendingID(m *nats.Msg) (id string, ok bool)
-	// Approval returns principal's approval of request id, ready for a
-	// JetStream publish: it carries its Nats-Msg-Id.
-	Approval(principal, id string) (*nats.Msg, error)
+	// Approve publishes principal's approval of request id through js and
+	// returns once the stream stored it.
+	Approve(ctx context.Context, js jetstream.JetStream, principal, id string) error
 }
 
 // AssentTarget is Assent as AnswerLoad measures it: the agent asks through
@@ -72,24 +72,9 @@ func (a *AssentTarget) PendingID(m *nats.Msg) (string, bool) {
 	return p.RequestID, true
 }
 
-// Approval is a responded event that approves id, for
-// assent.response.<principal>.<id>, as handler.Answer publishes it.
-func (a *AssentTarget) Approval(principal, id string) (*nats.Msg, error) {
-	subj, err := events.ResponseSubject(principal, id)
-	if err != nil {
-		return nil, err
-	}
-	e, err := events.New(events.TypeResponded, "", "approver/"+principal, events.Responded{Decision: events.Approve, Channel: "load"})
-	if err != nil {
-		return nil, err
-	}
-	h, body, err := events.Encode(&e)
-	if err != nil {
-		return nil, err
-	}
-	m := &nats.Msg{Subject: subj, Header: nats.Header(h), Data: body}
-	m.Header.Set(jetstream.MsgIDHeader, e.ID())
-	return m, nil
+// Approve answers as an approver does, with handler.Answer.
+func (a *AssentTarget) Approve(ctx context.Context, js jetstream.JetStream, principal, id string) error {
+	return handler.Answer(ctx, js, principal, id, events.Responded{Decision: events.Approve, Channel: "load"})
 }
 
 // AnswerConfig configures AnswerLoad.
@@ -193,14 +178,10 @@ func AnswerLoad(ctx context.Context, approver *nats.Conn, t AnswerTarget, cfg An
 				}
 				f := v.(*flight)
 				f.pending.CompareAndSwap(0, seen)
-				msg, err := t.Approval(cfg.Principal, id)
-				if err == nil && !f.answered.CompareAndSwap(0, at()) {
+				if !f.answered.CompareAndSwap(0, at()) {
 					continue // answered already (a repeated notice)
 				}
-				if err == nil {
-					_, err = js.PublishMsg(actx, msg)
-				}
-				if err != nil {
+				if err := t.Approve(actx, js, cfg.Principal, id); err != nil {
 					err = fmt.Errorf("answer %s: %w", id, err)
 					f.err.CompareAndSwap(nil, &err)
 					f.cancel()

@@ -240,17 +240,15 @@ func (c *RawClient) PendingID(m *nats.Msg) (string, bool) {
 	return id, ok && events.ValidToken(id)
 }
 
-// Approval returns the answer that approves request id, as principal.
-func (c *RawClient) Approval(principal, id string) (*nats.Msg, error) {
+// Approve stores the answer that approves request id, as principal.
+func (c *RawClient) Approve(ctx context.Context, js jetstream.JetStream, principal, id string) error {
 	if err := events.CheckToken("request id", id); err != nil {
-		return nil, err
+		return err
 	}
 	body, err := json.Marshal(events.Responded{Decision: events.Approve, Channel: "load"})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	m := nats.NewMsg(RawPrefix + ".answer." + id)
-	m.Header.Set(jetstream.MsgIDHeader, "answer-"+principal+"-"+id)
-	m.Data = body
-	return m, nil
+	_, err = js.Publish(ctx, RawPrefix+".answer."+id, body, jetstream.WithMsgID("answer-"+principal+"-"+id))
+	return err
 }
