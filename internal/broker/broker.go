@@ -40,6 +40,10 @@ type Broker struct {
 	// grantsCheck asks whether grants is current (grantsNewer), once for
 	// every request judged meanwhile.
 	grantsCheck *coalescer[bool]
+	// recentCheck runs catchUp, once for every listing of decided requests
+	// made meanwhile; caughtUp is the stream sequence it read to.
+	recentCheck *coalescer[struct{}]
+	caughtUp    atomic.Uint64
 	presence    *presence
 	timers      *timers
 	metrics     metrics
@@ -132,6 +136,7 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 	}
 	b.shadow.Store(cfg.Shadow)
 	b.grantsCheck = newCoalescer(b.grantsNewer)
+	b.recentCheck = newCoalescer(b.catchUp)
 	if cfg.feedIdle > 0 {
 		b.feed.idle = cfg.feedIdle
 	}
@@ -187,6 +192,13 @@ func (b *Broker) Run(ctx context.Context) error {
 	})
 	g.Go(func() error { return b.expiryLoop(gctx) })
 	g.Go(func() error { return b.runFeed(gctx) })
+	g.Go(func() error {
+		// The first listing of decided requests finds them read already.
+		if _, err := b.recentCheck.wait(gctx); err != nil && gctx.Err() == nil {
+			b.log.Warn("reading recent decisions made at once", zap.Error(err))
+		}
+		return nil
+	})
 	b.ready.Store(true)
 	b.log.Info("broker running", zap.String("policy", b.Policy().File), zap.String("mode", string(b.Policy().Mode)), zap.Duration("default_timeout", b.cfg.DefaultTimeout))
 	err = g.Wait()
@@ -474,10 +486,19 @@ type Page struct {
 // List returns up to f.Limit records matching f: pending ones oldest first,
 // then decided ones newest first. It reads this replica's index, not the
 // bucket: pending requests all, decided ones the most recent
-// Config.KeepDecided (older ones by id with Get, or from the audit log).
+// Config.KeepDecided (older ones by id with Get, or from the audit log). A
+// listing that includes decided requests first reads the stream's new
+// messages for the decisions made at once, which have no state entry
+// (catchUp).
 func (b *Broker) List(ctx context.Context, f Filter) (Page, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
+	}
+	if f.State != StatePending {
+		// Decisions made at once reach the index only from the stream.
+		if _, err := b.recentCheck.wait(ctx); err != nil {
+			b.log.Warn("listing without the latest decisions made at once: reading the stream failed", zap.Error(err))
+		}
 	}
 	found, total := b.index.list(f)
 	page := Page{Records: make([]Record, 0, len(found)), Total: total}

@@ -3,6 +3,8 @@ package broker_test
 import (
 	"encoding/json"
 	"errors"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -226,8 +228,15 @@ func TestPendingAfterAutomaticDecision(t *testing.T) {
 	if err != nil || rec.State != broker.StateApproved {
 		t.Fatalf("%s %v", rec.State, err)
 	}
+	// Newer decisions, so that b, keeping only the newest in its index,
+	// does not know rec's.
+	for range 3 {
+		if _, err := a.Submit(tctx(t), "", "agent/t", events.Requested{Agent: "t", Tool: "other"}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	stop()
-	b, _ := brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Name: "b"}) // manual mode
+	b, _ := brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Name: "b", KeepDecided: 1}) // manual mode
 	pendings, err := nc.SubscribeSync(events.PendingPrefix + ">")
 	if err != nil {
 		t.Fatal(err)
@@ -249,4 +258,44 @@ func TestPendingAfterAutomaticDecision(t *testing.T) {
 	if b.Pending() != 0 || countMsgs(t, js, events.DecisionPrefix+rec.ID) != 1 {
 		t.Fatalf("%d pending, %d decisions", b.Pending(), countMsgs(t, js, events.DecisionPrefix+rec.ID))
 	}
+}
+
+// TestListingsShowDecisionsMadeAtOnce: decisions made at once have no state
+// entry, yet listings of decided requests show them: those of another
+// replica, and after a restart a replica's own.
+func TestListingsShowDecisionsMadeAtOnce(t *testing.T) {
+	ns := testenv.Server(t)
+	a, stopA := brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Name: "a", Mode: broker.ModeAutoApprove})
+	b, _ := brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Name: "b", Mode: broker.ModeAutoApprove})
+	var ids []string
+	for i := range 5 {
+		rec, err := a.Submit(tctx(t), "", "agent/lister", events.Requested{Agent: "lister", Tool: "ls", Session: "s" + strconv.Itoa(i)})
+		if err != nil || rec.State != broker.StateApproved {
+			t.Fatalf("%s %v", rec.State, err)
+		}
+		ids = append(ids, rec.ID)
+	}
+	listed := func(x *broker.Broker, who string) {
+		t.Helper()
+		page, err := x.List(tctx(t), broker.Filter{Decided: true, Agent: "lister"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range page.Records {
+			if r.Request.Tool != "ls" || r.Decision == nil || !r.Decision.Auto {
+				t.Fatalf("%s lists %+v", who, r)
+			}
+			got = append(got, r.ID)
+		}
+		slices.Reverse(got) // newest first
+		if !slices.Equal(got, ids) || page.Total != len(ids) {
+			t.Fatalf("%s lists %v (total %d), want %v", who, got, page.Total, ids)
+		}
+	}
+	listed(a, "the replica that decided")
+	listed(b, "another replica")
+	stopA()
+	restarted, _ := brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Name: "a", Mode: broker.ModeAutoApprove})
+	listed(restarted, "the replica that decided, restarted")
 }
