@@ -50,3 +50,9 @@ func WithFeedIdle(c Config, d time.Duration) Config {
 	c.feedIdle = d
 	return c
 }
+
+// Knows reports whether b's index holds request id.
+func (b *Broker) Knows(id string) bool {
+	_, _, ok := b.index.get(id)
+	return ok
+}
