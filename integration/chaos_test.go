@@ -1295,7 +1295,7 @@ func deadlineOf(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyVal
 	if err != nil {
 		return st, err
 	}
-	seq, err := strconv.ParseUint(d.Header.Get("Assent-Request-Seq"), 10, 64)
+	seq, err := strconv.ParseUint(d.Header.Get(events.RequestSeqHeader), 10, 64)
 	if err != nil {
 		return st, fmt.Errorf("%s has no state entry, and its decision names no request message: %w", r.id, err)
 	}

@@ -17,7 +17,7 @@ import (
 // decided at once (decideNow), gives the stream sequence of the request
 // message, so that the request can be read back with its decision. It is a
 // NATS header, not part of the CloudEvent.
-const requestSeqHeader = "Assent-Request-Seq"
+const requestSeqHeader = events.RequestSeqHeader
 
 // onSubject is what a request's decision subject holds first: the decision
 // (decided, with its event id and source, on the message msg; reqSeq is its
