@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -31,6 +32,7 @@ func (b *Broker) catchUp(ctx context.Context) (struct{}, error) {
 		first = max(first, last-window+1)
 	}
 	requests := map[string]*Event{}
+	var earlier []string // decided here, asked before first
 	err = b.scan(ctx, first, time.Time{}, last, allSubjects, func(e *Event) (bool, error) {
 		switch e.Type {
 		case events.TypeRequested:
@@ -38,12 +40,21 @@ func (b *Broker) catchUp(ctx context.Context) (struct{}, error) {
 		case events.TypeDecided:
 			if req, ok := requests[e.RequestID]; ok {
 				b.recallDecided(req, e)
+			} else if _, _, known := b.index.get(e.RequestID); !known {
+				earlier = append(earlier, e.RequestID)
 			}
 		}
 		return true, nil
 	})
 	if err != nil {
 		return struct{}{}, err
+	}
+	// Their requests came before this read: read each by id (load indexes
+	// what it finds).
+	for _, id := range earlier {
+		if _, err := b.load(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
+			return struct{}{}, err
+		}
 	}
 	b.caughtUp.Store(last)
 	return struct{}{}, nil

@@ -19,6 +19,12 @@ import (
 // NATS header, not part of the CloudEvent.
 const requestSeqHeader = events.RequestSeqHeader
 
+// readTimeout bounds a read of the stream on the request path: a read whose
+// answer is lost (a node stopping, a connection replaced) fails and its
+// message is tried again, instead of holding the request for the handler's
+// whole time.
+const readTimeout = 2 * time.Second
+
 // onSubject is what a request's decision subject holds first: the decision
 // (decided, with its event id and source, on the message msg; reqSeq is its
 // requestSeqHeader, 0 without one), or, for a broker that does not sign, a
@@ -47,6 +53,8 @@ type storedRequest struct {
 // first that a trusted key signed (what comes before it no reader takes).
 // Found nothing: a zero onSubject.
 func (b *Broker) firstOnSubject(ctx context.Context, id string) (onSubject, error) {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
 	subj := events.DecisionPrefix + id
 	var out onSubject
 	for seq := uint64(1); ; {
@@ -108,6 +116,8 @@ func (b *Broker) brokers(ctx context.Context, id string, found *onSubject) (bool
 // requestAt reads the request message at stream sequence seq, if it is
 // request id with the given request digest; nil if it is not.
 func (b *Broker) requestAt(ctx context.Context, id string, seq uint64, digest string) (*storedRequest, error) {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
 	m, err := b.res.stream.GetMsg(ctx, seq)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
