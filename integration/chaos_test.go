@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1042,7 +1041,13 @@ func (ch *chaos) check(t *testing.T, js jetstream.JetStream, all []*chaosReq) {
 		if sd == nil || sd.first.Outcome != events.Expired {
 			continue
 		}
-		st := retrying(t, "deadline of "+r.id, func() (chaosDeadline, error) { return deadlineOf(ctx, js, kv, r) })
+		entry := retrying(t, "state of "+r.id, func() (jetstream.KeyValueEntry, error) { return kv.Get(ctx, r.id) })
+		var st struct {
+			Deadline time.Time `json:"deadline"`
+		}
+		if err := json.Unmarshal(entry.Value(), &st); err != nil {
+			t.Fatalf("state of %s: %v", r.id, err)
+		}
 		l := sd.first.DecidedAt.Sub(st.Deadline)
 		lateness = append(lateness, l)
 		if l < 0 || l > 2*time.Second {
@@ -1268,43 +1273,6 @@ func retrying[T any](t *testing.T, what string, f func() (T, error)) T {
 	t.Fatalf("%s: %v", what, err)
 	var zero T
 	return zero
-}
-
-type chaosDeadline struct {
-	Deadline time.Time `json:"deadline"`
-}
-
-// deadlineOf reads the deadline the broker set for request r: from its state
-// entry or, for a request that expired as the broker first saw it (it has
-// no state entry), from when the stream stored the request message its
-// decision names, plus its timeout.
-func deadlineOf(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, r *chaosReq) (chaosDeadline, error) {
-	var st chaosDeadline
-	entry, err := kv.Get(ctx, r.id)
-	if err == nil {
-		return st, json.Unmarshal(entry.Value(), &st)
-	}
-	if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return st, err
-	}
-	s, err := js.Stream(ctx, broker.StreamName)
-	if err != nil {
-		return st, err
-	}
-	d, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.DecisionPrefix+r.id))
-	if err != nil {
-		return st, err
-	}
-	seq, err := strconv.ParseUint(d.Header.Get(events.RequestSeqHeader), 10, 64)
-	if err != nil {
-		return st, fmt.Errorf("%s has no state entry, and its decision names no request message: %w", r.id, err)
-	}
-	m, err := s.GetMsg(ctx, seq)
-	if err != nil {
-		return st, err
-	}
-	st.Deadline = m.Time.Add(max(r.request.Timeout.Std(), time.Second))
-	return st, nil
 }
 
 // quantile returns the q-quantile of sorted ds (nearest rank), 0 if empty.

@@ -40,10 +40,6 @@ type Broker struct {
 	// grantsCheck asks whether grants is current (grantsNewer), once for
 	// every request judged meanwhile.
 	grantsCheck *coalescer[bool]
-	// recentCheck runs catchUp, once for every listing of decided requests
-	// made meanwhile; caughtUp is the stream sequence it read to.
-	recentCheck *coalescer[struct{}]
-	caughtUp    atomic.Uint64
 	presence    *presence
 	timers      *timers
 	metrics     metrics
@@ -62,9 +58,9 @@ type Broker struct {
 	running atomic.Bool
 
 	// afterCommit, if set (by tests), runs right after an outcome is stored
-	// (or, decided at once, chosen) and before its decided event is
-	// published; afterPublish right after an outcome decided at once is
-	// published, before its request message is acknowledged.
+	// and before its decided event is published; afterPublish right after
+	// an outcome decided at ingest is published, before its request message
+	// is acknowledged.
 	afterCommit, afterPublish func(id string)
 }
 
@@ -136,7 +132,6 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 	}
 	b.shadow.Store(cfg.Shadow)
 	b.grantsCheck = newCoalescer(b.grantsNewer)
-	b.recentCheck = newCoalescer(b.catchUp)
 	if cfg.feedIdle > 0 {
 		b.feed.idle = cfg.feedIdle
 	}
@@ -192,13 +187,6 @@ func (b *Broker) Run(ctx context.Context) error {
 	})
 	g.Go(func() error { return b.expiryLoop(gctx) })
 	g.Go(func() error { return b.runFeed(gctx) })
-	g.Go(func() error {
-		// The first listing of decided requests finds them read already.
-		if _, err := b.recentCheck.wait(gctx); err != nil && gctx.Err() == nil {
-			b.log.Warn("reading recent decisions made at once", zap.Error(err))
-		}
-		return nil
-	})
 	b.ready.Store(true)
 	b.log.Info("broker running", zap.String("policy", b.Policy().File), zap.String("mode", string(b.Policy().Mode)), zap.Duration("default_timeout", b.cfg.DefaultTimeout))
 	err = g.Wait()
@@ -338,7 +326,7 @@ func (b *Broker) Wait(ctx context.Context, id string) (Record, error) {
 	if err := events.CheckToken("request id", id); err != nil {
 		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	ch, cancel := b.watch(id)
+	ch, cancel := b.records.wait(id)
 	defer cancel()
 	for {
 		rec, err := b.load(context.WithoutCancel(ctx), id)
@@ -403,7 +391,7 @@ func (b *Broker) Submit(ctx context.Context, id, source string, req events.Reque
 	if size := len(msg.Data) + headerSize(msg.Header); size > b.cfg.MaxEventSize {
 		return Record{}, fmt.Errorf("%w: %w: the event would be %d bytes, limit %d", ErrInvalid, events.ErrTooLarge, size, b.cfg.MaxEventSize)
 	}
-	ch, cancel := b.watch(id)
+	ch, cancel := b.records.wait(id)
 	defer cancel()
 	if _, err := b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id)); err != nil {
 		return Record{}, fmt.Errorf("publish request: %w", err)
@@ -486,19 +474,10 @@ type Page struct {
 // List returns up to f.Limit records matching f: pending ones oldest first,
 // then decided ones newest first. It reads this replica's index, not the
 // bucket: pending requests all, decided ones the most recent
-// Config.KeepDecided (older ones by id with Get, or from the audit log). A
-// listing that includes decided requests first reads the stream's new
-// messages for the decisions made at once, which have no state entry
-// (catchUp).
+// Config.KeepDecided (older ones by id with Get, or from the audit log).
 func (b *Broker) List(ctx context.Context, f Filter) (Page, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
-	}
-	if f.State != StatePending {
-		// Decisions made at once reach the index only from the stream.
-		if _, err := b.recentCheck.wait(ctx); err != nil {
-			b.log.Warn("listing without the latest decisions made at once: reading the stream failed", zap.Error(err))
-		}
 	}
 	found, total := b.index.list(f)
 	page := Page{Records: make([]Record, 0, len(found)), Total: total}
@@ -520,21 +499,6 @@ func (b *Broker) List(ctx context.Context, f Filter) (Page, error) {
 
 // Pending reports how many requests are pending.
 func (b *Broker) Pending() int { return b.index.pendingCount() }
-
-// watch returns a channel signalled whenever request id's state entry
-// changes or its decision is published (a request decided at once has no
-// state entry), and a func to stop watching.
-func (b *Broker) watch(id string) (<-chan struct{}, func()) {
-	ch, cancel := b.records.wait(id)
-	sub, err := b.nc.Subscribe(events.DecisionPrefix+id, func(*nats.Msg) { b.records.deliver(id) })
-	if err != nil {
-		return ch, cancel // the state watcher and the periodic look cover it
-	}
-	return ch, func() {
-		_ = sub.Unsubscribe()
-		cancel()
-	}
-}
 
 // hub wakes callers waiting for changes to a request's state.
 type hub struct {

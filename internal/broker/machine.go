@@ -52,16 +52,11 @@ func originOf(msg jetstream.Msg) (origin, error) {
 	return origin{seq: md.Sequence.Stream, at: md.Timestamp, delivery: md.NumDelivered}, nil
 }
 
-// load reads the record of id: its state entry or, for a request decided at
-// once (which has none), its decision and request from the stream.
+// load reads the record of id.
 func (b *Broker) load(ctx context.Context, id string) (Record, error) {
 	entry, err := b.res.state.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		rec, err := b.loadDecided(ctx, id)
-		if err == nil {
-			b.index.put(rec)
-		}
-		return rec, err
+		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	if err != nil {
 		return Record{}, fmt.Errorf("read state of %s: %w", id, err)
@@ -160,6 +155,9 @@ func (b *Broker) decided(ctx context.Context, r *Record, decision *nats.Msg, o o
 	}
 	if r.Decision != nil && !r.Decision.Auto {
 		b.cancelSchedule(ctx, r.ID)
+	}
+	if b.afterPublish != nil && r.Trigger == r.RequestSeq {
+		b.afterPublish(r.ID)
 	}
 	return nil
 }

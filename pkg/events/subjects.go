@@ -254,13 +254,6 @@ const (
 	LookupUnknown = "unknown"
 )
 
-// RequestSeqHeader is a NATS header on a decided event that the broker made
-// as it first saw the request (a policy's or mode's automatic decision): the
-// stream sequence of the request message, in decimal. Such a request has no
-// state entry; its decision and that message are its record.
-// docs/protocol.md, "decided".
-const RequestSeqHeader = "Assent-Request-Seq"
-
 // PrivateSubject is assent-private.<agent>.<kind>.<id>, kind one of
 // "decided", "rejected" and "lookup".
 func PrivateSubject(agent, kind, id string) (string, error) {

@@ -14,9 +14,8 @@ import (
 )
 
 // TestAgentOfRequestDecidedAtOnce: an endpoint that filters by agent finds the
-// agent of a request it never saw asked, also when the broker decided it as
-// it first saw it and so stored no state entry: from the request message its
-// decision names. An unknown id has no agent.
+// agent of a request it never saw asked, also one the broker decided as it
+// first saw it. An unknown id has no agent.
 func TestAgentOfRequestDecidedAtOnce(t *testing.T) {
 	ns := testenv.Server(t)
 	nc := testenv.Conn(t, ns)

@@ -417,11 +417,9 @@ func (c *agentCache) put(id, agent string) {
 	}
 }
 
-// get returns the agent of request id: remembered, from the broker's state
-// entry of the request, or, for a request decided as the broker first saw it
-// (it has no state entry), from the request message its decision names. It
-// returns "" when no request has that id (an answer to an unknown id, or a
-// request past the broker's retention).
+// get returns the agent of request id: remembered, or from the broker's state
+// entry of the request. It returns "" when no request has that id (an answer
+// to an unknown id, or a request past the broker's retention).
 func (c *agentCache) get(ctx context.Context, js jetstream.JetStream, id string) (string, error) {
 	if !events.ValidToken(id) {
 		return "", nil
@@ -443,7 +441,7 @@ func (c *agentCache) get(ctx context.Context, js jetstream.JetStream, id string)
 	}
 	entry, err := kv.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return c.decidedAgent(ctx, js, id)
+		return "", nil
 	}
 	if err != nil {
 		return "", err
@@ -458,41 +456,4 @@ func (c *agentCache) get(ctx context.Context, js jetstream.JetStream, id string)
 	}
 	c.put(id, rec.Request.Agent)
 	return rec.Request.Agent, nil
-}
-
-// decidedAgent returns the agent of request id from the request message its
-// decision names (events.RequestSeqHeader); "" if there is none.
-func (c *agentCache) decidedAgent(ctx context.Context, js jetstream.JetStream, id string) (string, error) {
-	s, err := js.Stream(ctx, events.StreamName)
-	if err != nil {
-		return "", err
-	}
-	d, err := s.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.DecisionPrefix+id))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	seq, err := strconv.ParseUint(d.Header.Get(events.RequestSeqHeader), 10, 64)
-	if err != nil {
-		return "", nil
-	}
-	m, err := s.GetMsg(ctx, seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	sub, err := events.ParseSubject(m.Subject)
-	if err != nil || sub.Kind != events.KindRequest {
-		return "", nil
-	}
-	e, err := events.Decode(events.Header(m.Header), m.Data)
-	if err != nil || e.ID() != id {
-		return "", nil
-	}
-	c.put(id, sub.Agent)
-	return sub.Agent, nil
 }
