@@ -33,6 +33,8 @@
 #   K=3            runs of each target per case      SYNCS="2m always"
 #   PATHS="auto human"   which measurements to take
 #   KEEP=1         keep the temporary directory (binaries, broker logs, runs.jsonl)
+#   BROKER_BIN=F   run this broker binary instead of building ./cmd/broker
+#                  (an earlier commit's, to compare)
 #
 # The machine should be otherwise idle; on a shared one, run it under a lock
 # that other measurements take too (flock /tmp/assent-bench.lock ...).
@@ -121,7 +123,12 @@ trap 'exit 143' TERM
 progress() { echo "outside.sh: $*" >&2; }
 
 progress "building cmd/broker and cmd/agent-worker into $tmp"
-(cd "$repo" && go build -o "$tmp/broker" ./cmd/broker && go build -o "$tmp/agent-worker" ./cmd/agent-worker)
+(cd "$repo" && go build -o "$tmp/agent-worker" ./cmd/agent-worker)
+if [ -n "${BROKER_BIN:-}" ]; then
+	cp "$BROKER_BIN" "$tmp/broker" # another build of the broker, to compare commits
+else
+	(cd "$repo" && go build -o "$tmp/broker" ./cmd/broker)
+fi
 
 nats_url=""
 # start_broker MODE SYNC starts a broker on a fresh data directory and waits
