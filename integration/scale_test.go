@@ -216,10 +216,22 @@ func TestScalePending(t *testing.T) {
 	}
 	restarted := sb.memory(t, rep, b2, "restarted")
 	js := newJS(t, nc)
-	schedules := scaleCountSubject(t, js, broker.TimerPrefix+">")
-	rep.add("restart", "%d pending, %d local timers, %d durable schedules (assent.timer.>)", n, n, schedules)
-	if int(schedules) != n {
-		t.Fatalf("after the restart the stream holds %d deadline schedules, want one per pending request, %d", schedules, n)
+	ticks := scaleTicks(t, js)
+	rep.add("restart", "%d pending, %d local timers, %d durable ticks (assent.timer.tick.>) for their deadlines' seconds", n, n, len(ticks))
+	// Requests were received in every second of the ingest, so every second
+	// of their deadlines needs its tick: none missing between the first and
+	// the last. The requests made over HTTP since have ticks too, later.
+	first, last := began.Add(2*time.Hour), began.Add(ingest+2*time.Hour)
+	for sec := first.Unix() + 3; sec <= last.Unix(); sec++ {
+		if !ticks[sec] {
+			t.Fatalf("after the restart no durable tick covers the deadlines of second %s", time.Unix(sec, 0).UTC().Format(time.RFC3339))
+		}
+	}
+	latest := time.Now().Add(2*time.Hour + time.Second)
+	for sec := range ticks {
+		if sec < first.Unix() || sec > latest.Unix() {
+			t.Fatalf("a durable tick at %s, outside the deadlines %s to %s", time.Unix(sec, 0).UTC().Format(time.RFC3339), first.Format(time.RFC3339), latest.Format(time.RFC3339))
+		}
 	}
 	sb.waitCPUProfile(t, rep)
 
@@ -819,24 +831,24 @@ func scaleList(t *testing.T, api, query string, wantTotal, wantLen int) {
 	}
 }
 
-// scaleCountSubject counts the stream's messages on the subjects of filter,
-// from a consumer's pending count.
-func scaleCountSubject(t *testing.T, js jetstream.JetStream, filter string) uint64 {
+// scaleTicks returns the seconds that have a durable tick scheduled.
+func scaleTicks(t *testing.T, js jetstream.JetStream) map[int64]bool {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s := streamOf(t, js)
-	c, err := s.CreateConsumer(ctx, jetstream.ConsumerConfig{
-		FilterSubject: filter, AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, InactiveThreshold: 30 * time.Second,
-	})
+	info, err := streamOf(t, js).Info(ctx, jetstream.WithSubjectFilter(broker.TimerPrefix+"tick.>"))
 	if err != nil {
-		t.Fatalf("count %s: %v", filter, err)
+		t.Fatalf("read the durable ticks: %v", err)
 	}
-	info := c.CachedInfo()
-	if err := s.DeleteConsumer(ctx, info.Name); err != nil {
-		t.Logf("delete the counting consumer: %v (it goes by itself after 30s)", err)
+	ticks := make(map[int64]bool)
+	for subj := range info.State.Subjects {
+		sec, err := strconv.ParseInt(subj[strings.LastIndexByte(subj, '.')+1:], 10, 64)
+		if err != nil {
+			t.Fatalf("durable tick %s: %v", subj, err)
+		}
+		ticks[sec] = true
 	}
-	return info.NumPending
+	return ticks
 }
 
 // timeCalls runs call n times and reports the spread of its duration.

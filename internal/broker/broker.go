@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/assent-dev/assent/internal/recent"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/policy"
 )
@@ -42,10 +43,15 @@ type Broker struct {
 	grantsCheck *coalescer[bool]
 	presence    *presence
 	timers      *timers
+	ticks       *ticks // durable ticks scheduled
 	metrics     metrics
 	records     *hub   // KV updates by request id, for callers waiting on a record
 	index       *index // pending and recent decided requests, for listings
-	feed        *feed  // new events for subscribers
+	// known holds the records this replica stored or read lately, at the
+	// revision it stored or read: an answer to a request made moments ago
+	// starts from it instead of reading the bucket again.
+	known *recent.Map[Record]
+	feed  *feed // new events for subscribers
 
 	stateReady chan struct{} // closed once the index holds the whole bucket
 
@@ -102,8 +108,10 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 		source:  "broker/" + cfg.Name,
 		now:     time.Now,
 		timers:  newTimers(),
+		ticks:   newTicks(),
 		records: newHub(),
 		index:   newIndex(cfg.KeepDecided),
+		known:   recent.New[Record](knownRecords),
 		feed:    newFeed(),
 
 		stateReady: make(chan struct{}),
@@ -159,6 +167,7 @@ func (b *Broker) Run(ctx context.Context) error {
 	if !b.running.CompareAndSwap(false, true) {
 		return errors.New("broker: Run called twice")
 	}
+	go b.timers.run()
 	defer b.timers.close()
 	res, err := b.provision(ctx)
 	if err != nil {
@@ -185,6 +194,7 @@ func (b *Broker) Run(ctx context.Context) error {
 	g.Go(func() error {
 		return b.consume(gctx, res.timeouts, "timeouts", b.cfg.timeoutAckWait(), b.handleTimeout)
 	})
+	g.Go(func() error { return b.consume(gctx, res.ticks, "ticks", b.cfg.timeoutAckWait(), b.handleTick) })
 	g.Go(func() error { return b.expiryLoop(gctx) })
 	g.Go(func() error { return b.runFeed(gctx) })
 	b.ready.Store(true)
@@ -263,52 +273,6 @@ func (b *Broker) follow(ctx context.Context, kv jetstream.KeyValue, what string,
 		if ctx.Err() == nil {
 			b.log.Warn(what + " watcher closed; starting a new one")
 		}
-	}
-}
-
-// expiryLoop hands requests whose local timers fired to the timeouts consumer.
-// Triggers are published concurrently, so that one held up by a connection
-// being replaced does not hold up the rest; one that fails is tried again
-// shortly while the request is still pending here.
-func (b *Broker) expiryLoop(ctx context.Context) error {
-	sem := make(chan struct{}, 64)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case id := <-b.timers.due:
-			if rec, _, ok := b.index.get(id); ok && rec.State != StatePending {
-				continue // decided meanwhile
-			}
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return nil
-			}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				b.fire(ctx, id)
-			})
-		}
-	}
-}
-
-// fire publishes the timeout trigger of request id. The expiry (or
-// escalation) is made by whichever replica takes the message, like one the
-// durable schedule fires, so that an outcome is always chosen while handling
-// a stored message.
-func (b *Broker) fire(ctx context.Context, id string) {
-	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	_, err := b.js.PublishMsg(octx, &nats.Msg{Subject: TimeoutPrefix + id, Data: []byte(id)})
-	if err == nil || ctx.Err() != nil {
-		return
-	}
-	if rec, _, ok := b.index.get(id); ok && rec.State == StatePending {
-		b.log.Warn("publish timeout failed; trying again", zap.String("request_id", id), zap.Error(err))
-		b.timers.arm(id, time.Now().Add(250*time.Millisecond))
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/policy"
 )
 
 // start runs a broker on nc until the test ends.
@@ -265,4 +266,35 @@ func TestEveryReplicaHoldsTimers(t *testing.T) {
 	if got := b.Stats().Timers; got != 0 {
 		t.Fatalf("%d timers left on b after every request expired", got)
 	}
+}
+
+// TestAnswerAfterAnotherReplicasVote: replica a knows a request from storing
+// it; replica b records the first of two approvals; a then takes the second
+// and must count b's vote, though its own copy of the record predates it.
+func TestAnswerAfterAnotherReplicasVote(t *testing.T) {
+	ns := testenv.Server(t)
+	p, err := policy.Parse([]byte("version: 1\nmode: manual\ndefaults:\n  allow_self_approval: true\nrules:\n  - name: two\n    tools: [pay]\n    action: require_approval\n    quorum: 2\n"), "two.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := start(t, testenv.Conn(t, ns), broker.Config{Name: "a"})
+	b := start(t, testenv.Conn(t, ns), broker.Config{Name: "b"})
+	a.SetPolicy(p)
+	b.SetPolicy(p)
+	rec, err := a.Submit(ctx(t), "", "test/t", events.Requested{Tool: "pay", Agent: "a1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	voted, err := b.Respond(ctx(t), "alice", rec.ID, events.Responded{Decision: events.Approve})
+	if err != nil || voted.State != broker.StatePending || len(voted.Votes) != 1 {
+		t.Fatalf("first approval: %v, %s with %d votes", err, voted.State, len(voted.Votes))
+	}
+	final, err := a.Respond(ctx(t), "bob", rec.ID, events.Responded{Decision: events.Approve})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.State != broker.StateApproved || len(final.Decision.DecidedBy) != 2 {
+		t.Fatalf("second approval: %s by %+v, want approved by alice and bob", final.State, final.Decision.DecidedBy)
+	}
+	waitDecision(t, ns, rec.ID, events.Approved)
 }

@@ -8,13 +8,14 @@
 // stream itself refuses a second decision for the same request, whichever
 // replica or retry tries.
 //
-// Deadlines are durable: each pending request has a JetStream message schedule
-// (assent.timer.<id>, firing onto assent.timeout.<id>) beside an in-memory timer
-// that gives sub-second precision on the replica that saw the request. A
+// Deadlines are durable: every second in which some pending request's moment
+// falls has a JetStream message schedule (assent.timer.tick.<second>, firing
+// onto assent.tick.at.<second>), beside in-memory timers that give sub-second
+// precision and hand due requests over in batches (assent.tick.due). A
 // replica that starts arms timers for every pending request it finds.
 //
 // Work arrives through durable pull consumers shared by all replicas: requests,
-// responses, cancels and fired timeouts. Handlers are idempotent; a message is
+// responses, cancels, and ticks (batches of due requests, durable ticks). Handlers are idempotent; a message is
 // acknowledged only after its effects are stored, malformed or forbidden ones
 // are terminated with a reason, and transient failures are retried with backoff.
 package broker

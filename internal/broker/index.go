@@ -185,6 +185,7 @@ func (b *Broker) watchState(ctx context.Context) error {
 	b.follow(ctx, b.res.state, "request state", func(e jetstream.KeyValueEntry) {
 		if e.Operation() != jetstream.KeyValuePut {
 			b.index.remove(e.Key())
+			b.timers.stop(e.Key())
 			b.records.deliver(e.Key())
 			return
 		}

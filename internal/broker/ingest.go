@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -64,6 +63,7 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 	}
 	rec.revision = rev
 	b.index.put(rec)
+	b.note(rec)
 	b.metrics.requested()
 	if rec.State.Terminal() {
 		return rec, b.decided(ctx, &rec, msg, o)
@@ -189,12 +189,13 @@ func (b *Broker) pendingMsg(r *Record) (*nats.Msg, error) {
 	return b.encode(subj, &e)
 }
 
-// arm sets the local timer and the durable schedule of a pending request to
-// its next moment: the next escalation step, or its deadline.
+// arm sets the local timer of a pending request to its next moment (the next
+// escalation step, or its deadline) and makes sure the durable tick that
+// covers that moment is scheduled.
 func (b *Broker) arm(ctx context.Context, rec *Record) error {
 	at := b.wakeAt(rec)
 	b.timers.arm(rec.ID, at)
-	return b.schedule(ctx, rec.ID, at)
+	return b.ensureTick(ctx, at)
 }
 
 // wakeAt returns when a pending request next needs the broker.
@@ -207,28 +208,4 @@ func (b *Broker) wakeAt(rec *Record) time.Time {
 		return next
 	}
 	return rec.Deadline
-}
-
-// schedule makes the deadline durable: JetStream stores a message on
-// assent.timeout.<id> at the deadline (rounded up to a whole second, the
-// schedule's resolution) even if no broker is running then.
-func (b *Broker) schedule(ctx context.Context, id string, deadline time.Time) error {
-	at := deadline.Truncate(time.Second)
-	if at.Before(deadline) {
-		at = at.Add(time.Second)
-	}
-	msg := &nats.Msg{Subject: TimerPrefix + id, Data: []byte(id)}
-	_, err := b.js.PublishMsg(ctx, msg, jetstream.WithScheduleAt(at), jetstream.WithScheduleTarget(TimeoutPrefix+id))
-	if err != nil {
-		return fmt.Errorf("schedule deadline of %s: %w", id, err)
-	}
-	return nil
-}
-
-// cancelSchedule removes a decided request's pending schedule. Best effort: a
-// schedule that fires anyway finds the request decided and does nothing.
-func (b *Broker) cancelSchedule(ctx context.Context, id string) {
-	if err := b.res.stream.Purge(ctx, jetstream.WithPurgeSubject(TimerPrefix+id)); err != nil {
-		b.log.Debug("purge schedule", zap.String("request_id", id), zap.Error(err))
-	}
 }

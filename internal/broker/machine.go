@@ -66,8 +66,19 @@ func (b *Broker) load(ctx context.Context, id string) (Record, error) {
 		// What this replica reads, its listings show, even before the
 		// state watcher brings it (put keeps the newest revision).
 		b.index.put(rec)
+		b.note(rec)
 	}
 	return rec, err
+}
+
+// knownRecords bounds the records a replica keeps from its own writes and
+// reads (Broker.known).
+const knownRecords = 8192
+
+// note keeps rec, unless a newer revision of it is kept already, for
+// transition to start from.
+func (b *Broker) note(rec Record) {
+	b.known.Update(rec.ID, rec, func(r, old Record) bool { return r.revision > old.revision })
 }
 
 // transition applies change, on behalf of the message o, to the pending record
@@ -82,10 +93,18 @@ func (b *Broker) load(ctx context.Context, id string) (Record, error) {
 // returned. An answer or cancel stored before its request is refused with
 // ErrBeforeRequest.
 func (b *Broker) transition(ctx context.Context, id string, o origin, change func(r *Record) error) (rec Record, stored bool, err error) {
-	for range maxCASAttempts {
-		rec, err = b.load(ctx, id)
-		if err != nil {
-			return Record{}, false, err
+	for attempt := range maxCASAttempts {
+		// Start from the record this replica last stored or read, if it
+		// has one: the compare-and-set refuses the write if it is stale,
+		// and the next attempt reads the bucket.
+		cached := false
+		if attempt == 0 {
+			rec, cached = b.known.Get(id)
+		}
+		if !cached {
+			if rec, err = b.load(ctx, id); err != nil {
+				return Record{}, false, err
+			}
 		}
 		if o.answer && o.seq != 0 && o.seq < rec.RequestSeq {
 			return rec, false, fmt.Errorf("%w: %s: the answer is at stream sequence %d, the request at %d, so nobody could have seen the request", ErrBeforeRequest, id, o.seq, rec.RequestSeq)
@@ -126,6 +145,7 @@ func (b *Broker) transition(ctx context.Context, id string, o origin, change fun
 		// Listings read the index: show this replica's own write at once,
 		// not when the state watcher brings it back.
 		b.index.put(next)
+		b.note(next)
 		if next.State.Terminal() {
 			return next, true, b.decided(ctx, &next, decision, o)
 		}
@@ -152,9 +172,6 @@ func (b *Broker) decided(ctx context.Context, r *Record, decision *nats.Msg, o o
 			return nil
 		}
 		return err
-	}
-	if r.Decision != nil && !r.Decision.Auto {
-		b.cancelSchedule(ctx, r.ID)
 	}
 	if b.afterPublish != nil && r.Trigger == r.RequestSeq {
 		b.afterPublish(r.ID)

@@ -15,8 +15,10 @@ const (
 	StreamName  = events.StreamName
 	StateBucket = events.StateBucket
 
-	// Internal subjects, in the same stream: a schedule on TimerPrefix+id fires
-	// onto TimeoutPrefix+id at the request's deadline.
+	// Internal subjects, in the same stream. TimerPrefix holds durable
+	// schedules (see ticks.go). TimeoutPrefix+id expires request id: brokers
+	// before durable ticks scheduled one per request onto it, and it is still
+	// handled for the schedules such a broker left behind.
 	TimerPrefix   = "assent.timer."
 	TimeoutPrefix = "assent.timeout."
 
@@ -87,6 +89,7 @@ type resources struct {
 	responses jetstream.Consumer
 	cancels   jetstream.Consumer
 	timeouts  jetstream.Consumer
+	ticks     jetstream.Consumer
 }
 
 // provision creates or updates every resource. It is idempotent and safe to run
@@ -117,9 +120,10 @@ func provision(ctx context.Context, js jetstream.JetStream, c Config) (*resource
 		{&r.responses, consumerResponses, events.ResponsePrefix + "*.*"},
 		{&r.cancels, consumerCancels, events.CancelPrefix + ">"}, // <id>, and <agent>.<id>
 		{&r.timeouts, consumerTimeouts, TimeoutPrefix + "*"},
+		{&r.ticks, consumerTicks, TickPrefix + ">"},
 	} {
 		cfg := consumerConfig(c, cc.name, cc.subjects)
-		if cc.name == consumerTimeouts {
+		if cc.name == consumerTimeouts || cc.name == consumerTicks {
 			cfg.AckWait = c.timeoutAckWait()
 		}
 		if *cc.dst, err = r.stream.CreateOrUpdateConsumer(ctx, cfg); err != nil {

@@ -2,35 +2,47 @@ package broker
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 )
 
-// TestDurableScheduleExpires drops the local timer, as when the replica that
-// held it died, and checks the JetStream schedule alone still expires the request.
-func TestDurableScheduleExpires(t *testing.T) {
-	ns := testenv.Server(t)
+// runBroker starts a broker on ns and waits until it is ready.
+func runBroker(ctx context.Context, t *testing.T, ns *testenv.NATS) *Broker {
+	t.Helper()
 	b, err := New(testenv.Conn(t, ns), Config{}, testenv.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	rctx, cancel := context.WithCancel(ctx)
+	go func() { done <- b.Run(rctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 	for !b.Ready() {
 		time.Sleep(5 * time.Millisecond)
 	}
+	return b
+}
+
+// TestDurableTickExpires keeps the local timer of a request from firing, as
+// when its hand-over was lost, and checks that the durable tick alone
+// expires the request, on behalf of the tick's batch.
+func TestDurableTickExpires(t *testing.T) {
+	ns := testenv.Server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := runBroker(ctx, t, ns)
 	rec, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "rm", Agent: "a1", Timeout: events.Duration(time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.timers.stop(rec.ID)
+	b.timers.retry(rec.ID, time.Now().Add(time.Hour))
 	final, err := b.Wait(ctx, rec.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -39,8 +51,95 @@ func TestDurableScheduleExpires(t *testing.T) {
 		t.Fatalf("got %s: %q", final.State, final.Decision.Reason)
 	}
 	late := final.Decision.DecidedAt.Sub(rec.Deadline)
-	t.Logf("durable schedule expired the request %s after its deadline", late)
-	if late < 0 || late > 3*time.Second {
-		t.Fatalf("expired %s after the deadline", late)
+	t.Logf("the durable tick expired the request %s after its deadline", late)
+	if late < 0 || late > 2*time.Second {
+		t.Fatalf("expired %s after the deadline; the durable tick fires within a second of it", late)
+	}
+	trigger, err := b.res.stream.GetMsg(ctx, final.Trigger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if trigger.Subject != tickDue || !strings.Contains(string(trigger.Data), rec.ID) {
+		t.Fatalf("decided on behalf of %s %q, want a batch on %s naming %s", trigger.Subject, trigger.Data, tickDue, rec.ID)
+	}
+}
+
+// TestOneDurableTickPerSecond checks that requests whose deadlines fall in
+// the same second share one durable schedule.
+func TestOneDurableTickPerSecond(t *testing.T) {
+	ns := testenv.Server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := runBroker(ctx, t, ns)
+	const n = 200
+	deadlines := make(map[int64]bool)
+	for range n {
+		rec, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "rm", Agent: "a1", Timeout: events.Duration(time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadlines[tickSecond(rec.Deadline)] = true
+	}
+	info, err := b.res.stream.Info(ctx, jetstream.WithSubjectFilter(tickTimer+">"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.State.Subjects) != len(deadlines) {
+		t.Fatalf("%d durable schedules %v for %d requests whose deadlines fall in %d seconds", len(info.State.Subjects), info.State.Subjects, n, len(deadlines))
+	}
+	for sec := range deadlines {
+		subj := tickTimer + strconv.FormatInt(sec, 10)
+		if count := info.State.Subjects[subj]; count != 1 {
+			t.Fatalf("%s holds %d schedules, want 1", subj, count)
+		}
+	}
+	t.Logf("%d requests, %d durable schedules", n, len(deadlines))
+}
+
+// TestDueRequestsHandedOverInBatches checks that timers firing together
+// hand their requests over in a few batches, not one each.
+func TestDueRequestsHandedOverInBatches(t *testing.T) {
+	ns := testenv.Server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b := runBroker(ctx, t, ns)
+	const n = 200
+	ids := make([]string, n)
+	ticks := make(map[int64]bool)
+	var last time.Time
+	for i := range ids {
+		rec, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "rm", Agent: "a1", Timeout: events.Duration(5 * time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i], last = rec.ID, rec.Deadline
+		ticks[tickSecond(rec.Deadline)] = true
+	}
+	// Hold their timers (once the ingests, which arm them, are done).
+	time.Sleep(200 * time.Millisecond)
+	for _, id := range ids {
+		b.timers.retry(id, time.Now().Add(time.Hour))
+	}
+	// Every request is due: let their timers fire together. (A durable
+	// tick may hand over those of its second first, as one batch.)
+	time.Sleep(time.Until(last))
+	fire := time.Now().Add(100 * time.Millisecond)
+	for _, id := range ids {
+		b.timers.retry(id, fire)
+	}
+	batches := make(map[uint64]bool)
+	for _, id := range ids {
+		final, err := b.Wait(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if final.State != StateExpired {
+			t.Fatalf("%s: %s", id, final.State)
+		}
+		batches[final.Trigger] = true
+	}
+	t.Logf("%d requests expired on behalf of %d batches; their deadlines fall in %d seconds", n, len(batches), len(ticks))
+	if len(batches) > len(ticks)+5 {
+		t.Fatalf("%d batches for %d requests that fell due together", len(batches), n)
 	}
 }

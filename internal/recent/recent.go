@@ -22,11 +22,25 @@ func New[V any](size int) *Map[V] {
 // Put remembers v for key, unless key is remembered already: the first value
 // stays.
 func (c *Map[V]) Put(key string, v V) {
+	c.Update(key, v, func(V, V) bool { return false })
+}
+
+// Update remembers v for key. A key remembered already keeps its age, and
+// takes v only if newer(v, old) says so.
+func (c *Map[V]) Update(key string, v V, newer func(v, old V) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.m[key]; ok {
+	if old, ok := c.m[key]; ok {
+		if newer(v, old) {
+			c.m[key] = v
+		}
 		return
 	}
+	c.add(key, v)
+}
+
+// add remembers a new key, forgetting the oldest if full. The caller holds mu.
+func (c *Map[V]) add(key string, v V) {
 	if old := c.ring[c.next]; old != "" {
 		delete(c.m, old)
 	}

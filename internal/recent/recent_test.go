@@ -30,3 +30,22 @@ func TestMapForgetsTheOldest(t *testing.T) {
 		t.Error("key 2 was forgotten early: a repeated Put took a slot")
 	}
 }
+
+func TestMapUpdateKeepsTheNewer(t *testing.T) {
+	m := New[int](2)
+	newer := func(v, old int) bool { return v > old }
+	m.Update("a", 2, newer)
+	m.Update("a", 1, newer) // older: ignored
+	if v, _ := m.Get("a"); v != 2 {
+		t.Errorf("a = %d, want 2", v)
+	}
+	m.Update("a", 3, newer)
+	if v, _ := m.Get("a"); v != 3 {
+		t.Errorf("a = %d, want 3", v)
+	}
+	m.Update("b", 1, newer)
+	m.Update("c", 1, newer) // a is the oldest, whatever its updates
+	if _, ok := m.Get("a"); ok {
+		t.Error("an updated key took a new slot instead of keeping its age")
+	}
+}

@@ -1,0 +1,319 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// Deadlines reach the broker two ways. Each replica's timers fire at every
+// pending request's moment and hand the due requests over in batches, one
+// stored message (assent.tick.due) naming many requests, so that expiring ten
+// thousand requests a second costs a few stored messages, not ten thousand.
+// And for every second in which some request's moment falls, a durable
+// JetStream schedule (assent.timer.tick.<unix second>) fires at the end of that
+// second onto assent.tick.at.<second>, whichever replicas are running then:
+// the replica that takes it looks for pending requests whose moment passed
+// and that nothing handed over lately, and hands them over itself. A million pending
+// requests cost one schedule per distinct second, not one each.
+const (
+	// TickPrefix is the subject space of the ticks consumer.
+	TickPrefix = "assent.tick."
+	// tickDue carries a batch of due request ids, one per line.
+	tickDue = TickPrefix + "due"
+	// tickAt+<second> is where the durable schedule of that second fires.
+	tickAt = TickPrefix + "at."
+	// tickTimer+<second> is the schedule itself.
+	tickTimer = TimerPrefix + "tick."
+
+	consumerTicks = "assent-broker-ticks"
+
+	// inFlight is how long a request handed over may take before a durable
+	// tick hands it over again: the ticks consumer's ack wait, after which
+	// a batch held by a replica that died comes back anyway.
+	inFlight = time.Second
+	// maxBatch bounds the ids in one batch.
+	maxBatch = 512
+	// batchesInFlight bounds the batches being published at once.
+	batchesInFlight = 4
+	// expiryParallel bounds the requests of one batch expired at once.
+	expiryParallel = 32
+)
+
+// tickSecond is the second whose durable tick covers a request due at at:
+// the first whole second not before it (schedules have whole-second
+// resolution), so the tick fires after the local timers.
+func tickSecond(at time.Time) int64 {
+	sec := at.Truncate(time.Second)
+	if sec.Before(at) {
+		sec = sec.Add(time.Second)
+	}
+	return sec.Unix()
+}
+
+// ticks remembers the seconds this replica scheduled a durable tick for, so
+// that each costs one stored message however many requests fall in it.
+type ticks struct {
+	mu      sync.Mutex
+	seconds map[int64]*tickCall
+}
+
+type tickCall struct {
+	done chan struct{}
+	err  error
+}
+
+func newTicks() *ticks { return &ticks{seconds: make(map[int64]*tickCall)} }
+
+// ensureTick makes sure a durable tick is scheduled for the second that
+// covers moment at. Callers asking for the same second share one publish.
+func (b *Broker) ensureTick(ctx context.Context, at time.Time) error {
+	sec := tickSecond(at)
+	t := b.ticks
+	for {
+		t.mu.Lock()
+		c, ok := t.seconds[sec]
+		if !ok {
+			c = &tickCall{done: make(chan struct{})}
+			t.seconds[sec] = c
+			t.prune(b.now().Unix())
+		}
+		t.mu.Unlock()
+		if !ok {
+			c.err = b.scheduleTick(ctx, sec)
+			if c.err != nil {
+				t.mu.Lock()
+				delete(t.seconds, sec)
+				t.mu.Unlock()
+			}
+			close(c.done)
+			return c.err
+		}
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if c.err == nil {
+			return nil
+		}
+		// That publish failed: try again with a publish of our own.
+	}
+}
+
+// prune forgets seconds that passed, once there are many. The caller holds mu.
+func (t *ticks) prune(now int64) {
+	if len(t.seconds) < 4096 {
+		return
+	}
+	for sec, c := range t.seconds {
+		select {
+		case <-c.done:
+			if sec < now {
+				delete(t.seconds, sec)
+			}
+		default:
+		}
+	}
+}
+
+// scheduleTick stores the durable schedule of second sec.
+func (b *Broker) scheduleTick(ctx context.Context, sec int64) error {
+	s := strconv.FormatInt(sec, 10)
+	msg := &nats.Msg{Subject: tickTimer + s}
+	_, err := b.js.PublishMsg(ctx, msg, jetstream.WithScheduleAt(time.Unix(sec, 0)), jetstream.WithScheduleTarget(tickAt+s))
+	if err != nil {
+		return fmt.Errorf("schedule durable tick at %s: %w", time.Unix(sec, 0).UTC().Format(time.RFC3339), err)
+	}
+	return nil
+}
+
+// expiryLoop hands the requests whose timers fired over to the ticks
+// consumer, in batches: whatever fell due while the previous batch was being
+// stored goes into the next one. A batch that cannot be stored is tried again
+// shortly for the requests still pending.
+func (b *Broker) expiryLoop(ctx context.Context) error {
+	sem := make(chan struct{}, batchesInFlight)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		var batch []string
+		select {
+		case <-ctx.Done():
+			return nil
+		case ids := <-b.timers.due:
+			batch = b.addDue(batch, ids)
+		}
+		// Whatever else is due already joins this batch.
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case ids := <-b.timers.due:
+				batch = b.addDue(batch, ids)
+			default:
+				break more
+			}
+		}
+		if len(batch) == 0 {
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			b.handOver(ctx, batch)
+		})
+	}
+}
+
+// addDue adds to batch those of ids not decided meanwhile.
+func (b *Broker) addDue(batch, ids []string) []string {
+	for _, id := range ids {
+		if rec, _, ok := b.index.get(id); !ok || rec.State == StatePending {
+			batch = append(batch, id)
+		}
+	}
+	return batch
+}
+
+// handOver stores a batch of due request ids for the ticks consumer. The
+// expiries (or escalations) are made by whichever replica takes the batch,
+// so that every outcome is chosen while handling a stored message, which is
+// redelivered should its handling stop half way.
+func (b *Broker) handOver(ctx context.Context, ids []string) {
+	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_, err := b.js.PublishMsg(octx, &nats.Msg{Subject: tickDue, Data: []byte(strings.Join(ids, "\n"))})
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	b.log.Warn("hand over due requests failed; trying again", zap.Int("requests", len(ids)), zap.Error(err))
+	again := time.Now().Add(250 * time.Millisecond)
+	for _, id := range ids {
+		if rec, _, ok := b.index.get(id); !ok || rec.State == StatePending {
+			b.timers.retry(id, again)
+		}
+	}
+}
+
+// handleTick handles a message of the ticks consumer: a batch of due
+// requests, which it expires (or escalates), or a durable tick, which it
+// answers with a batch of the requests it finds overdue.
+func (b *Broker) handleTick(ctx context.Context, msg jetstream.Msg) error {
+	o, err := originOf(msg)
+	if err != nil {
+		return permanent(err)
+	}
+	subj := msg.Subject()
+	switch {
+	case subj == tickDue:
+		return b.expireBatch(ctx, dueIDs(msg.Data()), o)
+	case strings.HasPrefix(subj, tickAt):
+		sec, err := strconv.ParseInt(subj[len(tickAt):], 10, 64)
+		if err != nil {
+			return permanent(fmt.Errorf("%w: %q", events.ErrBadSubject, subj))
+		}
+		return b.sweep(ctx, time.Unix(sec, 0))
+	}
+	return permanent(fmt.Errorf("%w: %q", events.ErrBadSubject, subj))
+}
+
+// dueIDs reads a batch: request ids one per line; lines that are not ids are
+// left out.
+func dueIDs(data []byte) []string {
+	seen := make(map[string]bool)
+	var ids []string
+	for line := range bytes.SplitSeq(data, []byte("\n")) {
+		id := string(line)
+		if events.ValidToken(id) && !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// sweep answers the durable tick of second sec: requests whose moment came
+// by sec and that were not handed over in the last inFlight are handed over
+// now, in stored batches, so that a redelivered tick is not needed to finish
+// them.
+func (b *Broker) sweep(ctx context.Context, sec time.Time) error {
+	ids := b.timers.overdue(sec.Add(time.Nanosecond), b.now().Add(-inFlight), 8*maxBatch)
+	if len(ids) == 0 {
+		return nil
+	}
+	b.log.Warn("durable tick found requests past their moment that no timer handed over; handing them over", zap.Int("requests", len(ids)), zap.Time("tick", sec))
+	for batch := range slices.Chunk(ids, maxBatch) {
+		if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: tickDue, Data: []byte(strings.Join(batch, "\n"))}); err != nil {
+			return fmt.Errorf("hand over overdue requests: %w", err)
+		}
+		b.timers.handed(batch)
+	}
+	return nil
+}
+
+// expireBatch expires (or escalates) the requests of a batch on behalf of its
+// message o. A request that could not be handled yet sends the batch back
+// for redelivery, whose handling skips those done and publishes any outcome
+// stored but not yet published.
+func (b *Broker) expireBatch(ctx context.Context, ids []string, o origin) error {
+	var (
+		mu    sync.Mutex
+		retry *retryError
+		wg    sync.WaitGroup
+	)
+	sem := make(chan struct{}, expiryParallel)
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			err := b.expireOne(ctx, id, o)
+			if err == nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			var r *retryError
+			if !errors.As(err, &r) {
+				r = &retryError{err, min(time.Duration(o.delivery)*250*time.Millisecond, 2*time.Second)}
+			}
+			if retry == nil || r.delay > retry.delay {
+				retry = r
+			}
+		})
+	}
+	wg.Wait()
+	if retry != nil {
+		return retry
+	}
+	return nil
+}
+
+// expireOne expires request id on behalf of message o. Errors that a retry
+// cannot mend are logged and dropped.
+func (b *Broker) expireOne(ctx context.Context, id string, o origin) error {
+	_, err := b.expire(ctx, id, b.now(), o)
+	switch {
+	case err == nil, errors.Is(err, ErrNotFound):
+		return nil
+	case errors.Is(err, ErrForgedDecision):
+		b.log.Error("expire", zap.String("request_id", id), zap.Error(err))
+		return nil
+	}
+	return err
+}

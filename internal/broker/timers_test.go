@@ -1,0 +1,87 @@
+package broker
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestTimersFireInOrder arms timers out of order, replaces, retries and stops
+// some, and checks what fires, in what order, and what overdue reports.
+func TestTimersFireInOrder(t *testing.T) {
+	tm := newTimers()
+	go tm.run()
+	defer tm.close()
+	base := time.Now().Add(50 * time.Millisecond)
+	for i := 9; i >= 0; i-- {
+		tm.arm(fmt.Sprint("r", i), base.Add(time.Duration(i)*10*time.Millisecond))
+	}
+	tm.stop("r3")                                  // decided
+	tm.arm("r5", base.Add(time.Hour))              // moved on (an escalation step)
+	tm.backup("r7", base.Add(70*time.Millisecond)) // the same moment: left as armed
+	tm.retry("r9", base.Add(-time.Second))         // fires at once
+	if n := tm.len(); n != 9 {
+		t.Fatalf("%d timers, want 9", n)
+	}
+	var got []string
+	for len(got) < 8 {
+		select {
+		case ids := <-tm.due:
+			got = append(got, ids...)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("fired %v, then nothing", got)
+		}
+	}
+	want := []string{"r9", "r0", "r1", "r2", "r4", "r6", "r7", "r8"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("fired %v, want %v", got, want)
+	}
+	// Fired timers stay known until stopped: all eight are past their
+	// moment, none handed over in the last hour counts as in flight.
+	if over := tm.overdue(time.Now(), time.Now().Add(-time.Hour), 100); len(over) != 0 {
+		t.Fatalf("overdue %v, want none: every one fired within the hour", over)
+	}
+	// r9's moment is still to come (it fired early, on retry).
+	soon := time.Now().Add(time.Second)
+	over := tm.overdue(soon, soon, 100)
+	slices.Sort(over)
+	if want := []string{"r0", "r1", "r2", "r4", "r6", "r7", "r8", "r9"}; !slices.Equal(over, want) {
+		t.Fatalf("overdue %v, want %v", over, want)
+	}
+	if over := tm.overdue(soon, soon, 3); len(over) != 3 {
+		t.Fatalf("overdue with limit 3: %v", over)
+	}
+	for _, id := range want {
+		tm.stop(id)
+	}
+	if n := tm.len(); n != 1 {
+		t.Fatalf("%d timers, want only r5", n)
+	}
+}
+
+// TestTimersBackupFiresLater checks that a backup timer fires backupDelay
+// after its moment, and that arming it for real replaces it.
+func TestTimersBackupFiresLater(t *testing.T) {
+	tm := newTimers()
+	go tm.run()
+	defer tm.close()
+	at := time.Now().Add(20 * time.Millisecond)
+	tm.backup("b", at)
+	tm.backup("a", at)
+	tm.arm("a", at)
+	// a fires at its moment, b backupDelay later (together, on a machine
+	// slow enough to wake the timers that late).
+	var got []string
+	for len(got) < 2 {
+		select {
+		case ids := <-tm.due:
+			got = append(got, ids...)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("fired %v, then nothing", got)
+		}
+	}
+	if late := time.Since(at); !slices.Equal(got, []string{"a", "b"}) || late < backupDelay {
+		t.Fatalf("fired %v by %s after their moment, want a, then b after %s", got, late, backupDelay)
+	}
+}
