@@ -440,23 +440,43 @@ type Page struct {
 // bucket: pending requests all, decided ones the most recent
 // Config.KeepDecided (older ones by id with Get, or from the audit log).
 func (b *Broker) List(ctx context.Context, f Filter) (Page, error) {
+	// loads bounds the bucket reads of one listing in flight at once.
+	const loads = 8
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	found, total := b.index.list(f)
-	page := Page{Records: make([]Record, 0, len(found)), Total: total}
-	for _, e := range found {
-		rec := e.rec
-		if e.trimmed {
-			full, err := b.load(ctx, rec.ID)
-			if err != nil && !errors.Is(err, ErrNotFound) {
-				return page, err
-			}
-			if err == nil {
-				rec = full
-			}
+	ids, total := b.index.list(f)
+	// The index holds a pending request's id, agent and session only, and
+	// a decided one without its large args: read those from the bucket, a
+	// few at a time. One gone from the bucket since is left out.
+	recs, have := make([]Record, len(ids)), make([]bool, len(ids))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(loads)
+	for i, id := range ids {
+		if rec, trimmed, ok := b.index.get(id); ok && !trimmed {
+			recs[i], have[i] = rec, true
+			continue
 		}
-		page.Records = append(page.Records, rec)
+		g.Go(func() error {
+			rec, err := b.load(gctx, id)
+			switch {
+			case errors.Is(err, ErrNotFound):
+				return nil
+			case err != nil:
+				return err
+			}
+			recs[i], have[i] = rec, true
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return Page{Total: total}, err
+	}
+	page := Page{Records: recs[:0], Total: total}
+	for i := range recs {
+		if have[i] {
+			page.Records = append(page.Records, recs[i])
+		}
 	}
 	return page, nil
 }

@@ -1,0 +1,102 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// TestListReadsRecords: List reads the records the index holds in part from
+// the bucket, keeping the page's order, and leaves out one the bucket no
+// longer has (its total still counts it).
+func TestListReadsRecords(t *testing.T) {
+	ns := testenv.Server(t)
+	b, err := New(testenv.Conn(t, ns), Config{}, testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for !b.Ready() {
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	var want []string // session s1's, in arrival order
+	for i := range 30 {
+		session := "s" + strconv.Itoa(1+i%2)
+		rec, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "t-" + strconv.Itoa(i), Agent: "lister", Session: session, Args: json.RawMessage(`{"i":` + strconv.Itoa(i) + `}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if session == "s1" {
+			want = append(want, rec.ID)
+		}
+	}
+	b.index.put(Record{ID: "ghost", State: StatePending, Request: events.Requested{Agent: "lister", Session: "s1"}, ReceivedAt: time.Now().Add(time.Hour), revision: 1})
+
+	f := Filter{State: StatePending, Agent: "lister", Session: "s1"}
+	page, err := b.List(ctx, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, rec := range page.Records {
+		i, _ := strings.CutPrefix(rec.Request.Tool, "t-")
+		if rec.State != StatePending || string(rec.Request.Args) != `{"i":`+i+`}` || rec.Deadline.IsZero() {
+			t.Errorf("listed %+v, not the record stored", rec)
+		}
+		got = append(got, rec.ID)
+	}
+	if !slices.Equal(got, want) || page.Total != len(want)+1 {
+		t.Fatalf("listed %v, total %d; want %v, total %d", got, page.Total, want, len(want)+1)
+	}
+
+	// Page by page, the same.
+	got = nil
+	for f.Limit = 4; ; {
+		page, err := b.List(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rec := range page.Records {
+			got = append(got, rec.ID)
+		}
+		if len(page.Records) == 0 {
+			break
+		}
+		f.After = page.Records[len(page.Records)-1].ID
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("paged through %v, want %v", got, want)
+	}
+
+	// A decided request with args too large for the index.
+	big := json.RawMessage(`{"blob":"` + strings.Repeat("x", indexArgsLimit) + `"}`)
+	rec, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "big", Agent: "lister", Args: big})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Respond(ctx, "alice", rec.ID, events.Responded{Decision: events.Approve}); err != nil {
+		t.Fatal(err)
+	}
+	if _, trimmed, _ := b.index.get(rec.ID); !trimmed {
+		t.Fatal("the index holds the large args")
+	}
+	page, err = b.List(ctx, Filter{Decided: true, Agent: "lister"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Records) != 1 || page.Total != 1 || string(page.Records[0].Request.Args) != string(big) || page.Records[0].State != StateApproved {
+		t.Fatalf("listed %d records (total %d), want the approved one with its args", len(page.Records), page.Total)
+	}
+}
