@@ -436,9 +436,11 @@ type Page struct {
 }
 
 // List returns up to f.Limit records matching f: pending ones oldest first,
-// then decided ones newest first. It reads this replica's index, not the
-// bucket: pending requests all, decided ones the most recent
-// Config.KeepDecided (older ones by id with Get, or from the audit log).
+// then decided ones newest first. This replica's index says which and how
+// many: pending requests all, decided ones the most recent
+// Config.KeepDecided (older ones by id with Get, or from the audit log). The
+// index keeps the records of decided requests; a page's pending ones are read
+// from the bucket, a few at a time.
 func (b *Broker) List(ctx context.Context, f Filter) (Page, error) {
 	// loads bounds the bucket reads of one listing in flight at once.
 	const loads = 8

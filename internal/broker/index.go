@@ -264,7 +264,9 @@ func (x *index) size() int {
 // list returns the ids of up to f.Limit requests matching f in listing order
 // (pending: oldest first; decided: newest first), after the request f.After
 // names, and how many match in all. An After the index does not hold starts
-// from the first; one it holds that does not match f ends the listing.
+// from the first; one it holds that does not match f ends the listing, except
+// in a listing of pending requests one decided since, which goes on from where
+// it arrived.
 func (x *index) list(f Filter) (ids []string, total int) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
@@ -303,6 +305,12 @@ func (x *index) list(f Filter) (ids []string, total int) {
 				}
 			}
 			after, from = it, slices.Index(shelves, on)
+			if from < 0 && f.State == StatePending {
+				// Decided since the previous page listed it as pending:
+				// go on from where it stood among the pending.
+				d := x.decided[it.id]
+				after, from = &item{id: it.id, at: nanos(d.rec.ReceivedAt), agent: it.agent, session: it.session}, 0
+			}
 			if from < 0 || !q.matches(it) {
 				limit = 0
 			}

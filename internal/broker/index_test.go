@@ -81,13 +81,20 @@ func (m *naive) list(f Filter) (ids []string, total int) {
 	if f.State != StatePending {
 		all = append(all, m.sorted(false)...)
 	}
-	_, known := m.recs[f.After]
+	after, known := m.recs[f.After]
 	passed := f.After == "" || !known
+	// A listing of pending requests after one decided since goes on from
+	// where that one arrived.
+	since := known && f.State == StatePending && after.State != StatePending &&
+		(f.Agent == "" || after.Request.Agent == f.Agent) && (f.Session == "" || after.Request.Session == f.Session)
 	for _, r := range all {
 		if !match(r) {
 			continue
 		}
 		total++
+		if !passed && since {
+			passed = cmp.Or(r.ReceivedAt.Compare(after.ReceivedAt), strings.Compare(r.ID, after.ID)) > 0
+		}
 		if !passed {
 			passed = r.ID == f.After
 			continue
@@ -337,10 +344,10 @@ func TestIndexPendingToDecided(t *testing.T) {
 	listed(t, x, Filter{Agent: "a"}, 3, "p1", "p3", "p2")
 	listed(t, x, Filter{After: "p1", Session: "s"}, 3, "p3", "p2")
 	listed(t, x, Filter{After: "p3"}, 3, "p2")
-	// As before the index had trees: an After it holds that the filter
-	// does not match (here the last of a page of pending requests, decided
-	// since) gives an empty page.
-	listed(t, x, Filter{State: StatePending, After: "p2"}, 2)
+	// The last of a page of pending requests, decided since: the next page
+	// goes on from where it arrived.
+	listed(t, x, Filter{State: StatePending, After: "p2"}, 2, "p3")
+	listed(t, x, Filter{State: StatePending, After: "p2", Agent: "other"}, 0)
 	rec, trimmed, ok := x.get("p2")
 	if !ok || trimmed || !reflect.DeepEqual(rec, d2) {
 		t.Errorf("get(p2) = %+v, %t, %t; want %+v", rec, trimmed, ok, d2)
