@@ -26,7 +26,9 @@ const patience = 20 * time.Second
 // an outcome and publishing its decided event, on every path that decides, and
 // checks that a second broker publishes the decision promptly: well before the
 // request's deadline (10 minutes for the paths a person or agent triggers),
-// exactly once, and the same outcome the state records.
+// exactly once, and the same outcome the state records. The agent asks again
+// by id while the broker is down and once more after the decision: neither
+// changes it.
 //
 // The kill is the broker's NATS connection closing from inside the window: the
 // server then sees what it sees when the process dies (no ack, no publish,
@@ -77,8 +79,8 @@ func TestCrashBetweenStateAndDecision(t *testing.T) {
 			a, crashed := crashing(t, ns, broker.Config{Name: "a", Mode: tc.mode}, (*broker.Broker).SetCommitHook)
 
 			id := events.NewID()
-			publishEvent(t, js, events.RequestPrefix+"crasher", events.TypeRequested, "agent/crasher",
-				events.Requested{Tool: "rm", Args: []byte(`{"path":"/tmp/x"}`), Agent: "crasher", Session: "s1", Timeout: events.Duration(tc.timeout)}, id)
+			req := events.Requested{Tool: "rm", Args: []byte(`{"path":"/tmp/x"}`), Agent: "crasher", Session: "s1", Timeout: events.Duration(tc.timeout)}
+			publishEvent(t, js, events.RequestPrefix+"crasher", events.TypeRequested, "agent/crasher", req, id)
 			if tc.trigger != nil {
 				waitState(t, a, id, func(s broker.State) bool { return s == broker.StatePending })
 				tc.trigger(t, js, a, id)
@@ -94,6 +96,10 @@ func TestCrashBetweenStateAndDecision(t *testing.T) {
 			if d, ok := firstDecision(t, js, id); ok {
 				t.Fatalf("the decision (%s) is on the stream although the broker died before publishing it", d.Outcome)
 			}
+
+			// The agent, hearing nothing, asks again by id (past the stream's
+			// duplicate window, so the stream stores it again).
+			askAgain(t, js, id, req)
 
 			crashedAt := time.Now()
 			b, _ := brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Name: "b", Mode: tc.mode})
@@ -124,8 +130,13 @@ func TestCrashBetweenStateAndDecision(t *testing.T) {
 			if tc.remembers && !slices.ContainsFunc(b.Remembered(), func(g policy.Grant) bool { return g.RequestID == id }) {
 				t.Fatalf("the decision is out, but the remembered choice its answer asked for is not in force: %+v", b.Remembered())
 			}
+			// Once more after the decision: it stays the one decision.
+			askAgain(t, js, id, req)
 			// Let redeliveries and timers run out, then count.
 			time.Sleep(3 * time.Second)
+			if again, err := b.Get(tctx(t), id); err != nil || again.DecisionEventID != rec.DecisionEventID || again.Revision() != rec.Revision() {
+				t.Fatalf("asked again after the decision, the state holds %+v (%v), want %+v", again.Decision, err, rec.Decision)
+			}
 			if n := countMsgs(t, js, events.DecisionPrefix+id); n != 1 {
 				t.Fatalf("%d decided events for %s, want 1", n, id)
 			}
@@ -204,6 +215,23 @@ func publishEvent(t *testing.T, js jetstream.JetStream, subject, typ, source str
 		t.Fatal(err)
 	}
 	if _, err := js.PublishMsg(tctx(t), &nats.Msg{Subject: subject, Header: nats.Header(h), Data: body}, jetstream.WithMsgID(e.ID())); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// askAgain publishes request id again as its agent's retry would once the
+// stream's duplicate window has passed: the same event, stored again.
+func askAgain(t *testing.T, js jetstream.JetStream, id string, req events.Requested) {
+	t.Helper()
+	e, err := events.New(events.TypeRequested, id, "agent/crasher", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, body, err := events.Encode(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.PublishMsg(tctx(t), &nats.Msg{Subject: events.RequestPrefix + req.Agent, Header: nats.Header(h), Data: body}); err != nil {
 		t.Fatal(err)
 	}
 }
