@@ -218,10 +218,11 @@ func TestScalePending(t *testing.T) {
 	js := newJS(t, nc)
 	ticks := scaleTicks(t, js)
 	rep.add("restart", "%d pending, %d local timers, %d durable ticks (assent.timer.tick.>) for their deadlines' seconds", n, n, len(ticks))
-	// Requests were received in every second of the ingest, so every second
-	// of their deadlines needs its tick: none missing between the first and
-	// the last. The requests made over HTTP since have ticks too, later.
-	first, last := began.Add(2*time.Hour), began.Add(ingest+2*time.Hour)
+	// Requests were stored in every second of the publishing, and their
+	// deadlines count from then, so every second of their deadlines needs
+	// its tick: none missing between the first and the last. The requests
+	// made over HTTP since have ticks too, later.
+	first, last := began.Add(2*time.Hour), began.Add(published+2*time.Hour)
 	for sec := first.Unix() + 3; sec <= last.Unix(); sec++ {
 		if !ticks[sec] {
 			t.Fatalf("after the restart no durable tick covers the deadlines of second %s", time.Unix(sec, 0).UTC().Format(time.RFC3339))
