@@ -12,7 +12,7 @@ const (
 	defaultScaleExpiring = 50000
 	// A CPU profile of the restart (it took about 20s before issue 11).
 	defaultScaleRestartCPU = 30 * time.Second
-	// Memory again once the stream's duplicate window (2m) has passed
-	// since the last publish: the server then holds no message ids.
-	defaultScaleSettle = 2*time.Minute + 10*time.Second
+	// Memory again once the stream's duplicate window (30s) has passed
+	// since the ingest ended: the server then holds no message ids.
+	defaultScaleSettle = 40 * time.Second
 )
