@@ -548,6 +548,19 @@ func (b *Broker) watchState(ctx context.Context) error {
 			b.records.deliver(e.Key())
 			return
 		}
+		// What this replica wrote (or read) itself, it knows already: no
+		// need to decode it again, as long as its timer is in step.
+		if cur, _, ok := b.index.get(e.Key()); loaded && ok && cur.revision >= e.Revision() {
+			switch {
+			case cur.State != StatePending:
+				b.timers.stop(e.Key())
+				b.records.deliver(e.Key())
+				return
+			case b.timers.known(e.Key()):
+				b.records.deliver(e.Key())
+				return
+			}
+		}
 		rec, err := decodeRecord(e.Value(), e.Revision())
 		if err != nil {
 			b.log.Error("skip corrupt state entry", zap.String("request_id", e.Key()), zap.Error(err))

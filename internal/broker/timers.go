@@ -210,6 +210,14 @@ func (t *timers) handed(ids []string) {
 	}
 }
 
+// known reports whether id has a timer.
+func (t *timers) known(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.m[id]
+	return ok
+}
+
 // len reports how many requests have timers.
 func (t *timers) len() int {
 	t.mu.Lock()
