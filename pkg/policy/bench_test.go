@@ -124,3 +124,22 @@ func BenchmarkParse100Rules(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkInputFrom reads a request as the broker does for every request it
+// evaluates.
+func BenchmarkInputFrom(b *testing.B) {
+	for _, bm := range []struct{ name, args string }{
+		{"small", `{"n":1}`},
+		{"nested", `{"amount": 5000, "path": "/srv/095/ledger", "currency": "EUR", "note": "quarterly", "tags": ["a", "b"], "m": {"k": [1, 2.5, null]}}`},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
+			req := events.Requested{Tool: "noop", Agent: "bench", Args: []byte(bm.args)}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := policy.InputFrom(req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
