@@ -19,7 +19,7 @@ import (
 // whatever the first attempt left undone and changes nothing else; a
 // different request under the same id is refused with ErrIDConflict.
 func (b *Broker) ingest(ctx context.Context, id, source string, req events.Requested, o origin) (Record, error) {
-	digest, err := events.RequestDigest(req)
+	digest, argsDigest, err := events.RequestDigests(req)
 	if err != nil {
 		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -32,7 +32,7 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 		Source:        source,
 		ReceivedAt:    o.at.UTC(),
 	}
-	switch err := b.evaluate(ctx, &rec, b.now()); {
+	switch err := b.evaluate(ctx, &rec, argsDigest, b.now()); {
 	case errors.Is(err, errSeen):
 		return b.resume(ctx, id, req, digest, o)
 	case err != nil:

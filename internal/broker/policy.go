@@ -52,10 +52,11 @@ func (b *Broker) approvalFor(r *Record) *policy.Approval {
 // against its limits twice.
 var errSeen = errors.New("request already stored")
 
-// evaluate applies the policy to a new record: it sets the record's rule and
-// deadline, and decides it at once when the policy says so.
-func (b *Broker) evaluate(ctx context.Context, r *Record, now time.Time) error {
-	in, err := policy.InputFrom(r.Request)
+// evaluate applies the policy to a new record whose request's args have
+// argsDigest: it sets the record's rule and deadline, and decides it at once
+// when the policy says so.
+func (b *Broker) evaluate(ctx context.Context, r *Record, argsDigest string, now time.Time) error {
+	in, err := policy.InputWithDigest(r.Request, argsDigest)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}

@@ -413,3 +413,77 @@ func FuzzCanonicalArgs(f *testing.F) {
 		}
 	})
 }
+
+// canonicalRequestOracle is CanonicalRequest as it was first written: a map of
+// the fields, marshalled. CanonicalRequest must give the same bytes.
+func canonicalRequestOracle(r events.Requested) (json.RawMessage, error) {
+	marshal := func(v any) (json.RawMessage, error) {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(v); err != nil {
+			return nil, err
+		}
+		return bytes.TrimRight(buf.Bytes(), "\n"), nil
+	}
+	fields := map[string]json.RawMessage{}
+	args, err := events.CanonicalArgs(r.Args)
+	if err != nil {
+		return nil, err
+	}
+	fields["args"] = args
+	for name, v := range map[string]string{"agent": r.Agent, "call_id": r.CallID, "session": r.Session, "tool": r.Tool, "user": r.User} {
+		if v != "" {
+			fields[name], _ = marshal(v)
+		}
+	}
+	if len(r.Labels) > 0 {
+		fields["labels"], _ = marshal(r.Labels)
+	}
+	if len(bytes.TrimSpace(r.ResponseSchema)) > 0 && string(bytes.TrimSpace(r.ResponseSchema)) != "null" {
+		schema, err := events.CanonicalArgs(r.ResponseSchema)
+		if err != nil {
+			return nil, err
+		}
+		fields["response_schema"] = schema
+	}
+	return marshal(fields)
+}
+
+func FuzzCanonicalRequest(f *testing.F) {
+	for _, g := range goldenRequests {
+		var k, v string
+		for k, v = range g.r.Labels {
+			break
+		}
+		f.Add(g.r.Tool, g.r.Agent, g.r.Session, g.r.User, g.r.CallID, k, v, []byte(g.r.Args), []byte(g.r.ResponseSchema))
+	}
+	f.Add("t\x00\x1f\x7f\x80", "a\"\\", "<s>&", "\u2028\u2029", "\xff", "k\n", "v\t", []byte(`{}`), []byte(` null`))
+	f.Fuzz(func(t *testing.T, tool, agent, session, user, callID, k, v string, args, schema []byte) {
+		r := events.Requested{Tool: tool, Agent: agent, Session: session, User: user, CallID: callID, Args: args, ResponseSchema: schema}
+		if k != "" || v != "" {
+			r.Labels = map[string]string{k: v, k + "2": v + "<", "a" + k: ""}
+		}
+		want, wantErr := canonicalRequestOracle(r)
+		got, err := events.CanonicalRequest(r)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("error %v, want %v", err, wantErr)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("canonical form\n%q\nwant\n%q", got, want)
+		}
+		d, ad, err := events.RequestDigests(r)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("RequestDigests error %v, want %v", err, wantErr)
+		}
+		if err != nil {
+			return
+		}
+		if want, _ := events.RequestDigest(r); d != want {
+			t.Fatalf("request digest %s, want %s", d, want)
+		}
+		if want, _ := events.ArgsDigest(r.Args); ad != want {
+			t.Fatalf("args digest %s, want %s", ad, want)
+		}
+	})
+}

@@ -210,6 +210,9 @@ func TestDigestGolden(t *testing.T) {
 		if (cerr == nil) != (derr == nil) || (aerr == nil) != (aderr == nil) {
 			t.Errorf("%s: errors %v, %v, %v, %v", g.name, cerr, derr, aerr, aderr)
 		}
+		if rd, rad, err := events.RequestDigests(g.r); (err == nil) != (derr == nil) || err == nil && (rd != d || rad != ad) {
+			t.Errorf("%s: RequestDigests = %s, %s, %v; want %s, %s, %v", g.name, rd, rad, err, d, ad, derr)
+		}
 		want, ok := goldenDigests[g.name]
 		if !ok {
 			t.Errorf("%q: {%q, %q, %q, %q, %v, %v},", g.name, c, d, a, ad, cerr, aerr)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -29,32 +30,72 @@ var ErrRequestMismatch = invalid("request digest mismatch")
 // (assent.request.<agent>) when the data leaves it out, so a client computing
 // the digest of a request it published without "agent" must fill it in too.
 func CanonicalRequest(r Requested) (json.RawMessage, error) {
-	fields := map[string]json.RawMessage{}
 	args, err := CanonicalArgs(r.Args)
 	if err != nil {
 		return nil, err
 	}
-	fields["args"] = args
-	for name, v := range map[string]string{"agent": r.Agent, "call_id": r.CallID, "session": r.Session, "tool": r.Tool, "user": r.User} {
-		if v != "" {
-			fields[name] = jsonString(v)
+	return canonicalRequest(r, args)
+}
+
+// canonicalRequest is CanonicalRequest for r whose args are args, in their
+// canonical form already. It writes the object itself, the same bytes that
+// marshalling a map of the fields would give: its keys in sorted order, its
+// values canonical JSON already.
+func canonicalRequest(r Requested, args json.RawMessage) (json.RawMessage, error) {
+	b := make([]byte, 0, len(args)+len(r.Agent)+len(r.CallID)+len(r.Session)+len(r.Tool)+len(r.User)+96)
+	b = append(b, '{')
+	field := func(name string) {
+		if len(b) > 1 {
+			b = append(b, ',')
 		}
+		b = append(b, '"')
+		b = append(b, name...)
+		b = append(b, '"', ':')
+	}
+	if r.Agent != "" {
+		field("agent")
+		b = appendString(b, r.Agent)
+	}
+	field("args")
+	b = append(b, args...)
+	if r.CallID != "" {
+		field("call_id")
+		b = appendString(b, r.CallID)
 	}
 	if len(r.Labels) > 0 {
-		labels, err := marshalCanonical(r.Labels)
-		if err != nil {
-			return nil, fieldErr("labels", fmt.Errorf("%w: %v", ErrMalformed, err))
+		field("labels")
+		b = append(b, '{')
+		for i, k := range slices.Sorted(maps.Keys(r.Labels)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, k)
+			b = append(b, ':')
+			b = appendString(b, r.Labels[k])
 		}
-		fields["labels"] = labels
+		b = append(b, '}')
 	}
 	if len(bytes.TrimSpace(r.ResponseSchema)) > 0 && !isJSONNull(r.ResponseSchema) {
 		schema, err := CanonicalArgs(r.ResponseSchema)
 		if err != nil {
 			return nil, fieldErr("response_schema", err)
 		}
-		fields["response_schema"] = schema
+		field("response_schema")
+		b = append(b, schema...)
 	}
-	return marshalCanonical(fields)
+	if r.Session != "" {
+		field("session")
+		b = appendString(b, r.Session)
+	}
+	if r.Tool != "" {
+		field("tool")
+		b = appendString(b, r.Tool)
+	}
+	if r.User != "" {
+		field("user")
+		b = appendString(b, r.User)
+	}
+	return append(b, '}'), nil
 }
 
 // RequestDigest returns "sha256:" and the hex SHA-256 of CanonicalRequest(r).
@@ -65,8 +106,31 @@ func RequestDigest(r Requested) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(c)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return digestOf(c), nil
+}
+
+// RequestDigests returns RequestDigest(r) and ArgsDigest(r.Args), reading the
+// args once for both. Its errors are RequestDigest's.
+func RequestDigests(r Requested) (request, args string, err error) {
+	canon, err := CanonicalArgs(r.Args)
+	if err != nil {
+		return "", "", err
+	}
+	c, err := canonicalRequest(r, canon)
+	if err != nil {
+		return "", "", err
+	}
+	return digestOf(c), digestOf(canon), nil
+}
+
+// digestOf returns "sha256:" and the hex SHA-256 of b.
+func digestOf(b []byte) string {
+	const prefix = "sha256:"
+	sum := sha256.Sum256(b)
+	out := make([]byte, len(prefix)+hex.EncodedLen(len(sum)))
+	copy(out, prefix)
+	hex.Encode(out[len(prefix):], sum[:])
+	return string(out)
 }
 
 // VerifyRequest checks that d decides r: see VerifyRequestDigest.
@@ -128,7 +192,17 @@ func marshalCanonical(v any) (json.RawMessage, error) {
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
-func jsonString(s string) json.RawMessage {
-	b, _ := marshalCanonical(s) // a string always marshals
-	return b
+// appendString appends s as marshalCanonical writes it: a JSON string,
+// without HTML escaping.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			// Escapes and runes beyond ASCII: as encoding/json writes them.
+			q, _ := marshalCanonical(s) // a string always marshals
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }

@@ -2,8 +2,6 @@ package events
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -246,8 +244,7 @@ func ArgsDigest(args json.RawMessage) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(c)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return digestOf(c), nil
 }
 
 // VerifyArgs checks that d.Args matches d.ArgsDigest. Workers call it before they

@@ -3,6 +3,7 @@ package policy_test
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -414,6 +415,28 @@ func TestInputFrom(t *testing.T) {
 	for _, args := range []string{`[1]`, `"x"`, `{"a":`} {
 		if _, err := policy.InputFrom(events.Requested{Tool: "t", Args: json.RawMessage(args)}); !errors.Is(err, policy.ErrInput) {
 			t.Errorf("args %s: err %v, want ErrInput", args, err)
+		}
+	}
+}
+
+// TestInputWithDigest: given the args digest, InputWithDigest reads the
+// request as InputFrom does.
+func TestInputWithDigest(t *testing.T) {
+	for _, data := range []string{`{"tool":"t","args":{"i":42,"l":[1,2.5,{"k":3}]},"session":"s","labels":{"env":"prod"},"timeout":"1m"}`, `{"tool":"t"}`} {
+		var req events.Requested
+		if err := json.Unmarshal([]byte(data), &req); err != nil {
+			t.Fatal(err)
+		}
+		want, err := policy.InputFrom(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := policy.InputWithDigest(req, want.ArgsDigest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: InputWithDigest = %+v, InputFrom = %+v", data, got, want)
 		}
 	}
 }

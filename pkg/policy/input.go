@@ -31,19 +31,28 @@ type Input struct {
 // InputFrom reads a request. Arguments that are not a JSON object give an error
 // wrapping ErrInput.
 func InputFrom(req events.Requested) (Input, error) {
-	in := Input{
-		Tool:    req.Tool,
-		Agent:   req.Agent,
-		Session: req.Session,
-		User:    req.User,
-		Labels:  req.Labels,
-		Timeout: req.Timeout.Std(),
-	}
 	digest, err := events.ArgsDigest(req.Args)
 	if err != nil {
 		return Input{}, fmt.Errorf("%w: %w", ErrInput, err)
 	}
-	in.ArgsDigest = digest
+	return InputWithDigest(req, digest)
+}
+
+// InputWithDigest is InputFrom for a request whose args digest the caller
+// has computed already (events.ArgsDigest, or events.RequestDigests beside
+// the request digest), so that the args are not canonicalised a second time.
+// argsDigest must be the digest of req.Args: it is taken as it is.
+func InputWithDigest(req events.Requested, argsDigest string) (Input, error) {
+	in := Input{
+		Tool:       req.Tool,
+		Agent:      req.Agent,
+		Session:    req.Session,
+		User:       req.User,
+		Labels:     req.Labels,
+		ArgsDigest: argsDigest,
+		Timeout:    req.Timeout.Std(),
+	}
+	var err error
 	if in.Args, err = DecodeArgs(req.Args); err != nil {
 		return Input{}, err
 	}
