@@ -56,10 +56,7 @@ var errSeen = errors.New("request already stored")
 // argsDigest: it sets the record's rule and deadline, and decides it at once
 // when the policy says so.
 func (b *Broker) evaluate(ctx context.Context, r *Record, argsDigest string, now time.Time) error {
-	in, err := policy.InputWithDigest(r.Request, argsDigest)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
-	}
+	in := policy.InputWithDigest(r.Request, argsDigest)
 	rem := &grantReader{ctx: ctx, b: b}
 	res := b.Policy().Evaluate(in, now, rem)
 	if rem.err != nil {
@@ -76,6 +73,7 @@ func (b *Broker) evaluate(ctx context.Context, r *Record, argsDigest string, now
 		if _, err := b.load(ctx, r.ID); err == nil {
 			return errSeen
 		}
+		var err error
 		if res, err = b.charge(ctx, res, in, now); err != nil {
 			return err
 		}

@@ -160,9 +160,11 @@ func (p *problem) Error() string { return p.msg }
 func (p *problem) Unwrap() error { return p.kind }
 
 // activation binds the CEL variables to one request. It is built once per
-// evaluation and shared by every condition evaluated for that request.
+// evaluation and shared by every condition evaluated for that request. The
+// args are bound when a condition first reads them.
 type activation struct {
 	tool, args, agent, session, user, labels ref.Val
+	in                                       *Input
 }
 
 var _ interpreter.Activation = (*activation)(nil)
@@ -173,15 +175,29 @@ func newActivation(in *Input) *activation {
 		agent:   types.String(in.Agent),
 		session: types.String(in.Session),
 		user:    types.String(in.User),
+		in:      in,
 	}
-	a.args, a.labels = emptyArgs, emptyLabels
-	if in.Args != nil {
-		a.args = types.DefaultTypeAdapter.NativeToValue(in.Args)
-	}
+	a.labels = emptyLabels
 	if in.Labels != nil {
 		a.labels = types.DefaultTypeAdapter.NativeToValue(in.Labels)
 	}
 	return a
+}
+
+// argsVal binds args: the decoded args, empty if there are none, or an
+// error value (which fails the condition) if they do not decode.
+func (a *activation) argsVal() ref.Val {
+	if a.args == nil {
+		switch args, err := a.in.args(); {
+		case err != nil:
+			a.args = types.NewErr("%v", err)
+		case args == nil:
+			a.args = emptyArgs
+		default:
+			a.args = types.DefaultTypeAdapter.NativeToValue(args)
+		}
+	}
+	return a.args
 }
 
 // Bindings for absent args and labels; CEL values are immutable.
@@ -196,7 +212,7 @@ func (a *activation) ResolveName(name string) (any, bool) {
 	case "tool":
 		return a.tool, true
 	case "args":
-		return a.args, true
+		return a.argsVal(), true
 	case "agent":
 		return a.agent, true
 	case "session":

@@ -3,7 +3,6 @@ package policy_test
 import (
 	"encoding/json"
 	"errors"
-	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -419,10 +418,22 @@ func TestInputFrom(t *testing.T) {
 	}
 }
 
-// TestInputWithDigest: given the args digest, InputWithDigest reads the
-// request as InputFrom does.
+// TestInputWithDigest: an Input from InputWithDigest, whose args are decoded
+// only when read, is evaluated as one from InputFrom: by conditions, limit
+// sums and remembered choices with args patterns.
 func TestInputWithDigest(t *testing.T) {
-	for _, data := range []string{`{"tool":"t","args":{"i":42,"l":[1,2.5,{"k":3}]},"session":"s","labels":{"env":"prod"},"timeout":"1m"}`, `{"tool":"t"}`} {
+	p := mustParse(t, readExample(t, "reimbursements.yaml"))
+	withPattern := grant("g-pattern", events.Approve, "reimburse", events.ScopeSession, "s")
+	withPattern.ArgsPattern = json.RawMessage(`{"currency":"E*"}`)
+	grants := policy.GrantSet{withPattern}
+	for _, data := range []string{
+		`{"tool":"reimburse","session":"s","args":{"amount":10}}`,
+		`{"tool":"reimburse","session":"s","args":{"amount":5000,"currency":"EUR"}}`,
+		`{"tool":"reimburse","session":"s","args":{"amount":5000,"currency":"USD"}}`,
+		`{"tool":"reimburse","session":"s","args":{"amount":"x"}}`,
+		`{"tool":"reimburse","session":"s"}`,
+		`{"tool":"other","args":{"amount":10}}`,
+	} {
 		var req events.Requested
 		if err := json.Unmarshal([]byte(data), &req); err != nil {
 			t.Fatal(err)
@@ -431,13 +442,35 @@ func TestInputWithDigest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := policy.InputWithDigest(req, want.ArgsDigest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(got, want) {
+		got := policy.InputWithDigest(req, want.ArgsDigest)
+		if got.ArgsDigest != want.ArgsDigest || got.Tool != want.Tool || got.Session != want.Session || got.Args != nil {
 			t.Errorf("%s: InputWithDigest = %+v, InputFrom = %+v", data, got, want)
 		}
+		rw, rg := p.Evaluate(want, t0, grants), p.Evaluate(got, t0, grants)
+		if rw.Action != rg.Action || rw.Rule != rg.Rule || len(rw.Errors) != len(rg.Errors) || len(rw.Limits) != len(rg.Limits) {
+			t.Errorf("%s: evaluated as %s by %s (%v), want %s by %s (%v)", data, rg.Action, rg.Rule, rg.Errors, rw.Action, rw.Rule, rw.Errors)
+		}
+		if mw, mg := withPattern.Matches(want, t0), withPattern.Matches(got, t0); mw != mg {
+			t.Errorf("%s: args pattern matches: %v, want %v", data, mg, mw)
+		}
+		for i, l := range rw.Limits {
+			aw, errW := l.Amount(want)
+			ag, errG := rg.Limits[i].Amount(got)
+			if aw != ag || (errW == nil) != (errG == nil) {
+				t.Errorf("%s: limit %s amount %v (%v), want %v (%v)", data, l.Name, ag, errG, aw, errW)
+			}
+		}
+	}
+
+	// Args that do not decode, under a digest that says they would: the
+	// conditions that read them fail, fail-closed, and patterns do not match.
+	bad := policy.InputWithDigest(events.Requested{Tool: "reimburse", Session: "s", Args: json.RawMessage(`[1]`)}, "sha256:00")
+	res := p.Evaluate(bad, t0, grants)
+	if res.Action != policy.RequireApproval || len(res.Errors) == 0 {
+		t.Errorf("bad args: %s by %s (%v)", res.Action, res.Rule, res.Errors)
+	}
+	if withPattern.Matches(bad, t0) {
+		t.Error("bad args match an args pattern")
 	}
 }
 

@@ -209,7 +209,11 @@ func (g *Grant) Matches(in Input, now time.Time) bool {
 		return true
 	}
 	pat, err := compilePattern(g.ArgsPattern)
-	return err == nil && matchValue(pat, in.Args)
+	if err != nil {
+		return false
+	}
+	args, err := in.args()
+	return err == nil && matchValue(pat, args)
 }
 
 // compilePattern decodes an args pattern and checks its globs.
