@@ -85,17 +85,57 @@ func Encode(e *Event) (Header, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	// The SDK copies the data in as it is stored; Compact checks that the
-	// result is one JSON value and drops the data's white space, if any.
-	var body bytes.Buffer
-	body.Grow(len(raw))
-	if err := json.Compact(&body, raw); err != nil {
-		return nil, nil, fmt.Errorf("%w: encoded event is not JSON: %v", ErrMalformed, err)
+	body := raw
+	if !writesCompact(e) {
+		// The SDK copies the data in as it is stored; Compact checks that
+		// the result is one JSON value and drops the data's white space, if
+		// any.
+		var buf bytes.Buffer
+		buf.Grow(len(raw))
+		if err := json.Compact(&buf, raw); err != nil {
+			return nil, nil, fmt.Errorf("%w: encoded event is not JSON: %v", ErrMalformed, err)
+		}
+		body = buf.Bytes()
 	}
-	if body.Len() == 0 || body.Bytes()[0] != '{' {
+	if len(body) == 0 || body[0] != '{' {
 		return nil, nil, fmt.Errorf("%w: encoded event is not a JSON object", ErrMalformed)
 	}
-	return Header{headerContentType: {ContentTypeStructured}}, body.Bytes(), nil
+	return Header{headerContentType: {ContentTypeStructured}}, body, nil
+}
+
+// writesCompact reports whether the SDK writes e as compact JSON, so that
+// json.Compact would not change a byte of it: the attributes are JSON strings
+// without white space around them, and so are the extensions when they are
+// strings (Assent's are); the data, stored as JSON, is written as it is, so
+// it must be one compact JSON value (as New makes it).
+func writesCompact(e *Event) bool {
+	for _, v := range e.Extensions() {
+		if _, ok := v.(string); !ok {
+			return false
+		}
+	}
+	if e.DataEncoded == nil {
+		return true
+	}
+	ct := e.DataContentType()
+	return !e.DataBase64 && (ct == "" || ct == ContentTypeJSON) && json.Valid(e.DataEncoded) && isCompact(e.DataEncoded)
+}
+
+// isCompact reports whether the valid JSON b has no white space outside its
+// strings.
+func isCompact(b []byte) bool {
+	inString := false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case inString && c == '\\':
+			i++ // the escaped byte
+		case c == '"':
+			inString = !inString
+		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return false
+		}
+	}
+	return true
 }
 
 // EncodeBinary returns e in binary mode: attributes as ce- headers (values

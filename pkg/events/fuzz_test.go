@@ -210,6 +210,18 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Encode of a decoded event: %v", err)
 		}
+		// Encode writes what the SDK writes, compacted.
+		raw, err := e.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, raw); err != nil {
+			t.Fatalf("the SDK wrote an event that is not JSON: %v", err)
+		}
+		if !bytes.Equal(b2, compact.Bytes()) {
+			t.Fatalf("Encode wrote\n%q\nnot the compacted\n%q", b2, compact.Bytes())
+		}
 		e2, err := codec.Decode(h2, b2)
 		if err != nil {
 			t.Fatalf("Decode of re-encoded event: %v\nbody: %s", err, b2)
