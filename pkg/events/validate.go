@@ -254,6 +254,14 @@ func (d Decided) VerifyArgs() error {
 	if err != nil {
 		return err
 	}
+	return d.VerifyArgsDigest(got)
+}
+
+// VerifyArgsDigest is VerifyArgs for a caller that knows the digest of d.Args
+// already, got (ArgsDigest of the same bytes; an agent has it for the args it
+// asked with): it checks that d.ArgsDigest is got, without hashing the args
+// again.
+func (d Decided) VerifyArgsDigest(got string) error {
 	if got != d.ArgsDigest {
 		return fieldErr("args_digest", fmt.Errorf("%w: args hash to %s, decision says %s", ErrBadValue, got, truncate(d.ArgsDigest, 80)))
 	}

@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -184,10 +185,11 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 	if c.cfg.Private && req.Agent != c.cfg.Agent {
 		return Decision{}, fmt.Errorf("handler: a Private client asks as agent %s only, not %s", c.cfg.Agent, req.Agent)
 	}
-	digest, err := events.RequestDigest(req.Requested)
+	digest, argsDigest, err := events.RequestDigests(req.Requested)
 	if err != nil {
 		return Decision{}, err
 	}
+	want := &sent{digest: digest, args: req.Args, argsDigest: argsDigest}
 	subj, err := events.RequestSubject(req.Agent)
 	if err != nil {
 		return Decision{}, err
@@ -233,7 +235,8 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 		defer sub.Unsubscribe() //nolint:errcheck // best effort
 	}
 
-	log := c.log.With(zap.String("request_id", req.ID), zap.String("tool", req.Tool))
+	// The request's logger, made when there is something to log.
+	log := func() *zap.Logger { return c.log.With(zap.String("request_id", req.ID), zap.String("tool", req.Tool)) }
 	// withdraw cancels the request when the caller stops waiting, unless
 	// the caller keeps it.
 	withdraw := func() error {
@@ -243,7 +246,7 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawTimeout)
 		defer cancel()
 		if err := c.cancel(cctx, req.Agent, source, req.ID, "requester stopped waiting: "+ctx.Err().Error()); err != nil {
-			log.Warn("publish cancel", zap.Error(err))
+			log().Warn("publish cancel", zap.Error(err))
 		}
 		return ctx.Err()
 	}
@@ -265,16 +268,16 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 		defer cancel()
 		st, err := c.state(ctx, req.ID)
 		if err != nil {
-			log.Debug("read request state", zap.Error(err))
+			log().Debug("read request state", zap.Error(err))
 		} else if st.RequestDigest != "" && st.RequestDigest != digest {
 			return noDecision, false, time.Time{}, fmt.Errorf("%w: %s is stored with request digest %s, this request is %s", ErrIDConflict, req.ID, st.RequestDigest, digest)
 		}
-		d, ok, err := c.decision(ctx, req.ID, digest)
+		d, ok, err := c.decision(ctx, req.ID, want)
 		if err != nil {
 			if errors.Is(err, ErrIDConflict) {
 				return noDecision, false, time.Time{}, err
 			}
-			log.Debug("read stored decision", zap.Error(err))
+			log().Debug("read stored decision", zap.Error(err))
 		}
 		return d, ok, st.Deadline, nil
 	}
@@ -313,12 +316,12 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 				}
 				continue
 			}
-			d, err := c.verify(m.Header, m.Data, req.ID, digest)
+			d, err := c.verify(m.Header, m.Data, req.ID, want)
 			if errors.Is(err, ErrIDConflict) {
 				return noDecision, err
 			}
 			if err != nil {
-				log.Warn("ignoring a decision that failed verification", zap.Error(err))
+				log().Warn("ignoring a decision that failed verification", zap.Error(err))
 				continue
 			}
 			return d, nil
@@ -393,14 +396,14 @@ func (c *Client) rejection(m *nats.Msg, id, digest string) error {
 // it is the first one that a trusted key signed: the others before it are
 // logged and skipped, and ok is false if none is signed.
 func (c *Client) Decision(ctx context.Context, id string) (Decision, bool, error) {
-	return c.decision(ctx, id, "")
+	return c.decision(ctx, id, nil)
 }
 
 // decision is Decision that also checks the decision is about the request
-// with digest, when digest is set.
-func (c *Client) decision(ctx context.Context, id, digest string) (Decision, bool, error) {
+// want, when want is set.
+func (c *Client) decision(ctx context.Context, id string, want *sent) (Decision, bool, error) {
 	if c.cfg.Private {
-		return c.privateDecision(ctx, id, digest)
+		return c.privateDecision(ctx, id, want)
 	}
 	subj, err := events.DecisionSubject(id)
 	if err != nil {
@@ -426,7 +429,7 @@ func (c *Client) decision(ctx context.Context, id, digest string) (Decision, boo
 			continue
 		}
 		if err == nil {
-			err = check(d, id, digest)
+			err = check(d, id, want)
 		}
 		if err != nil {
 			return Decision{}, false, err
@@ -530,12 +533,12 @@ func (c *Client) cancel(ctx context.Context, agent, source, id, reason string) e
 
 // verify reads a decided event (read) and checks it decides request id
 // (check).
-func (c *Client) verify(h nats.Header, body []byte, id, digest string) (Decision, error) {
+func (c *Client) verify(h nats.Header, body []byte, id string, want *sent) (Decision, error) {
 	d, err := c.read(h, body)
 	if err != nil {
 		return Decision{}, err
 	}
-	if err := check(d, id, digest); err != nil {
+	if err := check(d, id, want); err != nil {
 		return Decision{}, err
 	}
 	return d, nil
@@ -572,20 +575,34 @@ func (c *Client) authentic(h nats.Header, body []byte) bool {
 	return err == nil
 }
 
+// sent is the request a decision must decide, as Request published it.
+type sent struct {
+	digest     string          // events.RequestDigest of the request
+	args       json.RawMessage // its args
+	argsDigest string          // events.ArgsDigest of args
+}
+
 // check checks that d belongs to id, that its args match their digest and,
-// when digest is set, that it decides the request with that digest
-// (ErrIDConflict if it decides another one).
-func check(d Decision, id, digest string) error {
+// when want is set, that it decides that request (ErrIDConflict if it
+// decides another one).
+func check(d Decision, id string, want *sent) error {
 	if d.RequestID != id {
 		return fmt.Errorf("%w: decision names request %s, want %s", ErrTampered, d.RequestID, id)
 	}
-	if err := d.VerifyArgs(); err != nil {
+	var err error
+	if want != nil && len(want.args) > 0 && bytes.Equal(d.Args, want.args) {
+		// The args asked with, byte for byte: their digest is known.
+		err = d.VerifyArgsDigest(want.argsDigest)
+	} else {
+		err = d.VerifyArgs()
+	}
+	if err != nil {
 		return fmt.Errorf("%w: %w", ErrTampered, err)
 	}
-	if digest == "" {
+	if want == nil {
 		return nil
 	}
-	if err := d.VerifyRequestDigest(digest); err != nil {
+	if err := d.VerifyRequestDigest(want.digest); err != nil {
 		if errors.Is(err, events.ErrRequestMismatch) {
 			return fmt.Errorf("%w: %s: %w", ErrIDConflict, id, err)
 		}
@@ -630,7 +647,7 @@ func storedOf(m *nats.Msg) stored {
 }
 
 // privateDecision is decision through a lookup (Config.Private).
-func (c *Client) privateDecision(ctx context.Context, id, digest string) (Decision, bool, error) {
+func (c *Client) privateDecision(ctx context.Context, id string, want *sent) (Decision, bool, error) {
 	m, err := c.lookup(ctx, id)
 	if err != nil || m.Header.Get(events.LookupStatus) != events.LookupDecided {
 		return Decision{}, false, err
@@ -647,7 +664,7 @@ func (c *Client) privateDecision(ctx context.Context, id, digest string) (Decisi
 		return Decision{}, false, nil
 	}
 	if err == nil {
-		err = check(d, id, digest)
+		err = check(d, id, want)
 	}
 	if err != nil {
 		return Decision{}, false, err
