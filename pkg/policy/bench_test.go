@@ -143,3 +143,19 @@ func BenchmarkInputFrom(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGrantKeys is the broker's lookup of remembered choices for a
+// request with an agent but no session or user, as every request a broker
+// decides by its mode is looked up.
+func BenchmarkGrantKeys(b *testing.B) {
+	in, err := policy.InputFrom(events.Requested{Tool: "noop", Agent: "bench", Args: []byte(`{"n":1}`)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if len(policy.GrantKeys(in)) != 2 {
+			b.Fatal("want 2 keys")
+		}
+	}
+}

@@ -91,9 +91,15 @@ func GrantKey(scope string, in Input) (string, error) {
 // for, narrowest scope first: what a Remembered implementation looks up.
 func GrantKeys(in Input) []string {
 	keys := make([]string, 0, len(scopes))
+	if in.Tool == "" {
+		return keys
+	}
+	// GrantKey for each scope, without building an error for every scope
+	// the request has no value for.
+	tool := KeyToken(in.Tool)
 	for _, s := range scopes {
-		if k, err := GrantKey(s, in); err == nil {
-			keys = append(keys, k)
+		if v := ScopeValue(s, in); v != "" {
+			keys = append(keys, s+"."+KeyToken(v)+"."+tool)
 		}
 	}
 	return keys

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -173,6 +174,22 @@ func TestGrantKeys(t *testing.T) {
 	}
 	if got := policy.GrantKeys(input(t, `{"tool":"t"}`)); len(got) != 1 || !strings.HasPrefix(got[0], "call.") {
 		t.Errorf("GrantKeys of a bare request = %v", got)
+	}
+	// GrantKeys is GrantKey for every scope the request has a value for.
+	for _, data := range []string{`{"tool":"t"}`, `{"tool":"t.x","user":"u@x"}`, `{"tool":"t","agent":"a","session":"s"}`} {
+		in := input(t, data)
+		var want []string
+		for _, scope := range []string{"call", "session", "agent", "user"} {
+			if k, err := policy.GrantKey(scope, in); err == nil {
+				want = append(want, k)
+			}
+		}
+		if got := policy.GrantKeys(in); !slices.Equal(got, want) {
+			t.Errorf("GrantKeys(%s) = %v, want %v", data, got, want)
+		}
+	}
+	if got := policy.GrantKeys(policy.Input{Session: "s", ArgsDigest: "d"}); len(got) != 0 {
+		t.Errorf("GrantKeys without a tool = %v", got)
 	}
 	g, err := policy.Default().ModeApproval().NewGrant("0193a5b2-7c1e-7d3a-9f1e-3c2b1a0f9e8d", events.Deny, events.Remember{Scope: "user"}, in, "bob", t0)
 	if err != nil {
