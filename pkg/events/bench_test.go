@@ -68,11 +68,7 @@ func BenchmarkNewEncodeDecided(b *testing.B) {
 func BenchmarkEncode(b *testing.B) {
 	for _, a := range benchArgs {
 		b.Run(a.name, func(b *testing.B) {
-			d := benchDecided(b, a.args)
-			e, err := events.New(events.TypeDecided, testDecided, "broker/b1", &d)
-			if err != nil {
-				b.Fatal(err)
-			}
+			e := benchDecidedEvent(b, a.args)
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, _, err := events.Encode(&e); err != nil {
@@ -142,11 +138,7 @@ func BenchmarkDecodeRequested(b *testing.B) {
 func BenchmarkDecodeDecided(b *testing.B) {
 	for _, a := range benchArgs {
 		b.Run(a.name, func(b *testing.B) {
-			d := benchDecided(b, a.args)
-			e, err := events.New(events.TypeDecided, testDecided, "broker/b1", &d)
-			if err != nil {
-				b.Fatal(err)
-			}
+			e := benchDecidedEvent(b, a.args)
 			h, body, err := events.Encode(&e)
 			if err != nil {
 				b.Fatal(err)
@@ -167,4 +159,16 @@ func BenchmarkDecodeDecided(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchDecidedEvent is the decided event of a request with args, as the
+// broker makes it.
+func benchDecidedEvent(b *testing.B, args json.RawMessage) events.Event {
+	b.Helper()
+	d := benchDecided(b, args)
+	e, err := events.New(events.TypeDecided, testDecided, "broker/b1", &d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e
 }
