@@ -295,19 +295,5 @@ func (b *Broker) handleTimeout(ctx context.Context, msg jetstream.Msg) error {
 	if err != nil {
 		return permanent(err)
 	}
-	_, err = b.expire(ctx, id, b.now(), o)
-	var retry *retryError
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, ErrNotFound):
-		return nil
-	case errors.Is(err, ErrForgedDecision):
-		return permanent(err)
-	case errors.As(err, &retry):
-		return err
-	}
-	// A deadline is missed by as long as this takes: look again soon (the
-	// state bucket's leader being elected, a connection being replaced).
-	return &retryError{err, min(time.Duration(o.delivery)*250*time.Millisecond, 2*time.Second)}
+	return b.expireOne(ctx, id, o)
 }

@@ -206,15 +206,8 @@ func publishEvent(t *testing.T, js jetstream.JetStream, subject, typ, source str
 	if len(id) > 0 {
 		eid = id[0]
 	}
-	e, err := events.New(typ, eid, source, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, body, err := events.Encode(&e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.PublishMsg(tctx(t), &nats.Msg{Subject: subject, Header: nats.Header(h), Data: body}, jetstream.WithMsgID(e.ID())); err != nil {
+	msg, eid := eventMsg(t, subject, typ, source, data, eid)
+	if _, err := js.PublishMsg(tctx(t), msg, jetstream.WithMsgID(eid)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -223,7 +216,17 @@ func publishEvent(t *testing.T, js jetstream.JetStream, subject, typ, source str
 // stream's duplicate window has passed: the same event, stored again.
 func askAgain(t *testing.T, js jetstream.JetStream, id string, req events.Requested) {
 	t.Helper()
-	e, err := events.New(events.TypeRequested, id, "agent/crasher", req)
+	msg, _ := eventMsg(t, events.RequestPrefix+req.Agent, events.TypeRequested, "agent/crasher", req, id)
+	if _, err := js.PublishMsg(tctx(t), msg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eventMsg encodes a structured-mode event with data on subject, with event
+// id id ("": a new one), and returns it with its id.
+func eventMsg(t *testing.T, subject, typ, source string, data any, id string) (*nats.Msg, string) {
+	t.Helper()
+	e, err := events.New(typ, id, source, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,9 +234,7 @@ func askAgain(t *testing.T, js jetstream.JetStream, id string, req events.Reques
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.PublishMsg(tctx(t), &nats.Msg{Subject: events.RequestPrefix + req.Agent, Header: nats.Header(h), Data: body}); err != nil {
-		t.Fatal(err)
-	}
+	return &nats.Msg{Subject: subject, Header: nats.Header(h), Data: body}, e.ID()
 }
 
 // firstDecision reads the first decided event stored for request id.

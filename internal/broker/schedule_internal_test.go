@@ -73,11 +73,7 @@ func TestOneDurableTickPerSecond(t *testing.T) {
 	b := runBroker(ctx, t, ns)
 	const n = 200
 	deadlines := make(map[int64]bool)
-	for range n {
-		rec, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "rm", Agent: "a1", Timeout: events.Duration(time.Minute)})
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, rec := range submitMany(ctx, t, b, n, time.Minute) {
 		deadlines[tickSecond(rec.Deadline)] = true
 	}
 	info, err := b.res.stream.Info(ctx, jetstream.WithSubjectFilter(tickTimer+">"))
@@ -107,11 +103,7 @@ func TestDueRequestsHandedOverInBatches(t *testing.T) {
 	ids := make([]string, n)
 	ticks := make(map[int64]bool)
 	var last time.Time
-	for i := range ids {
-		rec, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "rm", Agent: "a1", Timeout: events.Duration(5 * time.Second)})
-		if err != nil {
-			t.Fatal(err)
-		}
+	for i, rec := range submitMany(ctx, t, b, n, 5*time.Second) {
 		ids[i], last = rec.ID, rec.Deadline
 		ticks[tickSecond(rec.Deadline)] = true
 	}
@@ -142,4 +134,18 @@ func TestDueRequestsHandedOverInBatches(t *testing.T) {
 	if len(batches) > len(ticks)+5 {
 		t.Fatalf("%d batches for %d requests that fell due together", len(batches), n)
 	}
+}
+
+// submitMany submits n requests with timeout, one after the other.
+func submitMany(ctx context.Context, t *testing.T, b *Broker, n int, timeout time.Duration) []Record {
+	t.Helper()
+	recs := make([]Record, n)
+	for i := range recs {
+		rec, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "rm", Agent: "a1", Timeout: events.Duration(timeout)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs[i] = rec
+	}
+	return recs
 }

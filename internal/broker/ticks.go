@@ -282,16 +282,18 @@ func (b *Broker) expireBatch(ctx context.Context, ids []string, o origin) error 
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			err := b.expireOne(ctx, id, o)
-			if err == nil {
+			var r *retryError
+			switch err := b.expireOne(ctx, id, o); {
+			case err == nil:
+				return
+			case !errors.As(err, &r):
+				// Permanent for this request alone; the rest of the batch
+				// goes on.
+				b.log.Error("expire", zap.String("request_id", id), zap.Error(err))
 				return
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			var r *retryError
-			if !errors.As(err, &r) {
-				r = &retryError{err, min(time.Duration(o.delivery)*250*time.Millisecond, 2*time.Second)}
-			}
 			if retry == nil || r.delay > retry.delay {
 				retry = r
 			}
@@ -304,16 +306,21 @@ func (b *Broker) expireBatch(ctx context.Context, ids []string, o origin) error 
 	return nil
 }
 
-// expireOne expires request id on behalf of message o. Errors that a retry
-// cannot mend are logged and dropped.
+// expireOne expires request id on behalf of message o: nil once done (or
+// the request is gone), a permanentError if retrying cannot mend it, else a
+// retryError. A deadline is missed by as long as a retry takes, so it comes
+// soon (the state bucket's leader being elected, a connection being
+// replaced).
 func (b *Broker) expireOne(ctx context.Context, id string, o origin) error {
 	_, err := b.expire(ctx, id, b.now(), o)
+	var retry *retryError
 	switch {
 	case err == nil, errors.Is(err, ErrNotFound):
 		return nil
 	case errors.Is(err, ErrForgedDecision):
-		b.log.Error("expire", zap.String("request_id", id), zap.Error(err))
-		return nil
+		return permanent(err)
+	case errors.As(err, &retry):
+		return err
 	}
-	return err
+	return &retryError{err, min(time.Duration(o.delivery)*250*time.Millisecond, 2*time.Second)}
 }
