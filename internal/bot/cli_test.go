@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/testenv"
 )
 
@@ -26,7 +27,7 @@ rules:
 func runMain(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code := Main(context.Background(), "v-test", args, &out, &errOut)
+	code := Main(context.Background(), "v-test", args, envflag.Env{}, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 

@@ -231,14 +231,28 @@ func distance(a, b string) int {
 }
 
 // PrintDefaults prints the flags of fs as fs.PrintDefaults does, with each
-// flag's variable after its description: "(env ASSENT_NATS_URL)".
+// flag's variable after its description, "(env ASSENT_NATS_URL)", and a
+// note on the environment after them.
 func PrintDefaults(fs *flag.FlagSet) {
 	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
 	shown.SetOutput(fs.Output())
+	n := 0
 	fs.VisitAll(func(f *flag.Flag) {
 		shown.Var(f.Value, f.Name, f.Usage+" (env "+Var(f.Name)+")")
 		// What was the default, not the value it has now.
 		shown.Lookup(f.Name).DefValue = f.DefValue
+		n++
 	})
+	if n == 0 {
+		return
+	}
 	shown.PrintDefaults()
+	fmt.Fprint(fs.Output(), note)
 }
+
+// note follows the flags in PrintDefaults.
+const note = `
+A flag not on the command line is read from its variable (env ...), or from
+the file that variable_FILE names (a mounted secret); the command line wins.
+docs/configuration.md lists every variable.
+`

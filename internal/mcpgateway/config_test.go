@@ -16,6 +16,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/brokertest"
+	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/mcpgateway"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
@@ -211,7 +212,7 @@ func TestParseArgs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			c, err := mcpgateway.ParseArgs(tt.args, &stderr)
+			c, err := mcpgateway.ParseArgs(tt.args, envflag.Env{}, &stderr)
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("err %v, want %v", err, tt.wantErr)
@@ -235,7 +236,7 @@ func TestCheck(t *testing.T) {
 	ns := testenv.Server(t)
 	_, url := newNotes(t)
 	args := []string{"check", "--nats-url", ns.ClientURL(), "--prefix", "n_", url}
-	cmd, err := mcpgateway.ParseArgs(args, &bytes.Buffer{})
+	cmd, err := mcpgateway.ParseArgs(args, envflag.Env{}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/brokertest"
+	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/internal/worker"
 	"github.com/assent-dev/assent/pkg/events"
@@ -96,7 +97,7 @@ func TestParseArgs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			c, err := worker.ParseArgs(strings.Fields(tt.args), &stderr)
+			c, err := worker.ParseArgs(strings.Fields(tt.args), envflag.Env{}, &stderr)
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("err %v, want %v", err, tt.wantErr)
@@ -126,7 +127,7 @@ func TestExecuteExamplePlan(t *testing.T) {
 		if asJSON {
 			args = append(args, "--json")
 		}
-		cmd, err := worker.ParseArgs(args, io.Discard)
+		cmd, err := worker.ParseArgs(args, envflag.Env{}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +190,7 @@ func TestExecuteFailedStep(t *testing.T) {
 		{"tool": "read_file", "args": {"path": "missing.txt"}},
 		{"tool": "write_file", "args": {"path": "x.txt", "content": "x"}, "approval": true}
 	]`})
-	cmd, err := worker.ParseArgs([]string{"run", "--plan", plan, "--sandbox", dir, "--nats-url", ns.ClientURL()}, io.Discard)
+	cmd, err := worker.ParseArgs([]string{"run", "--plan", plan, "--sandbox", dir, "--nats-url", ns.ClientURL()}, envflag.Env{}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +213,7 @@ func TestExecuteFailedStep(t *testing.T) {
 func TestExecuteLoad(t *testing.T) {
 	ns := testenv.Server(t)
 	startBroker(t, testenv.Conn(t, ns), broker.ModeAutoApprove)
-	cmd, err := worker.ParseArgs([]string{"load", "--n", "50", "--c", "4", "--nats-url", ns.ClientURL()}, io.Discard)
+	cmd, err := worker.ParseArgs([]string{"load", "--n", "50", "--c", "4", "--nats-url", ns.ClientURL()}, envflag.Env{}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +245,7 @@ func TestExecuteLoadModes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"load", "--n", "30", "--nats-url", ns.ClientURL()}, strings.Fields(tt.args)...)
-			cmd, err := worker.ParseArgs(args, io.Discard)
+			cmd, err := worker.ParseArgs(args, envflag.Env{}, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -262,7 +263,7 @@ func TestExecuteLoadModes(t *testing.T) {
 }
 
 func TestExecuteNoServer(t *testing.T) {
-	cmd, err := worker.ParseArgs([]string{"load", "--n", "1", "--nats-url", "nats://127.0.0.1:1"}, io.Discard)
+	cmd, err := worker.ParseArgs([]string{"load", "--n", "1", "--nats-url", "nats://127.0.0.1:1"}, envflag.Env{}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +288,7 @@ func TestParseArgsHelp(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.args, func(t *testing.T) {
 			var stderr bytes.Buffer
-			_, err := worker.ParseArgs(strings.Fields(tt.args), &stderr)
+			_, err := worker.ParseArgs(strings.Fields(tt.args), envflag.Env{}, &stderr)
 			if !errors.Is(err, flag.ErrHelp) {
 				t.Fatalf("err %v, want flag.ErrHelp (exit status 0)", err)
 			}
@@ -345,21 +346,21 @@ func TestParseTrustedKeys(t *testing.T) {
 		pub, _ := kp.PublicKey()
 		keys = append(keys, pub)
 	}
-	c, err := worker.ParseArgs([]string{"load", "--trust-decision-key", keys[0], "--trust-decision-key", keys[1] + "," + keys[2]}, io.Discard)
+	c, err := worker.ParseArgs([]string{"load", "--trust-decision-key", keys[0], "--trust-decision-key", keys[1] + "," + keys[2]}, envflag.Env{}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(c.TrustedKeys, " ") != strings.Join(keys, " ") {
 		t.Fatalf("trusted keys %v, want %v", c.TrustedKeys, keys)
 	}
-	if c, err := worker.ParseArgs([]string{"load"}, io.Discard); err != nil || len(c.TrustedKeys) != 0 {
+	if c, err := worker.ParseArgs([]string{"load"}, envflag.Env{}, io.Discard); err != nil || len(c.TrustedKeys) != 0 {
 		t.Fatalf("without the flag: %v %v", c.TrustedKeys, err)
 	}
 	user, _ := nkeys.CreateUser()
 	userPub, _ := user.PublicKey()
 	for _, bad := range []string{userPub, "AXYZ", keys[0] + ",nonsense"} {
 		var stderr bytes.Buffer
-		if _, err := worker.ParseArgs([]string{"run", "--plan", "p", "--sandbox", "s", "--trust-decision-key", bad}, &stderr); !errors.Is(err, worker.ErrUsage) {
+		if _, err := worker.ParseArgs([]string{"run", "--plan", "p", "--sandbox", "s", "--trust-decision-key", bad}, envflag.Env{}, &stderr); !errors.Is(err, worker.ErrUsage) {
 			t.Errorf("--trust-decision-key %s: %v", bad, err)
 		}
 	}
@@ -377,7 +378,7 @@ func TestExecuteTrustingDecisionKey(t *testing.T) {
 	brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Name: "test", Mode: broker.ModeAutoApprove, DecisionKey: key})
 	dir := filepath.Join(t.TempDir(), "demo")
 	cmd, err := worker.ParseArgs([]string{"run", "--plan", "../../examples/plan.json", "--sandbox", dir, "--init-sandbox",
-		"--nats-url", ns.ClientURL(), "--trust-decision-key", pub}, io.Discard)
+		"--nats-url", ns.ClientURL(), "--trust-decision-key", pub}, envflag.Env{}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
