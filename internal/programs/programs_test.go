@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -119,5 +120,65 @@ func TestBrokerServeFlags(t *testing.T) {
 		if serve.Flags.Lookup(name) == nil {
 			t.Errorf("no --%s", name)
 		}
+	}
+}
+
+// docs/configuration.md has the table the code makes.
+func TestDocIsCurrent(t *testing.T) {
+	const path = "../../docs/configuration.md"
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := programs.UpdateDoc(string(data), programs.All())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(data) != want {
+		line, have, gen := diffLine(string(data), want)
+		t.Errorf("docs/configuration.md is not what the code generates: run `go generate ./internal/programs` at the repository's root, and commit docs/configuration.md.\nFirst difference, line %d:\n have %q\n want %q", line, have, gen)
+	}
+}
+
+// diffLine returns the first line at which a and b differ, and the two lines.
+func diffLine(a, b string) (int, string, string) {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := range max(len(al), len(bl)) {
+		var x, y string
+		if i < len(al) {
+			x = al[i]
+		}
+		if i < len(bl) {
+			y = bl[i]
+		}
+		if x != y {
+			return i + 1, x, y
+		}
+	}
+	return 0, "", ""
+}
+
+func TestUpdateDoc(t *testing.T) {
+	progs := []programs.Program{{Name: "prog", Commands: []programs.Command{{Name: "run", Flags: flag.NewFlagSet("prog run", flag.ContinueOnError)}}}}
+	progs[0].Commands[0].Flags.String("nats-url", "nats://x:4222", "the NATS `URL` | the <server>")
+	progs[0].Commands[0].Flags.Bool("json", false, "print JSON")
+	doc := "# title\n\nprose\n" + programs.BeginTable + "\nold table\n" + programs.EndTable + "\nmore prose\n"
+	got, err := programs.UpdateDoc(doc, progs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "# title\n\nprose\n" + programs.BeginTable + "\n" +
+		"\n### prog\n\n| command | flag | environment variable | default | description |\n| --- | --- | --- | --- | --- |\n" +
+		"| `prog run` | `--json` | `ASSENT_JSON` |  | print JSON |\n" +
+		"| `prog run` | `--nats-url` | `ASSENT_NATS_URL` | `nats://x:4222` | the NATS URL \\| the &lt;server&gt; |\n" +
+		"\n" + programs.EndTable + "\nmore prose\n"
+	if got != want {
+		t.Errorf("got:\n%s\nwant:\n%s", got, want)
+	}
+	if again, _ := programs.UpdateDoc(got, progs); again != got {
+		t.Errorf("a second update changed the document:\n%s", again)
+	}
+	if _, err := programs.UpdateDoc("# no markers\n", progs); err == nil {
+		t.Error("no error without the markers")
 	}
 }
