@@ -390,3 +390,55 @@ func TestExecuteTrustingDecisionKey(t *testing.T) {
 		t.Fatalf("output:\n%s", &stdout)
 	}
 }
+
+// load runs from ASSENT_ variables alone, one of them read from a file; the
+// command line wins over them.
+func TestLoadFromEnvironment(t *testing.T) {
+	ns := testenv.Server(t)
+	startBroker(t, testenv.Conn(t, ns), broker.ModeAutoApprove)
+	urlFile := filepath.Join(t.TempDir(), "nats-url")
+	writeFiles(t, filepath.Dir(urlFile), map[string]string{"nats-url": ns.ClientURL() + "\n"})
+	env := envflag.Map(map[string]string{
+		"ASSENT_NATS_URL_FILE": urlFile,
+		"ASSENT_N":             "500", // the command line says 20
+		"ASSENT_C":             "4",
+		"ASSENT_AGENT":         "env-load",
+		"ASSENT_JSON":          "true",
+		"ASSENT_TIMEOUT":       "20s",
+	})
+	var stderr bytes.Buffer
+	cmd, err := worker.ParseArgs([]string{"load", "--n", "20"}, env, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, &stderr)
+	}
+	if stderr.Len() > 0 {
+		t.Errorf("stderr: %s", &stderr)
+	}
+	var stdout bytes.Buffer
+	if err := cmd.Execute(testCtx(t), testenv.Logger(t), &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Sent        int            `json:"sent"`
+		Concurrency int            `json:"concurrency"`
+		Outcomes    map[string]int `json:"outcomes"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatalf("the report is not the JSON ASSENT_JSON asks for: %v\n%s", err, &stdout)
+	}
+	if res.Sent != 20 || res.Concurrency != 4 || res.Outcomes["approved"] != 20 {
+		t.Errorf("report %+v, want 20 sent 4 at a time, all approved:\n%s", res, &stdout)
+	}
+	if cmd.Load.Agent != "env-load" || cmd.Load.Config.Timeout != 20*time.Second {
+		t.Errorf("agent %q, timeout %s: not ASSENT_AGENT's and ASSENT_TIMEOUT's", cmd.Load.Agent, cmd.Load.Config.Timeout)
+	}
+
+	stderr.Reset()
+	_, err = worker.ParseArgs([]string{"load"}, envflag.Map(map[string]string{"ASSENT_C": "four", "ASSENT_PLAN": "p.json"}), &stderr)
+	if !errors.Is(err, worker.ErrUsage) || !strings.Contains(stderr.String(), "ASSENT_C, for --c: want a whole number") || !strings.Contains(stderr.String(), "usage: agent-worker load") {
+		t.Errorf("a bad ASSENT_C: %v\n%s", err, &stderr)
+	}
+	if strings.Contains(stderr.String(), "ASSENT_PLAN") {
+		t.Errorf("warned of ASSENT_PLAN though the environment was refused:\n%s", &stderr)
+	}
+}
