@@ -252,7 +252,7 @@ func PrintDefaults(fs *flag.FlagSet) {
 
 // note follows the flags in PrintDefaults.
 const note = `
-A flag not on the command line is read from its variable (env ...), or from
-the file that variable_FILE names (a mounted secret); the command line wins.
+A flag not given on the command line is read from its variable (env ...), or
+from the file named by that variable with _FILE appended (a mounted secret).
 docs/configuration.md lists every variable.
 `
