@@ -392,7 +392,7 @@ func (c CLI) run(ctx context.Context, cmd *command, args []string) int {
 	}
 	for _, name := range cmd.required {
 		if fs.Lookup(name).Value.String() == "" {
-			return c.usageError(cmd, fs, fmt.Sprintf("missing --%s", name))
+			return c.usageError(cmd, fs, fmt.Sprintf("missing --%s (or %s)", name, envflag.Var(name)))
 		}
 	}
 	switch want := wantArgs(cmd.args); {

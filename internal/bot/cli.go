@@ -127,7 +127,7 @@ func newFlagSet(ctx context.Context, cmd, version string, stdout io.Writer) (*fl
 		logJSON := fs.Bool("log-json", false, "log JSON lines instead of console text")
 		run = func() error {
 			if *config == "" {
-				return usageError("missing --config FILE")
+				return usageError("missing --config FILE (or ASSENT_CONFIG)")
 			}
 			cfg, err := LoadConfig(*config)
 			if err != nil {
@@ -160,7 +160,7 @@ func newFlagSet(ctx context.Context, cmd, version string, stdout io.Writer) (*fl
 		})
 		run = func() error {
 			if *principal == "" {
-				return usageError("missing --principal: the principal of the policy you answer as")
+				return usageError("missing --principal (or ASSENT_PRINCIPAL): the principal of the policy you answer as")
 			}
 			nc, err := connect(*conn)
 			if err != nil {

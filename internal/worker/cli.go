@@ -216,10 +216,10 @@ func newFlagSet(cmd *Command) (fs *flag.FlagSet, check func() []error) {
 		check = func() []error {
 			var errs []error
 			if o.Plan == "" {
-				errs = append(errs, errors.New("--plan is required"))
+				errs = append(errs, errors.New("--plan (or ASSENT_PLAN) is required"))
 			}
 			if o.Sandbox == "" {
-				errs = append(errs, errors.New("--sandbox is required"))
+				errs = append(errs, errors.New("--sandbox (or ASSENT_SANDBOX) is required"))
 			}
 			if err := events.CheckToken("--agent", o.Agent); err != nil {
 				errs = append(errs, err)
@@ -285,7 +285,7 @@ func newFlagSet(cmd *Command) (fs *flag.FlagSet, check func() []error) {
 		}
 		check = func() []error {
 			if o.Sandbox == "" {
-				return []error{errors.New("--sandbox is required")}
+				return []error{errors.New("--sandbox (or ASSENT_SANDBOX) is required")}
 			}
 			return nil
 		}
