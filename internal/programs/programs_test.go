@@ -11,7 +11,9 @@ import (
 	"testing"
 
 	"github.com/assent-dev/assent/internal/app"
+	"github.com/assent-dev/assent/internal/auth"
 	"github.com/assent-dev/assent/internal/bot"
+	"github.com/assent-dev/assent/internal/channels/email"
 	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/mcpgateway"
 	"github.com/assent-dev/assent/internal/programs"
@@ -180,5 +182,18 @@ func TestUpdateDoc(t *testing.T) {
 	}
 	if _, err := programs.UpdateDoc("# no markers\n", progs); err == nil {
 		t.Error("no error without the markers")
+	}
+}
+
+// envflag.Others are the variables Assent reads that are not flags, so that
+// they are not warned of: the names the code uses.
+func TestOthersAreTheCodes(t *testing.T) {
+	for _, name := range []string{app.TokenEnv, auth.SecretEnv, email.DefaultPasswordEnv, email.DefaultLinkSecretEnv} {
+		if !slices.Contains(envflag.Others(), name) {
+			t.Errorf("envflag.Others() lacks %s", name)
+		}
+	}
+	if n := len(envflag.Others()); n != 4 {
+		t.Errorf("envflag.Others() has %d names, this test knows 4: name the new one's constant here", n)
 	}
 }
