@@ -142,6 +142,24 @@ func TestDocIsCurrent(t *testing.T) {
 	}
 }
 
+// internal/envflag/known.go lists the variables the code has, so that one
+// of another command's is not warned of as a misspelling.
+func TestKnownIsCurrent(t *testing.T) {
+	const path = "../envflag/known.go"
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := programs.KnownSource(programs.All())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(data) != want {
+		line, have, gen := diffLine(string(data), want)
+		t.Errorf("internal/envflag/known.go is not what the code generates: run `go generate ./internal/programs` at the repository's root, and commit it.\nFirst difference, line %d:\n have %q\n want %q", line, have, gen)
+	}
+}
+
 // diffLine returns the first line at which a and b differ, and the two lines.
 func diffLine(a, b string) (int, string, string) {
 	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
