@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
@@ -25,6 +26,7 @@ import (
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/httpapi"
 	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/pkg/events"
 )
 
 // The operations guide's dashboard and alerts, relative to this package.
@@ -400,6 +402,40 @@ func TestOperationsConnectionMetrics(t *testing.T) {
 		r, c, n := gauges()
 		return r == 1 && c == 1 && n == 1, state(r, c, n)
 	})
+}
+
+// TestTimeoutLateness: what a timeout tells assent_timeout_lateness_seconds
+// is measured from the request's own deadline, so the time from arrival to
+// the decision is exactly the request's timeout plus its lateness; other
+// outcomes are not late at all.
+func TestTimeoutLateness(t *testing.T) {
+	seen := make(chan broker.Decision, 4)
+	e := newEnv(t, broker.Config{Observe: func(d broker.Decision) { seen <- d }})
+	expiring := submit(t, e, events.Requested{Agent: "late", Tool: "t", Timeout: events.Duration(time.Second)})
+	cancelled := submit(t, e, events.Requested{Agent: "late", Tool: "t", Timeout: events.Duration(time.Minute)})
+	if _, err := e.b.Cancel(testCtx(t, patience), cancelled.ID, "late", "no longer needed"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		var d broker.Decision
+		select {
+		case d = <-seen:
+		case <-time.After(patience):
+			t.Fatalf("no outcome observed within %s", patience)
+		}
+		switch d.Channel {
+		case "timeout":
+			if d.Late < 0 || d.Latency-d.Late != expiring.Deadline.Sub(expiring.ReceivedAt) {
+				t.Errorf("timeout: latency %s, late %s; want late ≥ 0 and latency − late = the timeout, %s", d.Latency, d.Late, expiring.Deadline.Sub(expiring.ReceivedAt))
+			}
+		case "cancel":
+			if d.Late != 0 {
+				t.Errorf("cancel: late %s, want 0", d.Late)
+			}
+		default:
+			t.Errorf("unexpected outcome %+v", d)
+		}
+	}
 }
 
 // BenchmarkStoredBytesPerRequest measures what a request leaves on disk, for
