@@ -30,6 +30,8 @@ const (
 //	broker policy test --policy FILE --request FILE
 //	broker remembered [--http URL]
 //	broker remembered revoke ID [--http URL]
+//	broker backup --out DIR [--nats-url URL]
+//	broker restore --from DIR [--nats-url URL | --data DIR] [--force]
 //	broker version
 //	broker help [COMMAND]
 //
@@ -277,8 +279,8 @@ new one and --trust-decision-key OLD, then drop the old key.`,
 			},
 		},
 	}
-	// The credentials commands go before version, the last.
-	return slices.Insert(cmds, len(cmds)-1, credsCommands()...)
+	// The credentials, backup and restore commands go before version, the last.
+	return slices.Insert(cmds, len(cmds)-1, append(credsCommands(), backupCommands()...)...)
 }
 
 func dash(s string) string {
@@ -380,6 +382,8 @@ func (c CLI) Run(ctx context.Context, args []string) int {
 		return c.group(ctx, "decision-key", "new", rest)
 	case "creds":
 		return c.group(ctx, "creds", "init, agent, approver, bot, broker or server-config", rest)
+	case "backup", "restore":
+		return c.run(ctx, lookup(name), rest)
 	case "version":
 		return c.run(ctx, lookup("version"), rest)
 	case "help":
