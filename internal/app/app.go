@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -70,6 +71,11 @@ type Options struct {
 	// from the start of Run, before the embedded server recovers its store.
 	// Empty (the default) serves none.
 	PprofListen string
+	// DrainDelay is how long the process goes on working once ctx ends, with
+	// /readyz answering 503, so that load balancers stop sending it HTTP
+	// before it stops taking requests (docs/cluster.md#rolling-restarts).
+	// Zero stops at once.
+	DrainDelay time.Duration
 	// Broker settings.
 	Broker broker.Config
 	// Ready, if set, is called once the broker is ready, with the addresses it
@@ -121,6 +127,9 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("pprof listen address %s: the profiles show the process's code paths, command line and memory, and taking one costs CPU, with no authentication, so they are served on loopback only (127.0.0.1, ::1, localhost); from another machine, reach it through a tunnel (ssh -L, kubectl port-forward)", o.PprofListen))
 		}
 	}
+	if o.DrainDelay < 0 {
+		errs = append(errs, fmt.Errorf("drain delay %s: want zero or more", o.DrainDelay))
+	}
 	if err := o.Broker.WithDefaults().Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -148,9 +157,11 @@ func splitHostPort(addr string) (string, int, error) {
 	return host, port, nil
 }
 
-// Run runs the process until ctx ends, then shuts down in order: HTTP stops
-// taking requests, the broker drains its consumers, the NATS connection drains,
-// and the embedded server (if any) stops.
+// Run runs the process until ctx ends, then shuts down in order: /readyz
+// answers 503 at once while everything else goes on for o.DrainDelay; then
+// HTTP stops taking requests and finishes those in flight while the broker
+// drains its consumers (finishing the messages it holds); then the NATS
+// connection drains, and the embedded server (if any) stops.
 func Run(ctx context.Context, o Options, log *zap.Logger) error {
 	if log == nil {
 		log = zap.NewNop()
@@ -247,7 +258,26 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	g, gctx := errgroup.WithContext(ctx)
+	// ctx ending starts the shutdown; work ending stops the work.
+	work, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWork()
+	g, gctx := errgroup.WithContext(work)
+	served := &draining{Broker: b}
+	g.Go(func() error {
+		select {
+		case <-ctx.Done():
+		case <-gctx.Done():
+			return nil
+		}
+		served.stopping.Store(true)
+		log.Info("stopping: not ready any more", zap.Duration("drain_delay", o.DrainDelay))
+		select {
+		case <-time.After(o.DrainDelay):
+		case <-gctx.Done():
+		}
+		stopWork()
+		return nil
+	})
 	g.Go(func() error { return b.Run(gctx) })
 	var authn *auth.Authenticator
 	if o.AuthFile != "" {
@@ -304,7 +334,7 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 			hc.Identify = identify
 			failures = func() map[string]int64 { return authn.Stats().Failures }
 		}
-		api := httpapi.New(b, hc, log)
+		api := httpapi.New(served, hc, log)
 		m.register(b, failures)
 		api.Handle("GET /metrics", m.handler())
 		uc := webui.Config{}
@@ -325,7 +355,7 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 			authn.Routes(api)
 			handler = authn.Middleware(api)
 		}
-		srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: endReads(handler, gctx), ReadHeaderTimeout: 10 * time.Second}
 		g.Go(func() error {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				return err
@@ -334,9 +364,13 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 		})
 		g.Go(func() error {
 			<-gctx.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			sctx, cancel := context.WithTimeout(context.Background(), httpShutdown)
 			defer cancel()
-			return srv.Shutdown(sctx)
+			if err := srv.Shutdown(sctx); err != nil {
+				log.Warn("HTTP requests still running when stopping; their connections are closed", zap.Duration("after", httpShutdown), zap.Error(err))
+				return srv.Close()
+			}
+			return nil
 		})
 		if o.AuthFile == "" {
 			log.Warn("HTTP API without authentication, on loopback only: anyone on this machine may answer as anyone; use --auth FILE to require sign-in (docs/web.md)", zap.String("url", addrs.HTTP))
@@ -371,6 +405,36 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 	}
 	return err
 }
+
+// httpShutdown bounds the wait for HTTP requests in flight when stopping.
+const httpShutdown = 10 * time.Second
+
+// endReads ends the context of every GET request when stop ends, so that
+// long polls (?wait=) answer with what they have and event streams (the web
+// UI's /v1/events) close, instead of holding the shutdown; a client asks
+// again, of another replica. Writes finish: an answer being applied is
+// applied and acknowledged.
+func endReads(h http.Handler, stop context.Context) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			h.ServeHTTP(w, r)
+			return
+		}
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		defer context.AfterFunc(stop, cancel)()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// draining is the broker as the HTTP API sees it: not ready from the moment
+// the process starts stopping, while it still serves.
+type draining struct {
+	*broker.Broker
+	stopping atomic.Bool
+}
+
+func (d *draining) Ready() bool { return !d.stopping.Load() && d.Broker.Ready() }
 
 // identify gives the gateway the identity the authentication attached.
 func identify(r *http.Request) (httpapi.Identity, bool) {

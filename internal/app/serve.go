@@ -72,6 +72,7 @@ func serveFlags(s *Serve) (fs *flag.FlagSet, finish func() error) {
 	fs.StringVar(&o.Sync, "sync", "always", "embedded NATS: fsync every write (always) or on an interval such as 2m (faster, can lose acknowledged writes on power loss)")
 	fs.StringVar(&o.HTTPListen, "http", "127.0.0.1:8080", "HTTP API and web UI address; empty disables it; without --auth, loopback only")
 	fs.StringVar(&o.PprofListen, "pprof", "", "serve Go's runtime profiles (net/http/pprof, /debug/pprof/) at this loopback `address` (127.0.0.1:6060), on a listener of its own; off when empty; other addresses are refused: tunnel to it (docs/architecture.md#profiling)")
+	fs.DurationVar(&o.DrainDelay, "drain-delay", 0, "on SIGTERM, answer /readyz with 503 and go on serving for this `duration` before stopping, so that load balancers stop sending first (docs/cluster.md#rolling-restarts)")
 	fs.StringVar(&o.AuthFile, "auth", "", "auth `file` (YAML): API tokens, OIDC sign-in, a trusted proxy (docs/web.md); answers are then made as the caller; reloaded on SIGHUP or when it changes")
 	fs.StringVar(&o.Broker.Name, "name", "", "replica name (default: host name)")
 	fs.DurationVar(&o.Broker.DefaultTimeout, "timeout", 0, "timeout for requests that ask for none (default 5m)")

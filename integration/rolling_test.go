@@ -1,0 +1,262 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/assent-dev/assent/internal/clustertest"
+	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/handler"
+)
+
+const rollingPolicy = `version: 1
+mode: manual
+principals:
+  alice: {roles: [ops]}
+defaults:
+  timeout: 2m
+rules:
+  - name: no-drops
+    tools: [drop_table]
+    action: deny
+  - name: reads
+    tools: ["read_*"]
+    action: allow
+  - name: deploys
+    tools: [deploy, nightly_job]
+    action: require_approval
+    approvers: ["role:ops"]
+`
+
+// The kinds of request in the rolling load, and the outcome each must get.
+type rollingKind int
+
+const (
+	rollAuto   rollingKind = iota // allowed by a rule
+	rollDeny                      // denied by a rule
+	rollHTTP                      // approved by a person over a replica's HTTP API
+	rollNATS                      // approved by a person over NATS
+	rollExpire                    // nobody answers: expires
+	rollKinds
+)
+
+var rollingOutcome = [rollKinds]events.Outcome{events.Approved, events.Denied, events.Approved, events.Approved, events.Expired}
+
+type rollingReq struct {
+	id   string
+	kind rollingKind
+	d    events.Decided
+	err  error
+}
+
+// TestRollingRestart restarts each of three broker replicas in turn, with
+// SIGTERM, while agents keep asking (decided by policy, by people over HTTP
+// and over NATS, and by expiry), and waits for each to be ready again before
+// the next. Afterwards every request has exactly one decided message, the
+// one its agent received, with the outcome its kind calls for, and the state
+// bucket agrees; every replica exited cleanly.
+func TestRollingRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs broker processes")
+	}
+	ns := testenv.Server(t)
+	bin := brokerBinary(t)
+	logDir := t.TempDir()
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policyFile, []byte(rollingPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var replicas []*clustertest.Replica
+	for i := range 3 {
+		replicas = append(replicas, clustertest.NewReplica(t, clustertest.ReplicaConfig{
+			Binary: bin, Name: fmt.Sprintf("replica-%d", i+1), NATSURL: ns.ClientURL(), Replicas: 1, LogDir: logDir,
+			Args: []string{"--policy", policyFile, "--log-level", "info", "--drain-delay", "1s"},
+		}))
+	}
+	startCtx := testCtx(t, 2*clustertest.Patience)
+	for _, r := range replicas {
+		if err := r.Start(startCtx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		if t.Failed() {
+			for _, r := range replicas {
+				t.Logf("%s: last lines of %s:\n%s", r.Name, r.LogFile, tail(r.Output(), 30))
+			}
+		}
+	}()
+
+	nc := testenv.Conn(t, ns)
+	js := newJS(t, nc)
+	var (
+		mu       sync.Mutex
+		all      []*rollingReq
+		done     atomic.Int64
+		answerWG sync.WaitGroup
+		answerMu sync.Mutex
+		answerEs []error
+	)
+	answerErr := func(err error) {
+		answerMu.Lock()
+		answerEs = append(answerEs, err)
+		answerMu.Unlock()
+	}
+	// answerHTTP approves id on some running replica, trying the others
+	// while one restarts; a 409 means an earlier try was applied.
+	answerHTTP := func(id string) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var tries []string
+		for ctx.Err() == nil {
+			r := replicas[rand.IntN(len(replicas))]
+			resp, err := doHTTP(ctx, http.MethodPost, r.HTTP+"/v1/approvals/"+id+"/decision",
+				map[string]string{"decision": "approve", "principal": "alice", "reason": "rolling"})
+			switch {
+			case err != nil:
+				tries = append(tries, fmt.Sprintf("%s: %v", r.Name, err))
+			case resp.status == http.StatusOK || resp.status == http.StatusConflict:
+				return
+			case resp.status != http.StatusNotFound:
+				answerErr(fmt.Errorf("answer %s on %s: %d %s (after %v)", id, r.Name, resp.status, resp.body, tries))
+				return
+			default:
+				tries = append(tries, fmt.Sprintf("%s: %d", r.Name, resp.status))
+			}
+			time.Sleep(50 * time.Millisecond) // a replica restarting, or the request not stored yet
+		}
+		answerErr(fmt.Errorf("answer %s: not applied within a minute: %v", id, tries))
+	}
+
+	loadCtx, stopLoad := context.WithCancel(testCtx(t, 3*time.Minute))
+	defer stopLoad()
+	var agents sync.WaitGroup
+	for a := range 12 {
+		agent := fmt.Sprintf("roller-%d", a)
+		client := newClient(t, testenv.Conn(t, ns), agent)
+		agents.Go(func() {
+			for i := 0; loadCtx.Err() == nil; i++ {
+				r := &rollingReq{id: events.NewID(), kind: rollingKind((a + i) % int(rollKinds))}
+				req := events.Requested{Tool: "deploy", Args: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}
+				switch r.kind {
+				case rollAuto:
+					req.Tool = "read_file"
+				case rollDeny:
+					req.Tool = "drop_table"
+				case rollExpire:
+					req.Tool, req.Timeout = "nightly_job", events.Duration(time.Second+time.Duration(rand.IntN(1000))*time.Millisecond)
+				}
+				mu.Lock()
+				all = append(all, r)
+				mu.Unlock()
+				actx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				switch r.kind {
+				case rollHTTP:
+					answerWG.Go(func() {
+						time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
+						answerHTTP(r.id)
+					})
+				case rollNATS:
+					answerWG.Go(func() {
+						time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
+						if err := handler.Answer(actx, js, "alice", r.id, events.Responded{Decision: events.Approve, Reason: "rolling"}); err != nil {
+							answerErr(fmt.Errorf("answer %s over NATS: %w", r.id, err))
+						}
+					})
+				}
+				r.d, r.err = client.Request(actx, handler.Request{ID: r.id, Requested: req})
+				cancel()
+				done.Add(1)
+			}
+		})
+	}
+
+	// progress waits until n more requests are decided.
+	progress := func(n int64) {
+		t.Helper()
+		target := done.Load() + n
+		pollEvery(t, clustertest.Patience, 20*time.Millisecond, func() (bool, string) {
+			return done.Load() >= target, fmt.Sprintf("%d requests decided, waiting for %d", done.Load(), target)
+		})
+	}
+	progress(30)
+	for _, r := range replicas {
+		before := done.Load()
+		stopCtx, cancel := context.WithTimeout(context.Background(), clustertest.Patience)
+		err := r.Stop(stopCtx)
+		cancel()
+		if err != nil {
+			t.Errorf("SIGTERM: %v", err)
+		}
+		if err := r.Start(startCtx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s restarted; %d requests decided meanwhile", r.Name, done.Load()-before)
+		progress(30)
+	}
+	stopLoad()
+	agents.Wait()
+	answerWG.Wait()
+	for _, err := range answerEs {
+		t.Error(err)
+	}
+
+	waitIdleWithin(t, js, time.Minute, 100*time.Millisecond, false, brokerConsumers...)
+	stream := readDecisions(t, js)
+	kv, err := js.KeyValue(context.Background(), events.StateBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := [rollKinds]int{}
+	for _, r := range all {
+		counts[r.kind]++
+		want := rollingOutcome[r.kind]
+		sd := stream[r.id]
+		switch {
+		case r.err != nil:
+			t.Errorf("request %s (kind %d): the agent got no decision: %v", r.id, r.kind, r.err)
+			continue
+		case sd == nil:
+			t.Errorf("request %s: no decided message", r.id)
+			continue
+		case sd.count != 1:
+			t.Errorf("request %s: %d decided messages, want 1", r.id, sd.count)
+		case sd.first.Outcome != want || r.d.Outcome != want:
+			t.Errorf("request %s (kind %d): stream says %s, agent got %s, want %s", r.id, r.kind, sd.first.Outcome, r.d.Outcome, want)
+		case !sd.first.DecidedAt.Equal(r.d.DecidedAt):
+			t.Errorf("request %s: the agent got the decision of %s, the stream holds that of %s", r.id, r.d.DecidedAt, sd.first.DecidedAt)
+		}
+		e, err := kv.Get(context.Background(), r.id)
+		if err != nil {
+			t.Errorf("request %s: state: %v", r.id, err)
+			continue
+		}
+		var st struct {
+			State string `json:"state"`
+		}
+		if err := json.Unmarshal(e.Value(), &st); err != nil || st.State != string(want) {
+			t.Errorf("request %s: state bucket says %q (%v), want %s", r.id, st.State, err, want)
+		}
+	}
+	if len(stream) != len(all) {
+		t.Errorf("%d decision subjects for %d requests", len(stream), len(all))
+	}
+	t.Logf("%d requests: %d by policy, %d denied by policy, %d approved over HTTP, %d over NATS, %d expired", len(all),
+		counts[rollAuto], counts[rollDeny], counts[rollHTTP], counts[rollNATS], counts[rollExpire])
+	for _, r := range replicas {
+		if out := r.Output(); strings.Contains(out, "panic:") || strings.Contains(out, "DATA RACE") {
+			t.Errorf("%s: %s", r.Name, tail(out, 40))
+		}
+	}
+}
