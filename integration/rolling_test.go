@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -43,15 +44,16 @@ rules:
 type rollingKind int
 
 const (
-	rollAuto   rollingKind = iota // allowed by a rule
-	rollDeny                      // denied by a rule
-	rollHTTP                      // approved by a person over a replica's HTTP API
-	rollNATS                      // approved by a person over NATS
-	rollExpire                    // nobody answers: expires
+	rollAuto     rollingKind = iota // allowed by a rule
+	rollDeny                        // denied by a rule
+	rollHTTP                        // approved by a person over a replica's HTTP API
+	rollNATS                        // approved by a person over NATS
+	rollExpire                      // nobody answers: expires
+	rollLongPoll                    // asked over a replica's HTTP API, long-polling; approved over NATS
 	rollKinds
 )
 
-var rollingOutcome = [rollKinds]events.Outcome{events.Approved, events.Denied, events.Approved, events.Approved, events.Expired}
+var rollingOutcome = [rollKinds]events.Outcome{events.Approved, events.Denied, events.Approved, events.Approved, events.Expired, events.Approved}
 
 type rollingReq struct {
 	id   string
@@ -61,9 +63,10 @@ type rollingReq struct {
 }
 
 // TestRollingRestart restarts each of three broker replicas in turn, with
-// SIGTERM, while agents keep asking (decided by policy, by people over HTTP
-// and over NATS, and by expiry), and waits for each to be ready again before
-// the next. Afterwards every request has exactly one decided message, the
+// SIGTERM, while agents keep asking (over NATS, and over HTTP long-polling a
+// replica; decided by policy, by people over HTTP and over NATS, and by
+// expiry) and a web UI's event stream is open on every replica, and waits
+// for each to be ready again before the next. Afterwards every request has exactly one decided message, the
 // one its agent received, with the outcome its kind calls for, and the state
 // bucket agrees; every replica exited cleanly.
 func TestRollingRestart(t *testing.T) {
@@ -100,6 +103,10 @@ func TestRollingRestart(t *testing.T) {
 
 	nc := testenv.Conn(t, ns)
 	js := newJS(t, nc)
+	kv, err := js.KeyValue(context.Background(), events.StateBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var (
 		mu       sync.Mutex
 		all      []*rollingReq
@@ -128,7 +135,7 @@ func TestRollingRestart(t *testing.T) {
 				tries = append(tries, fmt.Sprintf("%s: %v", r.Name, err))
 			case resp.status == http.StatusOK || resp.status == http.StatusConflict:
 				return
-			case resp.status != http.StatusNotFound:
+			case resp.status != http.StatusNotFound && resp.status != http.StatusServiceUnavailable:
 				answerErr(fmt.Errorf("answer %s on %s: %d %s (after %v)", id, r.Name, resp.status, resp.body, tries))
 				return
 			default:
@@ -139,7 +146,80 @@ func TestRollingRestart(t *testing.T) {
 		answerErr(fmt.Errorf("answer %s: not applied within a minute: %v", id, tries))
 	}
 
+	// askHTTP asks over some replica's HTTP API and long-polls for the
+	// decision, as an agent without NATS would: when a replica stops, the
+	// poll ends with the request still pending (or the connection fails),
+	// and it polls another.
+	askHTTP := func(ctx context.Context, id, agent string, req events.Requested) (events.Decided, error) {
+		body := map[string]any{"id": id, "agent": agent, "tool": req.Tool, "args": req.Args}
+		asked := false
+		var tries []string
+		for ctx.Err() == nil {
+			r := replicas[rand.IntN(len(replicas))]
+			var resp httpResp
+			var err error
+			// A poll answers within its wait; a replica that holds it
+			// longer is a defect, reported with the others.
+			tctx, cancel := context.WithTimeout(ctx, 25*time.Second)
+			began := time.Now()
+			if asked {
+				resp, err = doHTTP(tctx, http.MethodGet, r.HTTP+"/v1/approvals/"+id+"?wait=5s", nil)
+			} else {
+				resp, err = doHTTP(tctx, http.MethodPost, r.HTTP+"/v1/approvals?wait=5s", body)
+			}
+			cancel()
+			switch {
+			case err != nil:
+				tries = append(tries, fmt.Sprintf("%s at %s: %v", r.Name, began.Format("15:04:05.000"), err))
+			case resp.status == http.StatusOK || resp.status == http.StatusCreated:
+				asked = true
+				var a struct {
+					Decision *events.Decided `json:"decision"`
+				}
+				if err := json.Unmarshal(resp.body, &a); err != nil {
+					return events.Decided{}, fmt.Errorf("%s: %w: %s", r.Name, err, resp.body)
+				}
+				if a.Decision != nil {
+					return *a.Decision, nil
+				}
+				continue
+			case resp.status == http.StatusNotFound:
+				asked = false // a POST whose answer was lost: ask again, by the same id
+				tries = append(tries, fmt.Sprintf("%s: 404", r.Name))
+			case resp.status == http.StatusServiceUnavailable:
+				tries = append(tries, fmt.Sprintf("%s: 503 (starting)", r.Name))
+			default:
+				return events.Decided{}, fmt.Errorf("%s: %d %s (after %v)", r.Name, resp.status, resp.body, tries)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return events.Decided{}, fmt.Errorf("no decision within a minute: %v", tries)
+	}
+
+	// A web UI open on every replica: an event stream, opened again when
+	// its replica stops.
 	loadCtx, stopLoad := context.WithCancel(testCtx(t, 3*time.Minute))
+	var watchers sync.WaitGroup
+	var streamed atomic.Int64
+	for _, r := range replicas {
+		watchers.Go(func() {
+			for loadCtx.Err() == nil {
+				req, _ := http.NewRequestWithContext(loadCtx, http.MethodGet, r.HTTP+"/v1/events?type=decided", nil)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				sc := bufio.NewScanner(resp.Body)
+				for sc.Scan() {
+					if strings.HasPrefix(sc.Text(), "event: decided") {
+						streamed.Add(1)
+					}
+				}
+				resp.Body.Close()
+			}
+		})
+	}
 	defer stopLoad()
 	var agents sync.WaitGroup
 	for a := range 12 {
@@ -167,15 +247,27 @@ func TestRollingRestart(t *testing.T) {
 						time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
 						answerHTTP(r.id)
 					})
-				case rollNATS:
+				case rollNATS, rollLongPoll:
 					answerWG.Go(func() {
 						time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
+						// A person answers what they were shown: a request
+						// stored already (an answer before it is refused).
+						for {
+							if _, err := kv.Get(actx, r.id); err == nil || actx.Err() != nil {
+								break
+							}
+							time.Sleep(20 * time.Millisecond)
+						}
 						if err := handler.Answer(actx, js, "alice", r.id, events.Responded{Decision: events.Approve, Reason: "rolling"}); err != nil {
 							answerErr(fmt.Errorf("answer %s over NATS: %w", r.id, err))
 						}
 					})
 				}
-				r.d, r.err = client.Request(actx, handler.Request{ID: r.id, Requested: req})
+				if r.kind == rollLongPoll {
+					r.d, r.err = askHTTP(actx, r.id, agent, req)
+				} else {
+					r.d, r.err = client.Request(actx, handler.Request{ID: r.id, Requested: req})
+				}
 				cancel()
 				done.Add(1)
 			}
@@ -208,23 +300,22 @@ func TestRollingRestart(t *testing.T) {
 	stopLoad()
 	agents.Wait()
 	answerWG.Wait()
+	watchers.Wait()
 	for _, err := range answerEs {
 		t.Error(err)
 	}
 
 	waitIdleWithin(t, js, time.Minute, 100*time.Millisecond, false, brokerConsumers...)
 	stream := readDecisions(t, js)
-	kv, err := js.KeyValue(context.Background(), events.StateBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
 	counts := [rollKinds]int{}
+	var failed []string
 	for _, r := range all {
 		counts[r.kind]++
 		want := rollingOutcome[r.kind]
 		sd := stream[r.id]
 		switch {
 		case r.err != nil:
+			failed = append(failed, r.id)
 			t.Errorf("request %s (kind %d): the agent got no decision: %v", r.id, r.kind, r.err)
 			continue
 		case sd == nil:
@@ -252,11 +343,19 @@ func TestRollingRestart(t *testing.T) {
 	if len(stream) != len(all) {
 		t.Errorf("%d decision subjects for %d requests", len(stream), len(all))
 	}
-	t.Logf("%d requests: %d by policy, %d denied by policy, %d approved over HTTP, %d over NATS, %d expired", len(all),
-		counts[rollAuto], counts[rollDeny], counts[rollHTTP], counts[rollNATS], counts[rollExpire])
+	t.Logf("%d requests: %d by policy, %d denied by policy, %d approved over HTTP, %d over NATS, %d expired, %d asked over HTTP; %d decisions seen on the replicas' event streams", len(all),
+		counts[rollAuto], counts[rollDeny], counts[rollHTTP], counts[rollNATS], counts[rollExpire], counts[rollLongPoll], streamed.Load())
 	for _, r := range replicas {
-		if out := r.Output(); strings.Contains(out, "panic:") || strings.Contains(out, "DATA RACE") {
+		out := r.Output()
+		if strings.Contains(out, "panic") || strings.Contains(out, "DATA RACE") {
 			t.Errorf("%s: %s", r.Name, tail(out, 40))
+		}
+		for _, id := range failed {
+			for _, line := range strings.Split(out, "\n") {
+				if strings.Contains(line, id) || strings.Contains(line, "stopping") || strings.Contains(line, "clustertest: start") || strings.Contains(line, "still running") {
+					t.Logf("%s: %s", r.Name, line)
+				}
+			}
 		}
 	}
 }

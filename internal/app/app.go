@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -328,7 +329,9 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 			return fmt.Errorf("http listen: %w", err)
 		}
 		addrs.HTTP = "http://" + ln.Addr().String()
-		hc := httpapi.Config{MaxBodyBytes: int64(b.Config().MaxEventSize)}
+		// Long polls and event streams end when the work stops, not the
+		// drain delay before: the API serves as usual until then.
+		hc := httpapi.Config{MaxBodyBytes: int64(b.Config().MaxEventSize), Stopping: gctx}
 		var failures func() map[string]int64
 		if authn != nil {
 			hc.Identify = identify
@@ -355,7 +358,7 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 			authn.Routes(api)
 			handler = authn.Middleware(api)
 		}
-		srv := &http.Server{Handler: endReads(handler, gctx), ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: served.gate(handler), ReadHeaderTimeout: 10 * time.Second}
 		g.Go(func() error {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				return err
@@ -388,6 +391,7 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 			case <-t.C:
 			}
 		}
+		served.started.Store(true)
 		log.Info("ready: agents publish to assent.request.<agent>; approve over HTTP or NATS", zap.String("nats", addrs.NATS), zap.String("http", addrs.HTTP), zap.String("pprof", addrs.Pprof))
 		if o.Ready != nil {
 			o.Ready(addrs)
@@ -409,32 +413,34 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 // httpShutdown bounds the wait for HTTP requests in flight when stopping.
 const httpShutdown = 10 * time.Second
 
-// endReads ends the context of every GET request when stop ends, so that
-// long polls (?wait=) answer with what they have and event streams (the web
-// UI's /v1/events) close, instead of holding the shutdown; a client asks
-// again, of another replica. Writes finish: an answer being applied is
-// applied and acknowledged.
-func endReads(h http.Handler, stop context.Context) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			h.ServeHTTP(w, r)
-			return
-		}
-		ctx, cancel := context.WithCancel(r.Context())
-		defer cancel()
-		defer context.AfterFunc(stop, cancel)()
-		h.ServeHTTP(w, r.WithContext(ctx))
-	})
-}
-
 // draining is the broker as the HTTP API sees it: not ready from the moment
-// the process starts stopping, while it still serves.
+// the process starts stopping, while it still serves; and not serving the
+// API before it has started.
 type draining struct {
 	*broker.Broker
+	started  atomic.Bool // the broker has run: its stream and buckets are there
 	stopping atomic.Bool
 }
 
 func (d *draining) Ready() bool { return !d.stopping.Load() && d.Broker.Ready() }
+
+// gate answers 503 to every request but the probes and the metrics until
+// the broker has started: before, it has nothing to read requests from. A
+// replica starting again during a rolling restart is reached by clients that
+// do not wait for its readiness (an event stream reconnecting, say).
+func (d *draining) gate(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case d.started.Load(), r.URL.Path == "/healthz", r.URL.Path == "/readyz", r.URL.Path == "/metrics":
+			h.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, `{"error":{"code":"not_ready","message":"the broker is starting; try again in a moment"}}`+"\n")
+	})
+}
 
 // identify gives the gateway the identity the authentication attached.
 func identify(r *http.Request) (httpapi.Identity, bool) {

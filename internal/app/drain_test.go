@@ -29,10 +29,10 @@ func getURL(t *testing.T, url string) (int, []byte, error) {
 }
 
 // TestStoppingNotReadyFirst stops the process (its context ends, as on
-// SIGTERM) with a long poll and an event stream open: /readyz answers 503 at
-// once, while the API still serves for the drain delay; then the long poll
-// answers with what it has, the event stream ends, and Run returns without
-// an error, not waiting for either.
+// SIGTERM) with long polls (a GET, and a POST that asks and waits) and an
+// event stream open: /readyz answers 503 at once, while the API still serves
+// for the drain delay; then the long polls answer with what they have, the
+// event stream ends, and Run returns without an error, not waiting for them.
 func TestStoppingNotReadyFirst(t *testing.T) {
 	const drainDelay = 5 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())
@@ -73,6 +73,15 @@ func TestStoppingNotReadyFirst(t *testing.T) {
 		status, body, err := getURL(t, base+"/v1/approvals/"+created.ID+"?wait=2m")
 		return polled{status, body, err}
 	})
+	asked := testenv.Go(t, func() polled {
+		resp, err := http.Post(base+"/v1/approvals?wait=2m", "application/json", strings.NewReader(`{"tool":"rm","agent":"drainer","timeout":"5m"}`))
+		if err != nil {
+			return polled{err: err}
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return polled{resp.StatusCode, body, err}
+	})
 	events, err := http.Get(base + "/v1/events")
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +121,10 @@ func TestStoppingNotReadyFirst(t *testing.T) {
 	p := testenv.Await(t, poll, patience, "the long poll")
 	if p.err != nil || p.status != http.StatusOK || !strings.Contains(string(p.body), `"state":"pending"`) {
 		t.Errorf("the long poll got %d %s %v, want the pending request", p.status, p.body, p.err)
+	}
+	a := testenv.Await(t, asked, patience, "the request that long-polls")
+	if a.err != nil || a.status != http.StatusCreated || !strings.Contains(string(a.body), `"state":"pending"`) {
+		t.Errorf("the request that long-polls got %d %s %v, want the pending request", a.status, a.body, a.err)
 	}
 	testenv.Await(t, streamEnded, patience, "the event stream's end")
 	if err := testenv.Await(t, done, patience, "Run"); err != nil {

@@ -129,6 +129,8 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 // wait long-polls for rec's decision, returning the newest state when the wait
 // ends first.
 func (s *Server) wait(ctx context.Context, rec broker.Record, d time.Duration) broker.Record {
+	ctx, stop := s.untilStopping(ctx)
+	defer stop()
 	wctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	got, err := s.b.Wait(wctx, rec.ID)

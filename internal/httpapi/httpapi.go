@@ -64,6 +64,21 @@ type Config struct {
 	// Observe, if set, is told about each event stream client that comes
 	// (+1) and goes (-1).
 	Observe func(delta int)
+	// Stopping, if set, ends long polls (?wait=) and event streams when it
+	// ends: a server shutting down answers them with what it has, and the
+	// client asks again (of another replica), instead of holding the
+	// shutdown. Requests that change something finish as usual.
+	Stopping context.Context
+}
+
+// untilStopping returns ctx, ended early when the server starts stopping.
+func (s *Server) untilStopping(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	if s.cfg.Stopping == nil {
+		return ctx, cancel
+	}
+	stop := context.AfterFunc(s.cfg.Stopping, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // Server serves the HTTP API.

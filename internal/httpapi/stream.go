@@ -62,7 +62,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if err := send([]byte("retry: 2000\n: connected\n\n")); err != nil {
 		return
 	}
-	ctx := r.Context()
+	ctx, stop := s.untilStopping(r.Context())
+	defer stop()
 	// The heartbeat stops, and is waited for, before the handler returns:
 	// the response is net/http's again after that.
 	var wg sync.WaitGroup
