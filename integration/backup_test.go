@@ -246,8 +246,9 @@ func TestBackupRestoreKeepsDeadlines(t *testing.T) {
 
 // TestRestoreRefusals: restore checks before it writes. It refuses a
 // directory that is not a backup, a backup with a damaged file (nothing is
-// restored), a server where the streams exist already (unless --force), and a
-// server a broker runs against; backup refuses a directory that is not empty.
+// restored), more replicas than a single server has, a server where the
+// streams exist already (unless --force), and a server a broker runs
+// against; backup refuses a directory that is not empty.
 func TestRestoreRefusals(t *testing.T) {
 	ns1 := testenv.Server(t)
 	b1, stop1 := runBroker(t, testenv.Conn(t, ns1), broker.Config{Name: "original"})
@@ -293,7 +294,13 @@ func TestRestoreRefusals(t *testing.T) {
 		t.Fatalf("a refused restore left streams %v", names)
 	}
 
-	if code, _, _ := runCLI(t, "restore", "--nats-url", ns2.ClientURL(), "--from", dir); code != app.ExitOK {
+	code, _, stderr = runCLI(t, "restore", "--nats-url", ns2.ClientURL(), "--from", dir, "--replicas", "3")
+	wantRefusal(t, "restore of three replicas into a single server", code, stderr, "restore with --replicas 1")
+	if names := streamNames(t, js2); len(names) != 0 {
+		t.Fatalf("a refused restore left streams %v", names)
+	}
+
+	if code, _, _ := runCLI(t, "restore", "--nats-url", ns2.ClientURL(), "--from", dir, "--replicas", "1"); code != app.ExitOK {
 		t.Fatalf("restore: exit %d", code)
 	}
 	code, _, stderr = runCLI(t, "restore", "--nats-url", ns2.ClientURL(), "--from", dir)

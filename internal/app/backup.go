@@ -228,18 +228,43 @@ func checkFile(dir string, s StreamBackup) error {
 	return nil
 }
 
+// RestoreOptions tune Restore.
+type RestoreOptions struct {
+	// Force deletes streams that exist already in the target and replaces
+	// them with the backup's; without it, Restore refuses and changes nothing.
+	Force bool
+	// Replicas, if not zero, is the replica count every restored stream gets,
+	// instead of the one it was saved with: a backup of a three-node cluster
+	// restored into a single server needs 1.
+	Replicas int
+}
+
 // Restore restores the backup in dir into nc's server: every stream of its
 // manifest, after checking every file. No broker may run against the server
 // (ErrBrokerRunning otherwise). A stream that exists already is refused,
-// nothing restored, unless force is set: then it is deleted and replaced.
+// nothing restored, unless o.Force is set: then it is deleted and replaced.
 // Each restored stream must hold the messages the backup saved.
-func Restore(ctx context.Context, nc *nats.Conn, dir string, force bool, progress io.Writer) (*Manifest, error) {
+func Restore(ctx context.Context, nc *nats.Conn, dir string, o RestoreOptions, progress io.Writer) (*Manifest, error) {
+	if o.Replicas < 0 {
+		return nil, fmt.Errorf("replicas %d: want 1 or more, or 0 for as saved", o.Replicas)
+	}
 	m, err := ReadManifest(dir)
 	if err != nil {
 		return nil, err
 	}
 	if err := brokerRunning(ctx, nc); err != nil {
 		return nil, err
+	}
+	for i := range m.Streams {
+		s := &m.Streams[i]
+		cfg, replicas, err := withReplicas(s.Config, o.Replicas)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: the manifest's configuration: %w", s.Name, err)
+		}
+		if replicas > 1 && nc.ConnectedClusterName() == "" {
+			return nil, fmt.Errorf("stream %s was saved with %d replicas, but %s is a single server, not a cluster; nothing was restored: restore with --replicas 1", s.Name, replicas, nc.ConnectedUrlRedacted())
+		}
+		s.Config = cfg
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -255,7 +280,7 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, force bool, progres
 			return nil, fmt.Errorf("stream %s: %w", s.Name, err)
 		}
 	}
-	if len(existing) > 0 && !force {
+	if len(existing) > 0 && !o.Force {
 		return nil, fmt.Errorf("%s already on %s; nothing was restored: restore into a new server (or data directory), or, to replace them with the backup's and lose what they hold now, run again with --force", plural(existing, "stream"), nc.ConnectedUrlRedacted())
 	}
 	for i, s := range m.Streams {
@@ -281,6 +306,27 @@ func Restore(ctx context.Context, nc *nats.Conn, dir string, force bool, progres
 		meter.done(st.Msgs, s.Bytes)
 	}
 	return m, nil
+}
+
+// withReplicas returns cfg, a stream configuration, with replicas replicas
+// unless that is zero, and the replica count it then has.
+func withReplicas(cfg json.RawMessage, replicas int) (json.RawMessage, int, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(cfg, &fields); err != nil {
+		return nil, 0, err
+	}
+	if replicas == 0 {
+		n := 1
+		if raw, ok := fields["num_replicas"]; ok {
+			if err := json.Unmarshal(raw, &n); err != nil {
+				return nil, 0, err
+			}
+		}
+		return cfg, max(n, 1), nil
+	}
+	fields["num_replicas"] = json.RawMessage(fmt.Sprint(replicas))
+	out, err := json.Marshal(fields)
+	return out, replicas, err
 }
 
 // brokerRunning asks, as an agent looking up a decision would, whether a
@@ -432,7 +478,7 @@ standard error. "broker restore" puts a backup back (docs/backups.md).`,
 			},
 		},
 		{
-			name: "restore", synopsis: "--from DIR [--nats-url URL | --data DIR] [--force] [--nats-creds FILE] [--nats-ca FILE] [--nats-cert FILE --nats-key FILE]",
+			name: "restore", synopsis: "--from DIR [--nats-url URL | --data DIR] [--force] [--replicas N] [--nats-creds FILE] [--nats-ca FILE] [--nats-cert FILE --nats-key FILE]",
 			summary:  "restore a backup into a NATS server",
 			required: []string{"from"},
 			about: `Restores the backup in DIR ("broker backup") into the NATS server at
@@ -441,13 +487,17 @@ standard error. "broker restore" puts a backup back (docs/backups.md).`,
 the manifest, and refuses while a broker runs against the server: stop every
 replica first, and start them after. A stream that exists already is not
 touched, and nothing is restored, unless --force says to delete and replace
-it. Each restored stream is checked to hold the messages the backup saved.
-Pending requests keep their deadlines. Progress goes to standard error.`,
+it. --replicas sets the streams' replica count (a backup of a cluster into a
+single server needs 1). Each restored stream is checked to hold the messages
+the backup saved. Pending requests keep their deadlines. Progress goes to
+standard error.`,
 			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
 				s := conn(fs)
 				from := fs.String("from", "", "the backup's `DIR`")
 				data := fs.String("data", "", "restore into this new `DIR` for the broker's embedded server, instead of --nats-url")
-				force := fs.Bool("force", false, "delete streams that exist already in the target and replace them with the backup's")
+				var o RestoreOptions
+				fs.BoolVar(&o.Force, "force", false, "delete streams that exist already in the target and replace them with the backup's")
+				fs.IntVar(&o.Replicas, "replicas", 0, "give every stream `N` replicas instead of the number it was saved with (1 for a single server)")
 				return func(ctx context.Context, c CLI, _ []string) error {
 					urlSet := false
 					fs.Visit(func(f *flag.Flag) { urlSet = urlSet || f.Name == "nats-url" })
@@ -477,7 +527,7 @@ Pending requests keep their deadlines. Progress goes to standard error.`,
 						}
 					}
 					defer nc.Close()
-					m, err := Restore(ctx, nc, *from, *force, c.Stderr)
+					m, err := Restore(ctx, nc, *from, o, c.Stderr)
 					if err != nil {
 						return err
 					}
