@@ -11,6 +11,8 @@
 //	broker token list --auth FILE                   list them
 //	broker creds init|agent|approver|bot|broker ...  NATS credentials per role (docs/security.md)
 //	broker decision-key new --out FILE              make a key to sign decisions with
+//	broker backup --out DIR [--nats-url URL]        save the stream and buckets (docs/backups.md)
+//	broker restore --from DIR [--nats-url URL]      restore them, with every deadline
 //	broker version                                  print the version
 //
 // "broker -h" lists the flags; "broker help" and "broker COMMAND -h" describe

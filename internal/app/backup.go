@@ -438,7 +438,7 @@ func plural(names []string, what string) string {
 func backupCommands() []*command {
 	conn := func(fs *flag.FlagSet) *natsconn.Settings {
 		var s natsconn.Settings
-		fs.StringVar(&s.URL, "nats-url", "nats://127.0.0.1:4222", "the NATS server or cluster the broker uses (a broker's embedded server listens on 127.0.0.1:4222)")
+		fs.StringVar(&s.URL, "nats-url", "nats://127.0.0.1:4222", "the NATS server or cluster `URL` the broker uses (a broker's embedded server listens on 127.0.0.1:4222)")
 		fs.StringVar(&s.Creds, "nats-creds", "", "NATS credentials `file` (a broker's: broker creds broker)")
 		fs.StringVar(&s.CAFile, "nats-ca", "", "the CA `file` of the server's TLS certificate, if the system does not trust it")
 		fs.StringVar(&s.CertFile, "nats-cert", "", "a client certificate `file`, for a server that asks for one (mutual TLS)")
@@ -447,7 +447,7 @@ func backupCommands() []*command {
 	}
 	return []*command{
 		{
-			name: "backup", synopsis: "--out DIR [--nats-url URL] [--nats-creds FILE] [--nats-ca FILE] [--nats-cert FILE --nats-key FILE]",
+			name: "backup", synopsis: "--out DIR [--nats-url URL] [--nats-creds FILE]",
 			summary:  "save the stream and buckets to a directory",
 			required: []string{"out"},
 			about: `Saves a snapshot of Assent's stream (ASSENT) and of each of its buckets, taken
@@ -478,7 +478,7 @@ standard error. "broker restore" puts a backup back (docs/backups.md).`,
 			},
 		},
 		{
-			name: "restore", synopsis: "--from DIR [--nats-url URL | --data DIR] [--force] [--replicas N] [--nats-creds FILE] [--nats-ca FILE] [--nats-cert FILE --nats-key FILE]",
+			name: "restore", synopsis: "--from DIR [--nats-url URL | --data DIR] [--force] [--replicas N]",
 			summary:  "restore a backup into a NATS server",
 			required: []string{"from"},
 			about: `Restores the backup in DIR ("broker backup") into the NATS server at
