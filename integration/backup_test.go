@@ -218,7 +218,14 @@ func TestBackupRestoreKeepsDeadlines(t *testing.T) {
 	js2 := newJS(t, testenv.Conn(t, ns2))
 	var worst time.Duration
 	for id, deadline := range pending {
-		final := waitRecord(t, b2, id, func(r broker.Record) bool { return r.State.Terminal() })
+		var final broker.Record
+		eventually(t, time.Until(deadline)+patience, func() (bool, string) {
+			var err error
+			if final, err = b2.Get(context.Background(), id); err != nil {
+				return false, fmt.Sprintf("get %s: %v", id, err)
+			}
+			return final.State.Terminal(), fmt.Sprintf("request %s is %s, its deadline %s", id, final.State, deadline.Format(time.RFC3339Nano))
+		})
 		if final.State != broker.StateExpired {
 			t.Errorf("request %s ended %s, want expired", id, final.State)
 			continue
