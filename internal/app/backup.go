@@ -68,11 +68,14 @@ func backedUp(name string) bool {
 
 // Backup saves a snapshot of each of Assent's streams and buckets that nc's
 // account holds into dir, which must be new or empty, with a manifest, and
-// reports progress on progress. The event stream is saved first and the
+// reports progress on progress (nil: none). The event stream is saved first and the
 // buckets after it, so the request state can only be newer than the events:
 // the skew a running broker repairs (docs/backups.md). Buckets in memory
 // (live approver presence) are left out and listed as skipped.
 func Backup(ctx context.Context, nc *nats.Conn, dir, version string, progress io.Writer) (*Manifest, error) {
+	if progress == nil {
+		progress = io.Discard
+	}
 	if err := emptyDir(dir, "--out"); err != nil {
 		return nil, err
 	}
@@ -243,8 +246,12 @@ type RestoreOptions struct {
 // manifest, after checking every file. No broker may run against the server
 // (ErrBrokerRunning otherwise). A stream that exists already is refused,
 // nothing restored, unless o.Force is set: then it is deleted and replaced.
-// Each restored stream must hold the messages the backup saved.
+// Each restored stream must hold the messages the backup saved. Progress is
+// reported on progress (nil: none).
 func Restore(ctx context.Context, nc *nats.Conn, dir string, o RestoreOptions, progress io.Writer) (*Manifest, error) {
+	if progress == nil {
+		progress = io.Discard
+	}
 	if o.Replicas < 0 {
 		return nil, fmt.Errorf("replicas %d: want 1 or more, or 0 for as saved", o.Replicas)
 	}
