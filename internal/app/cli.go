@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/assent-dev/assent/internal/auth"
+	"github.com/assent-dev/assent/internal/healthcheck"
 	"github.com/assent-dev/assent/internal/textsafe"
 )
 
@@ -242,6 +243,24 @@ new one and --trust-decision-key OLD, then drop the old key.`,
 			},
 		},
 		{
+			name: "health", synopsis: "[--url URL] [--timeout DURATION]",
+			summary: "ask a running broker's health endpoint",
+			about: `Asks a running broker's health endpoint (by default /readyz: it takes work)
+and exits 0 if it answers 200, 1 with the reason if not. Images without a
+shell run it as their health check (deploy/Dockerfile, docs/deploy.md).`,
+			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
+				o := healthcheck.Flags(fs, healthcheck.Options{URL: "http://127.0.0.1:8080/readyz"})
+				return func(ctx context.Context, c CLI, _ []string) error {
+					status, err := healthcheck.Check(ctx, *o)
+					if err != nil {
+						return err
+					}
+					_, err = fmt.Fprintf(c.Stdout, "%s: %s\n", o.URL, status)
+					return err
+				}
+			},
+		},
+		{
 			name:    "version",
 			summary: "print the version",
 			about:   `Prints the broker's version.`,
@@ -326,6 +345,8 @@ func (c CLI) Run(ctx context.Context, args []string) int {
 		return c.group(ctx, "decision-key", "new", rest)
 	case "creds":
 		return c.group(ctx, "creds", "init, agent, approver, bot, broker or server-config", rest)
+	case "health":
+		return c.run(ctx, lookup("health"), rest)
 	case "version":
 		return c.run(ctx, lookup("version"), rest)
 	case "help":
