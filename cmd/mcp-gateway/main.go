@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/internal/cmdrun"
+	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/healthcheck"
 	"github.com/assent-dev/assent/internal/mcpgateway"
 )
@@ -36,7 +37,7 @@ func run() int {
 		return healthcheck.Main(context.Background(), "mcp-gateway health",
 			healthcheck.Options{URL: "http://127.0.0.1:8931/mcp", AnyStatus: true}, os.Args[2:], os.Stdout, os.Stderr)
 	}
-	cmd, err := mcpgateway.ParseArgs(os.Args[1:], os.Stderr)
+	cmd, err := mcpgateway.ParseArgs(os.Args[1:], envflag.OS(), os.Stderr)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return 0

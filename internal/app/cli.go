@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/assent-dev/assent/internal/auth"
+	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/healthcheck"
 	"github.com/assent-dev/assent/internal/textsafe"
 )
@@ -34,12 +35,16 @@ const (
 //
 // Every command answers -h, -help and --help, anywhere among its arguments
 // (before a "--"), with its usage on Stderr, and does nothing else. Flags may
-// come before or after positional arguments; "--" ends the flags.
+// come before or after positional arguments; "--" ends the flags. Flags not
+// given come from Env (envflag.Parse).
 type CLI struct {
 	// Version is what "broker version" prints.
 	Version string
 	// Stdout receives what a command reports; Stderr usage and errors.
 	Stdout, Stderr io.Writer
+	// Env is the environment flags not given are read from
+	// (envflag.OS()); the zero Env has none.
+	Env envflag.Env
 }
 
 // command is one command of the CLI.
@@ -304,6 +309,36 @@ func (c CLI) group(ctx context.Context, group, want string, rest []string) int {
 	return ExitUsage
 }
 
+// Commands returns the names of the commands of CLI, in the order usage
+// lists them: "policy check", "remembered revoke", "version".
+func Commands() []string {
+	var names []string
+	for _, cmd := range commands() {
+		names = append(names, cmd.name)
+	}
+	return names
+}
+
+// CommandFlagSet returns the flag set of the command called name, as CLI
+// defines it to parse the command's arguments; nil if there is no such
+// command.
+func CommandFlagSet(name string) *flag.FlagSet {
+	cmd := lookup(name)
+	if cmd == nil {
+		return nil
+	}
+	fs, _ := newFlagSet(cmd)
+	return fs
+}
+
+// newFlagSet returns a new flag set with cmd's flags, and what runs cmd once
+// it is parsed.
+func newFlagSet(cmd *command) (*flag.FlagSet, func(context.Context, CLI, []string) error) {
+	fs := flag.NewFlagSet("broker "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // run reports errors itself
+	return fs, cmd.define(fs)
+}
+
 // lookup returns the command called name, or nil.
 func lookup(name string) *command {
 	for _, cmd := range commands() {
@@ -356,26 +391,20 @@ func (c CLI) Run(ctx context.Context, args []string) int {
 		}
 		return c.Run(ctx, append(slices.Clone(rest), "-h"))
 	}
-	var names []string
-	for _, cmd := range commands() {
-		names = append(names, cmd.name)
-	}
-	fmt.Fprintf(c.Stderr, "broker: unknown command %q; the commands are %s and help (\"broker -h\" lists the flags for running the broker)\n", name, strings.Join(names, ", "))
+	fmt.Fprintf(c.Stderr, "broker: unknown command %q; the commands are %s and help (\"broker -h\" lists the flags for running the broker)\n", name, strings.Join(Commands(), ", "))
 	return ExitUsage
 }
 
 // run parses args for cmd and runs it.
 func (c CLI) run(ctx context.Context, cmd *command, args []string) int {
-	fs := flag.NewFlagSet("broker "+cmd.name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // run reports errors itself
-	exec := cmd.define(fs)
+	fs, exec := newFlagSet(cmd)
 	if wantsHelp(args) {
 		c.usage(cmd, fs)
 		return ExitOK
 	}
 	flagIdx, posIdx := scanArgs(fs, args)
 	pos := pick(args, posIdx)
-	if err := fs.Parse(pick(args, flagIdx)); err != nil {
+	if err := envflag.Parse(fs, pick(args, flagIdx), c.Env, c.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // -h=true and the like
 			c.usage(cmd, fs)
 			return ExitOK
@@ -384,7 +413,7 @@ func (c CLI) run(ctx context.Context, cmd *command, args []string) int {
 	}
 	for _, name := range cmd.required {
 		if fs.Lookup(name).Value.String() == "" {
-			return c.usageError(cmd, fs, fmt.Sprintf("missing --%s", name))
+			return c.usageError(cmd, fs, fmt.Sprintf("missing --%s (or %s)", name, envflag.Var(name)))
 		}
 	}
 	switch want := wantArgs(cmd.args); {
@@ -480,7 +509,7 @@ func (c CLI) usage(cmd *command, fs *flag.FlagSet) {
 	if n > 0 {
 		fmt.Fprint(c.Stderr, "\nflags:\n")
 		fs.SetOutput(c.Stderr)
-		fs.PrintDefaults()
+		envflag.PrintDefaults(fs)
 		fs.SetOutput(io.Discard)
 	}
 }
