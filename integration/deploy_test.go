@@ -401,7 +401,7 @@ func TestDeployDockerfile(t *testing.T) {
 	// command or its flags (2).
 	closed := closedPort(t)
 	for name := range port {
-		out, err := exec.Command(binary(t, name), "health", "--url", "http://"+closed+"/healthz", "--timeout", "2s").CombinedOutput()
+		out, err := exec.Command(binary(t, name), "health", "--url", "http://"+closed+"/healthz", "--wait", "2s").CombinedOutput()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "unhealthy") {
 			t.Errorf("%s health against a closed port: %v: %s", name, err, out)

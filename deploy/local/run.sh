@@ -138,7 +138,7 @@ trap 'stop_all' EXIT
 wait_healthy() {
   local name="$1" url="$2" n i
   for ((n = 0; n < 600; n++)); do
-    "$bin/broker" health --url "$url" --timeout 1s >/dev/null 2>&1 && return 0
+    "$bin/broker" health --url "$url" --wait 1s >/dev/null 2>&1 && return 0
     for i in "${!names[@]}"; do
       if ! kill -0 "${pids[i]}" 2>/dev/null; then
         echo "run.sh: ${names[i]} exited; the end of $logs/${names[i]}.log:" >&2
@@ -170,9 +170,12 @@ say "NATS cluster up"
 for i in 0 1; do
   n=$((i + 1))
   say "starting broker-$n: HTTP http://127.0.0.1:${http[i]}"
-  start "broker-$n" "$bin/broker" --name "broker-$n" --nats-url "$urls" --nats-creds "$gen/creds/broker-$n.creds" \
-    --nats-ca "$gen/tls/ca.pem" --replicas 3 --policy "$compose/policy.yaml" --auth "$gen/auth/auth.yaml" \
-    --http "127.0.0.1:${http[i]}" --log-json
+  # Configured as compose.yaml configures its brokers: ASSENT_ variables,
+  # the credentials on the command line.
+  start "broker-$n" env ASSENT_NAME="broker-$n" ASSENT_NATS_URL="$urls" ASSENT_NATS_CA="$gen/tls/ca.pem" \
+    ASSENT_REPLICAS=3 ASSENT_POLICY="$compose/policy.yaml" ASSENT_AUTH="$gen/auth/auth.yaml" \
+    ASSENT_HTTP="127.0.0.1:${http[i]}" ASSENT_LOG_JSON=true \
+    "$bin/broker" --nats-creds "$gen/creds/broker-$n.creds"
 done
 for i in 0 1; do
   wait_healthy "broker-$((i + 1))" "http://127.0.0.1:${http[i]}/readyz"

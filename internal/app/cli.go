@@ -248,7 +248,7 @@ new one and --trust-decision-key OLD, then drop the old key.`,
 			},
 		},
 		{
-			name: "health", synopsis: "[--url URL] [--timeout DURATION]",
+			name: "health", synopsis: "[--url URL] [--wait DURATION]",
 			summary: "ask a running broker's health endpoint",
 			about: `Asks a running broker's health endpoint (by default /readyz: it takes work)
 and exits 0 if it answers 200, 1 with the reason if not. Images without a

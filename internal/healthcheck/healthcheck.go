@@ -4,7 +4,7 @@
 // (deploy/Dockerfile) run it as their HEALTHCHECK, and deploy/local's script
 // waits on it.
 //
-//	broker health [--url http://127.0.0.1:8080/readyz] [--timeout 3s]
+//	broker health [--url http://127.0.0.1:8080/readyz] [--wait 3s]
 //	approver-bot health [--url http://127.0.0.1:8090/readyz]
 //	mcp-gateway health [--url http://127.0.0.1:8931/mcp]
 package healthcheck
@@ -45,7 +45,9 @@ func Flags(fs *flag.FlagSet, d Options) *Options {
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
-	fs.DurationVar(&o.Timeout, "timeout", timeout, "give up after this `duration`")
+	// Not --timeout: the health command runs in the program's container,
+	// whose ASSENT_TIMEOUT is the broker's request timeout (envflag).
+	fs.DurationVar(&o.Timeout, "wait", timeout, "give up after this `duration`")
 	fs.BoolVar(&o.AnyStatus, "any-status", d.AnyStatus, "any HTTP answer below 500 is healthy (for an endpoint that is not a health route)")
 	return o
 }
@@ -100,7 +102,7 @@ func Main(ctx context.Context, name string, d Options, args []string, stdout, st
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s [--url URL] [--timeout DURATION]\n\nAsks the running program's health endpoint; exits 0 if it answers well, 1 if not.\n\nflags:\n", name)
+		fmt.Fprintf(stderr, "usage: %s [--url URL] [--wait DURATION]\n\nAsks the running program's health endpoint; exits 0 if it answers well, 1 if not.\n\nflags:\n", name)
 		fs.PrintDefaults()
 	}
 	o := Flags(fs, d)
