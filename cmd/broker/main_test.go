@@ -103,7 +103,7 @@ func TestServeFromEnvironment(t *testing.T) {
 				t.Fatal("the broker's stderr ended before it was ready (its lines are above)")
 			}
 			t.Log(line)
-			if line == "broker: warning: ASSENT_MAX_TIMOUT names no flag of this command; it is ignored (did you mean ASSENT_MAX_TIMEOUT, for --max-timeout?)" {
+			if line == "broker: warning: ASSENT_MAX_TIMOUT names no flag of any of Assent's programs; it is ignored (did you mean ASSENT_MAX_TIMEOUT, for --max-timeout?)" {
 				warned = true
 				continue
 			}

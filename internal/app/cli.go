@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -64,10 +65,28 @@ type command struct {
 // status says the rest.
 var errReported = errors.New("failed")
 
+// apiURL is the URL of the broker's HTTP API that the client commands' --http
+// names: a URL, or the address the broker listens on, as its own --http (and
+// ASSENT_HTTP, in the broker's container) has it, where an unspecified host
+// (0.0.0.0, [::] or none) is this machine.
+func apiURL(s string) string {
+	if strings.Contains(s, "://") {
+		return s
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "http://" + s
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
 // commands lists the CLI's commands, in the order usage shows them.
 func commands() []*command {
 	httpFlag := func(fs *flag.FlagSet) *string {
-		return fs.String("http", "http://127.0.0.1:8080", "the broker's HTTP API `URL`")
+		return fs.String("http", "http://127.0.0.1:8080", "the broker's HTTP API `URL`, or the address it listens on (its own --http, such as 0.0.0.0:8080)")
 	}
 	cmds := []*command{
 		{
@@ -111,7 +130,7 @@ one.`,
 				return func(ctx context.Context, c CLI, _ []string) error {
 					ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 					defer cancel()
-					return RememberedList(ctx, c.Stdout, *base)
+					return RememberedList(ctx, c.Stdout, apiURL(*base))
 				}
 			},
 		},
@@ -125,7 +144,7 @@ running broker, for every replica: later requests are decided without it.`,
 				return func(ctx context.Context, c CLI, args []string) error {
 					ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 					defer cancel()
-					return RememberedRevoke(ctx, c.Stdout, *base, args[0])
+					return RememberedRevoke(ctx, c.Stdout, apiURL(*base), args[0])
 				}
 			},
 		},
@@ -150,7 +169,7 @@ pending, escalation and decision events, with the stream sequence and time.
 				fs.StringVar(&q.Until, "until", "", "events stored at or before this `time`")
 				fs.IntVar(&q.Limit, "limit", 0, "at most `N` events (0: all)")
 				return func(ctx context.Context, c CLI, _ []string) error {
-					return Audit(ctx, c.Stdout, *base, q)
+					return Audit(ctx, c.Stdout, apiURL(*base), q)
 				}
 			},
 		},

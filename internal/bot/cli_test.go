@@ -137,7 +137,7 @@ func TestCheckFromEnvironment(t *testing.T) {
 	if code != ExitOK || !strings.Contains(out, good+": ok (policy") {
 		t.Fatalf("check with ASSENT_CONFIG: %d\n%s%s", code, out, errOut)
 	}
-	if want := "approver-bot check: warning: ASSENT_CONFG names no flag of this command; it is ignored (did you mean ASSENT_CONFIG, for --config?)\n"; errOut != want {
+	if want := "approver-bot check: warning: ASSENT_CONFG names no flag of any of Assent's programs; it is ignored (did you mean ASSENT_CONFIG, for --config?)\n"; errOut != want {
 		t.Errorf("stderr %q, want %q", errOut, want)
 	}
 

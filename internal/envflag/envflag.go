@@ -85,9 +85,10 @@ func Map(vars map[string]string) Env {
 // Setting both a variable and its _FILE variable is an error, and so is a
 // value the flag refuses; Parse reports them as the flag package reports a
 // bad argument, on fs.Output() followed by the usage, and returns them. An
-// ASSENT_ variable that names no flag of fs (nor one of Others) is only
-// warned of, on warn, with the closest flag's name if there is one: the
-// same environment often serves several programs.
+// ASSENT_ variable that names no flag of any of Assent's programs (nor one of
+// Others) is warned of, on warn, with the closest flag of fs if there is one:
+// a misspelt name. One of another command's or program's flags is not: the
+// same environment often serves several of them.
 func Parse(fs *flag.FlagSet, args []string, env Env, warn io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -169,7 +170,7 @@ func expects(f *flag.Flag) string {
 }
 
 // unknown returns a warning for each ASSENT_ variable of env that names no
-// flag of fs and is none of Others.
+// flag of fs nor of any other command (known), and is none of Others.
 func unknown(fs *flag.FlagSet, env Env) []string {
 	if env.Environ == nil {
 		return nil
@@ -184,7 +185,11 @@ func unknown(fs *flag.FlagSet, env Env) []string {
 		if f := fs.Lookup(name); f != nil && Var(f.Name) == strings.TrimSuffix(key, FileSuffix) {
 			continue
 		}
-		w := key + " names no flag of this command; it is ignored"
+		if known[strings.TrimSuffix(key, FileSuffix)] {
+			// Another command's or program's: the environment is shared.
+			continue
+		}
+		w := key + " names no flag of any of Assent's programs; it is ignored"
 		if near := closest(fs, name); near != "" {
 			w += fmt.Sprintf(" (did you mean %s, for --%s?)", Var(near), near)
 		}

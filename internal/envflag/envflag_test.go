@@ -189,9 +189,11 @@ func TestParseUnknownVariables(t *testing.T) {
 	_, err, _, warnings := parse(t, nil, map[string]string{
 		"ASSENT_NATS_URLL":                    "nats://typo",      // a slip
 		"ASSENT_TIMEOUT_FILE":                 writeFile(t, "1m"), // a flag's file: fine
-		"ASSENT_NATS_CREDS":                   "/creds",           // another program's flag, near none of these
-		"ASSENT_DECISION_KEY":                 "AKEY",             // within a flag's name
-		"ASSENT_POLICY":                       "/policy.yaml",     // another program's flag
+		"ASSENT_NATS_CREDS":                   "/creds",           // another program's flag: not warned of
+		"ASSENT_DECISION_KEY":                 "AKEY",             // another command's flag, within this one's
+		"ASSENT_POLICY_FILE":                  "/path",            // another program's flag's file
+		"ASSENT_DECISION_KY":                  "AKEY",             // a slip, near no flag of this command
+		"ASSENT_POLICYY":                      "/policy.yaml",     // a slip near none of this command's
 		"ASSENT_TOKEN":                        "secret",           // one of Others
 		"ASSENT_SMTP_PASSWORD":                "secret",
 		"NATS_URL":                            "nats://other", // not Assent's
@@ -202,11 +204,10 @@ func TestParseUnknownVariables(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"prog cmd: warning: ASSENT_DECISION_KEY names no flag of this command; it is ignored (did you mean ASSENT_TRUST_DECISION_KEY, for --trust-decision-key?)\n",
-		"prog cmd: warning: ASSENT_NATS_CREDS names no flag of this command; it is ignored\n",
-		"prog cmd: warning: ASSENT_NATS_URLL names no flag of this command; it is ignored (did you mean ASSENT_NATS_URL, for --nats-url?)\n",
-		"prog cmd: warning: ASSENT_POLICY names no flag of this command; it is ignored\n",
-		"prog cmd: warning: ASSENT_TRUST_DECISION_KEY_FILE_FILE names no flag of this command; it is ignored (did you mean ASSENT_TRUST_DECISION_KEY, for --trust-decision-key?)\n",
+		"prog cmd: warning: ASSENT_DECISION_KY names no flag of any of Assent's programs; it is ignored\n",
+		"prog cmd: warning: ASSENT_NATS_URLL names no flag of any of Assent's programs; it is ignored (did you mean ASSENT_NATS_URL, for --nats-url?)\n",
+		"prog cmd: warning: ASSENT_POLICYY names no flag of any of Assent's programs; it is ignored\n",
+		"prog cmd: warning: ASSENT_TRUST_DECISION_KEY_FILE_FILE names no flag of any of Assent's programs; it is ignored (did you mean ASSENT_TRUST_DECISION_KEY, for --trust-decision-key?)\n",
 	}
 	if warnings != strings.Join(want, "") {
 		t.Errorf("warnings:\n%s\nwant:\n%s", warnings, strings.Join(want, ""))

@@ -11,7 +11,9 @@ import (
 	"testing"
 
 	"github.com/assent-dev/assent/internal/app"
+	"github.com/assent-dev/assent/internal/auth"
 	"github.com/assent-dev/assent/internal/bot"
+	"github.com/assent-dev/assent/internal/channels/email"
 	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/mcpgateway"
 	"github.com/assent-dev/assent/internal/programs"
@@ -140,6 +142,24 @@ func TestDocIsCurrent(t *testing.T) {
 	}
 }
 
+// internal/envflag/known.go lists the variables the code has, so that one
+// of another command's is not warned of as a misspelling.
+func TestKnownIsCurrent(t *testing.T) {
+	const path = "../envflag/known.go"
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := programs.KnownSource(programs.All())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(data) != want {
+		line, have, gen := diffLine(string(data), want)
+		t.Errorf("internal/envflag/known.go is not what the code generates: run `go generate ./internal/programs` at the repository's root, and commit it.\nFirst difference, line %d:\n have %q\n want %q", line, have, gen)
+	}
+}
+
 // diffLine returns the first line at which a and b differ, and the two lines.
 func diffLine(a, b string) (int, string, string) {
 	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
@@ -180,5 +200,18 @@ func TestUpdateDoc(t *testing.T) {
 	}
 	if _, err := programs.UpdateDoc("# no markers\n", progs); err == nil {
 		t.Error("no error without the markers")
+	}
+}
+
+// envflag.Others are the variables Assent reads that are not flags, so that
+// they are not warned of: the names the code uses.
+func TestOthersAreTheCodes(t *testing.T) {
+	for _, name := range []string{app.TokenEnv, auth.SecretEnv, email.DefaultPasswordEnv, email.DefaultLinkSecretEnv} {
+		if !slices.Contains(envflag.Others(), name) {
+			t.Errorf("envflag.Others() lacks %s", name)
+		}
+	}
+	if n := len(envflag.Others()); n != 4 {
+		t.Errorf("envflag.Others() has %d names, this test knows 4: name the new one's constant here", n)
 	}
 }
