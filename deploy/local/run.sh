@@ -138,7 +138,7 @@ trap 'stop_all' EXIT
 wait_healthy() {
   local name="$1" url="$2" n i
   for ((n = 0; n < 600; n++)); do
-    "$bin/broker" health --url "$url" --wait 1s >/dev/null 2>&1 && return 0
+    "$bin/approver-bot" health --url "$url" --wait 1s >/dev/null 2>&1 && return 0
     for i in "${!names[@]}"; do
       if ! kill -0 "${pids[i]}" 2>/dev/null; then
         echo "run.sh: ${names[i]} exited; the end of $logs/${names[i]}.log:" >&2

@@ -267,14 +267,19 @@ new one and --trust-decision-key OLD, then drop the old key.`,
 			},
 		},
 		{
-			name: "health", synopsis: "[--url URL] [--wait DURATION]",
+			name: "health", synopsis: "[--http ADDR] [--path /readyz] [--wait DURATION]",
 			summary: "ask a running broker's health endpoint",
-			about: `Asks a running broker's health endpoint (by default /readyz: it takes work)
-and exits 0 if it answers 200, 1 with the reason if not. Images without a
-shell run it as their health check (deploy/Dockerfile, docs/deploy.md).`,
+			about: `Asks a running broker's health endpoint, by default /readyz (it takes work;
+/healthz: it runs), and exits 0 if it answers 200, 1 with the reason if not.
+--http is the broker's own --http (ASSENT_HTTP in its container serves
+both). Images without a shell run it as their health check
+(deploy/Dockerfile, docs/deploy.md).`,
 			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
-				o := healthcheck.Flags(fs, healthcheck.Options{URL: "http://127.0.0.1:8080/readyz"})
+				base := httpFlag(fs)
+				path := fs.String("path", "/readyz", "the health endpoint's `path`")
+				o := healthcheck.WaitFlags(fs, healthcheck.Options{})
 				return func(ctx context.Context, c CLI, _ []string) error {
+					o.URL = strings.TrimRight(apiURL(*base), "/") + *path
 					status, err := healthcheck.Check(ctx, *o)
 					if err != nil {
 						return err

@@ -4,7 +4,7 @@
 // (deploy/Dockerfile) run it as their HEALTHCHECK, and deploy/local's script
 // waits on it.
 //
-//	broker health [--url http://127.0.0.1:8080/readyz] [--wait 3s]
+//	broker health [--http 127.0.0.1:8080] [--path /readyz] [--wait 3s]
 //	approver-bot health [--url http://127.0.0.1:8090/readyz]
 //	mcp-gateway health [--url http://127.0.0.1:8931/mcp]
 package healthcheck
@@ -39,8 +39,15 @@ const DefaultTimeout = 3 * time.Second
 // Flags defines the command's flags on fs, with d as their defaults, and
 // returns the options they fill.
 func Flags(fs *flag.FlagSet, d Options) *Options {
-	o := &Options{}
+	o := WaitFlags(fs, d)
 	fs.StringVar(&o.URL, "url", d.URL, "the health endpoint's `URL`")
+	return o
+}
+
+// WaitFlags defines the flags of Flags other than --url, for a command that
+// makes the URL from flags of its own.
+func WaitFlags(fs *flag.FlagSet, d Options) *Options {
+	o := &Options{}
 	timeout := d.Timeout
 	if timeout == 0 {
 		timeout = DefaultTimeout
