@@ -1111,21 +1111,33 @@ func TestDeployLocal(t *testing.T) {
 	dir := t.TempDir()
 	base := freePorts(t, 13)
 	cmd := exec.Command("bash", filepath.Join(deployDir, "local", "run.sh"), "--dir", dir, "--base-port", strconv.Itoa(base), "--bin", bin)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out := &lockedBuffer{}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(out, pw), out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	pgid := cmd.Process.Pid
 	exited := make(chan error, 1)
+	done := make(chan struct{}) // closed once the script has exited
 	go func() {
-		exited <- cmd.Wait()
+		err := cmd.Wait()
+		close(done)
+		exited <- err
 		pw.Close()
 	}()
 	t.Cleanup(func() {
-		_ = syscall.Kill(-pgid, syscall.SIGKILL) // whatever is left, if the test failed early
+		// If the test failed early: stop the script as Ctrl-C would, which
+		// stops what it started.
+		select {
+		case <-done:
+		default:
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(time.Minute):
+				_ = cmd.Process.Kill()
+			}
+		}
 	})
 	ready := make(chan struct{})
 	go func() {
@@ -1236,8 +1248,23 @@ func TestDeployLocal(t *testing.T) {
 			t.Errorf("run.sh did not report stopping %s:\n%s", name, out)
 		}
 	}
-	if err := syscall.Kill(-pgid, 0); !errors.Is(err, syscall.ESRCH) {
-		t.Errorf("processes of run.sh are still running after it exited (kill -0 of its group: %v)", err)
+	pids, err := os.ReadFile(filepath.Join(dir, "run.pids"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(strings.Split(strings.TrimSpace(string(pids)), "\n")); n != 6 {
+		t.Errorf("run.pids lists %d processes, want 6:\n%s", n, pids)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(pids)), "\n") {
+		name, pid, _ := strings.Cut(l, " ")
+		p, err := strconv.Atoi(pid)
+		if err != nil {
+			t.Fatalf("run.pids: %q", l)
+		}
+		if err := syscall.Kill(p, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("%s (process %d) still runs after run.sh exited: %v", name, p, err)
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
 	}
 }
 

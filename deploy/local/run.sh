@@ -40,7 +40,7 @@ done
   { echo "run.sh: --base-port $base: want a number from 1024 to 65000" >&2; exit 2; }
 
 say() { echo "run: $*"; }
-needs=(openssl)
+needs=(openssl setsid)
 [ -n "$prebuilt" ] || needs+=(go)
 for prog in "${needs[@]}"; do
   command -v "$prog" >/dev/null 2>&1 || {
@@ -100,12 +100,17 @@ sed -e "s#url: tls://nats-1:4222,tls://nats-2:4222,tls://nats-3:4222#url: $urls#
 
 names=()
 pids=()
-start() { # NAME COMMAND...: runs COMMAND in the background, its output in logs/NAME.log
+: >"$dir/run.pids"
+# start NAME COMMAND...: runs COMMAND in the background in a session of its
+# own, so that Ctrl-C reaches this script alone and it stops them in order;
+# its output goes to logs/NAME.log, its process id to DIR/run.pids.
+start() {
   local name="$1"
   shift
-  "$@" >"$logs/$name.log" 2>&1 &
+  setsid "$@" >"$logs/$name.log" 2>&1 &
   names+=("$name")
   pids+=($!)
+  echo "$name $!" >>"$dir/run.pids"
 }
 
 stopping=""
