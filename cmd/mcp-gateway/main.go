@@ -6,6 +6,7 @@
 //	mcp-gateway --http 127.0.0.1:8931 --config gateway.yaml
 //	mcp-gateway --agent claude -- agent-worker mcp --sandbox /srv/files
 //	mcp-gateway check --config gateway.yaml
+//	mcp-gateway health --url http://127.0.0.1:8931/mcp
 //
 // docs/integrations.md shows the clients' configuration; internal/mcpgateway
 // holds the logic.
@@ -21,6 +22,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/cmdrun"
 	"github.com/assent-dev/assent/internal/envflag"
+	"github.com/assent-dev/assent/internal/healthcheck"
 	"github.com/assent-dev/assent/internal/mcpgateway"
 )
 
@@ -29,6 +31,12 @@ func main() {
 }
 
 func run() int {
+	if len(os.Args) > 1 && os.Args[1] == "health" {
+		// For images: the gateway has no health route, so any answer of
+		// /mcp below 500 means it serves (docs/deploy.md).
+		return healthcheck.Main(context.Background(), "mcp-gateway health",
+			healthcheck.Options{URL: "http://127.0.0.1:8931/mcp", AnyStatus: true}, os.Args[2:], os.Stdout, os.Stderr)
+	}
 	cmd, err := mcpgateway.ParseArgs(os.Args[1:], envflag.OS(), os.Stderr)
 	switch {
 	case errors.Is(err, flag.ErrHelp):

@@ -14,6 +14,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/auth"
 	"github.com/assent-dev/assent/internal/envflag"
+	"github.com/assent-dev/assent/internal/healthcheck"
 	"github.com/assent-dev/assent/internal/textsafe"
 )
 
@@ -268,6 +269,29 @@ new one and --trust-decision-key OLD, then drop the old key.`,
 			},
 		},
 		{
+			name: "health", synopsis: "[--http ADDR] [--path /readyz] [--wait DURATION]",
+			summary: "ask a running broker's health endpoint",
+			about: `Asks a running broker's health endpoint, by default /readyz (it takes work;
+/healthz: it runs), and exits 0 if it answers 200, 1 with the reason if not.
+--http is the broker's own --http (ASSENT_HTTP in its container serves
+both). Images without a shell run it as their health check
+(deploy/Dockerfile, docs/deploy.md).`,
+			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
+				base := httpFlag(fs)
+				path := fs.String("path", "/readyz", "the health endpoint's `path`")
+				o := healthcheck.WaitFlags(fs, healthcheck.Options{})
+				return func(ctx context.Context, c CLI, _ []string) error {
+					o.URL = strings.TrimRight(apiURL(*base), "/") + *path
+					status, err := healthcheck.Check(ctx, *o)
+					if err != nil {
+						return err
+					}
+					_, err = fmt.Fprintf(c.Stdout, "%s: %s\n", o.URL, status)
+					return err
+				}
+			},
+		},
+		{
 			name:    "version",
 			summary: "print the version",
 			about:   `Prints the broker's version.`,
@@ -382,7 +406,7 @@ func (c CLI) Run(ctx context.Context, args []string) int {
 		return c.group(ctx, "decision-key", "new", rest)
 	case "creds":
 		return c.group(ctx, "creds", "init, agent, approver, bot, broker or server-config", rest)
-	case "backup", "restore":
+	case "backup", "restore", "health":
 		return c.run(ctx, lookup(name), rest)
 	case "version":
 		return c.run(ctx, lookup("version"), rest)

@@ -18,6 +18,7 @@ import (
 	"github.com/assent-dev/assent/internal/channels/terminal"
 	"github.com/assent-dev/assent/internal/channels/webhook"
 	"github.com/assent-dev/assent/internal/envflag"
+	"github.com/assent-dev/assent/internal/healthcheck"
 	"github.com/assent-dev/assent/internal/logging"
 	"github.com/assent-dev/assent/internal/natsconn"
 	"github.com/assent-dev/assent/pkg/events"
@@ -38,13 +39,14 @@ Usage:
   approver-bot check --config FILE          check a configuration and its policy
   approver-bot cli --principal P [flags]    approve from a terminal
   approver-bot webhooks log [flags]         the webhook delivery log, as JSON lines
+  approver-bot health [--url URL]           ask a running bot's /readyz
   approver-bot version                      print the version
 
 "approver-bot COMMAND -h" describes a command. Setup: docs/channels.md.
 `
 
 // Commands are the names of the commands that Main runs.
-var commands = []string{"run", "check", "cli", "webhooks log", "version"}
+var commands = []string{"run", "check", "cli", "webhooks log", "health", "version"}
 
 // Commands returns the names of the commands that Main runs, in the order
 // the usage lists them.
@@ -200,6 +202,15 @@ func newFlagSet(ctx context.Context, cmd, version string, stdout io.Writer) (*fl
 				return err
 			}
 			return webhook.Log(ctx, js, *endpoint, time.Now().Add(-*since), stdout)
+		}
+	case "health":
+		o := healthcheck.Flags(fs, healthcheck.Options{URL: "http://" + DefaultListen + "/readyz"})
+		run = func() error {
+			status, err := healthcheck.Check(ctx, *o)
+			if err == nil {
+				fmt.Fprintf(stdout, "%s: %s\n", o.URL, status)
+			}
+			return err
 		}
 	case "version":
 		run = func() error {

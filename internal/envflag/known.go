@@ -7,6 +7,7 @@ package envflag
 var known = map[string]bool{
 	"ASSENT_AGENT":              true,
 	"ASSENT_ANSWER_AS":          true,
+	"ASSENT_ANY_STATUS":         true,
 	"ASSENT_AUTH":               true,
 	"ASSENT_BASELINE":           true,
 	"ASSENT_C":                  true,
@@ -45,6 +46,7 @@ var known = map[string]bool{
 	"ASSENT_NATS_TLS_KEY":       true,
 	"ASSENT_NATS_URL":           true,
 	"ASSENT_OUT":                true,
+	"ASSENT_PATH":               true,
 	"ASSENT_PLAN":               true,
 	"ASSENT_POLICY":             true,
 	"ASSENT_PPROF":              true,
@@ -68,6 +70,8 @@ var known = map[string]bool{
 	"ASSENT_TRUST_DECISION_KEY": true,
 	"ASSENT_TYPE":               true,
 	"ASSENT_UNTIL":              true,
+	"ASSENT_URL":                true,
 	"ASSENT_USER":               true,
+	"ASSENT_WAIT":               true,
 	"ASSENT_WORKERS":            true,
 }
