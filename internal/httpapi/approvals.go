@@ -199,7 +199,9 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	if body.Channel == "" {
 		body.Channel = "http"
 	}
-	rec, err := s.b.Respond(r.Context(), principal, r.PathValue("id"), body.Responded)
+	ctx, span := s.startDecision(r, r.PathValue("id"), principal, body.Responded)
+	rec, err := s.b.Respond(ctx, principal, r.PathValue("id"), body.Responded)
+	endDecision(span, err)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -352,7 +354,9 @@ func (s *Server) decideMany(w http.ResponseWriter, r *http.Request) {
 	decided := 0
 	for _, id := range ids {
 		res := Result{ID: id}
-		rec, err := s.b.Respond(r.Context(), principal, id, body.Responded)
+		ctx, span := s.startDecision(r, id, principal, body.Responded)
+		rec, err := s.b.Respond(ctx, principal, id, body.Responded)
+		endDecision(span, err)
 		if err != nil {
 			res.HTTP, res.Status = errorStatus(err)
 			res.Message = err.Error()
