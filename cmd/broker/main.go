@@ -31,6 +31,7 @@ import (
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/logging"
 	"github.com/assent-dev/assent/internal/natsembed"
+	"github.com/assent-dev/assent/internal/tracing"
 	"github.com/assent-dev/assent/pkg/events"
 )
 
@@ -92,6 +93,7 @@ func serve(args []string) error {
 		o.Broker.TrustedDecisionKeys = append(o.Broker.TrustedDecisionKeys, keys...)
 		return err
 	})
+	tracing.RegisterFlags(fs, &o.Tracing)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "usage: broker [flags]\n\nRuns the broker. \"broker help\" lists the other commands (policy, remembered, version).\n\nflags:\n")
 		fs.PrintDefaults()

@@ -23,6 +23,7 @@ import (
 	"github.com/assent-dev/assent/internal/httpapi"
 	"github.com/assent-dev/assent/internal/natsconn"
 	"github.com/assent-dev/assent/internal/natsembed"
+	"github.com/assent-dev/assent/internal/tracing"
 	"github.com/assent-dev/assent/internal/webui"
 )
 
@@ -72,6 +73,10 @@ type Options struct {
 	PprofListen string
 	// Broker settings.
 	Broker broker.Config
+	// Tracing configures the OTLP export of the broker's spans, and of the
+	// HTTP API's (docs/tracing.md); off by default. A TracerProvider set in
+	// Broker is used as it is instead.
+	Tracing tracing.Config
 	// Ready, if set, is called once the broker is ready, with the addresses it
 	// listens on.
 	Ready func(Addrs)
@@ -124,6 +129,9 @@ func (o Options) Validate() error {
 	if err := o.Broker.WithDefaults().Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := o.Tracing.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -159,6 +167,15 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 		return err
 	}
 	addrs := Addrs{}
+	if o.Broker.TracerProvider == nil {
+		tp, err := tracing.New(ctx, o.Tracing, tracing.ServiceBroker, log)
+		if err != nil {
+			return err
+		}
+		// Last: the spans of the shutdown are exported too.
+		defer tracing.Stop(tp, log)
+		o.Broker.TracerProvider = tp
+	}
 	if o.PprofListen != "" {
 		url, stop, err := servePprof(o.PprofListen, log)
 		if err != nil {
@@ -298,7 +315,7 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 			return fmt.Errorf("http listen: %w", err)
 		}
 		addrs.HTTP = "http://" + ln.Addr().String()
-		hc := httpapi.Config{MaxBodyBytes: int64(b.Config().MaxEventSize)}
+		hc := httpapi.Config{MaxBodyBytes: int64(b.Config().MaxEventSize), TracerProvider: o.Broker.TracerProvider}
 		var failures func() map[string]int64
 		if authn != nil {
 			hc.Identify = identify

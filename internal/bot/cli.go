@@ -18,6 +18,7 @@ import (
 	"github.com/assent-dev/assent/internal/channels/webhook"
 	"github.com/assent-dev/assent/internal/logging"
 	"github.com/assent-dev/assent/internal/natsconn"
+	"github.com/assent-dev/assent/internal/tracing"
 	"github.com/assent-dev/assent/pkg/events"
 )
 
@@ -63,6 +64,8 @@ func Main(ctx context.Context, version string, args []string, stdout, stderr io.
 		config := fs.String("config", "", "the configuration `file` (YAML, docs/channels.md)")
 		logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 		logJSON := fs.Bool("log-json", false, "log JSON lines instead of console text")
+		var tc tracing.Config
+		tracing.RegisterFlags(fs, &tc)
 		run = func() error {
 			if *config == "" {
 				return usageError("missing --config FILE")
@@ -79,6 +82,11 @@ func Main(ctx context.Context, version string, args []string, stdout, stderr io.
 				return usageError(err.Error())
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about it
+			stop, err := tracing.Start(ctx, tc, tracing.ServiceApproverBot, log)
+			if err != nil {
+				return usageError(err.Error())
+			}
+			defer stop()
 			b, err := New(cfg, log)
 			if err != nil {
 				return err

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/assent-dev/assent/internal/natsconn"
+	"github.com/assent-dev/assent/internal/tracing"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
 )
@@ -35,6 +36,8 @@ type Command struct {
 	// HTTP is the address to serve streamable HTTP on; "" serves none.
 	HTTP     string
 	LogLevel zapcore.Level
+	// Tracing configures the export of the SDK's spans (docs/tracing.md).
+	Tracing tracing.Config
 }
 
 const usage = `usage: mcp-gateway [serve] [flags] [--] [COMMAND [ARG...] | URL]
@@ -97,6 +100,7 @@ func ParseArgs(args []string, stderr io.Writer) (Command, error) {
 	fs.StringVar(&up.Name, "name", "", "`name` of the upstream on the command line (default: from its command or host)")
 	fs.StringVar(&up.Prefix, "prefix", "", "`prefix` for the tool names of the upstream on the command line")
 	fs.Var(&cmd.LogLevel, "log-level", "log `level` on stderr: debug, info, warn, error")
+	tracing.RegisterFlags(fs, &cmd.Tracing)
 
 	fail := func(errs ...error) (Command, error) {
 		err := errors.Join(errs...)

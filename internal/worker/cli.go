@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/assent-dev/assent/internal/natsconn"
+	"github.com/assent-dev/assent/internal/tracing"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
 )
@@ -99,6 +100,8 @@ type Command struct {
 	MCP         MCPOptions
 	// Stdin is where "mcp" reads its client's messages; nil means os.Stdin.
 	Stdin io.Reader
+	// Tracing configures the export of the SDK's spans (docs/tracing.md).
+	Tracing tracing.Config
 }
 
 // MCPOptions are the settings of "agent-worker mcp".
@@ -129,6 +132,7 @@ func ParseArgs(args []string, stderr io.Writer) (Command, error) {
 	fs := flag.NewFlagSet("agent-worker "+cmd.Name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Var(&cmd.LogLevel, "log-level", "log `level` on stderr: debug, info, warn, error")
+	tracing.RegisterFlags(fs, &cmd.Tracing)
 	// natsFlags are the flags of the commands that talk to Assent.
 	natsFlags := func() {
 		fs.StringVar(&cmd.Conn.URL, "nats-url", DefaultNATSURL, "NATS server `URL`")
