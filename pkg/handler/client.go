@@ -354,10 +354,7 @@ func (c *Client) request(ctx context.Context, req Request) (Decision, error) {
 				log().Warn("ignoring a decision that failed verification", zap.Error(err))
 				continue
 			}
-			if sc.IsValid() {
-				// The broker's span that decided.
-				trace.SpanFromContext(ctx).AddLink(trace.Link{SpanContext: sc})
-			}
+			linkDecider(ctx, sc)
 			return d, nil
 		case <-wait.C:
 			// Last look, in case the subscription missed it during a reconnect.
@@ -434,7 +431,8 @@ func (c *Client) Decision(ctx context.Context, id string) (Decision, bool, error
 }
 
 // decision is Decision that also checks the decision is about the request
-// want, when want is set.
+// want, when want is set; the span of ctx, Request's, then links to the
+// broker's span that decided.
 func (c *Client) decision(ctx context.Context, id string, want *sent) (Decision, bool, error) {
 	if c.cfg.Private {
 		return c.privateDecision(ctx, id, want)
@@ -455,7 +453,7 @@ func (c *Client) decision(ctx context.Context, id string, want *sent) (Decision,
 		if err != nil {
 			return Decision{}, false, err
 		}
-		d, err := c.read(m.Header, m.Data)
+		d, sc, err := c.readTraced(m.Header, m.Data)
 		if err != nil && c.trusted != nil {
 			c.log.Warn("skipping a stored decided event that no trusted key signed",
 				zap.String("request_id", id), zap.Uint64("seq", m.Sequence), zap.Error(err))
@@ -467,6 +465,9 @@ func (c *Client) decision(ctx context.Context, id string, want *sent) (Decision,
 		}
 		if err != nil {
 			return Decision{}, false, err
+		}
+		if want != nil {
+			linkDecider(ctx, sc)
 		}
 		return d, true, nil
 	}
@@ -700,7 +701,7 @@ func (c *Client) privateDecision(ctx context.Context, id string, want *sent) (De
 			h[k] = v
 		}
 	}
-	d, err := c.read(h, m.Data)
+	d, sc, err := c.readTraced(h, m.Data)
 	if err != nil && c.trusted != nil {
 		c.log.Warn("the broker's answer holds a decided event no trusted key signed", zap.String("request_id", id), zap.Error(err))
 		return Decision{}, false, nil
@@ -710,6 +711,9 @@ func (c *Client) privateDecision(ctx context.Context, id string, want *sent) (De
 	}
 	if err != nil {
 		return Decision{}, false, err
+	}
+	if want != nil {
+		linkDecider(ctx, sc)
 	}
 	return d, true, nil
 }

@@ -79,6 +79,14 @@ func setEventTrace(ctx context.Context, e *events.Event) {
 	traceContext.Inject(ctx, events.TraceCarrier{Event: e})
 }
 
+// linkDecider links the span of ctx (Request's) to the broker's span that
+// decided, whose span context the decided event carried as sc.
+func linkDecider(ctx context.Context, sc trace.SpanContext) {
+	if sc.IsValid() {
+		trace.SpanFromContext(ctx).AddLink(trace.Link{SpanContext: sc})
+	}
+}
+
 // endSpan ends span, marking it failed with err when err is not nil.
 func endSpan(span trace.Span, err error) {
 	if err != nil {
