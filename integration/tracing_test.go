@@ -12,7 +12,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -368,5 +370,71 @@ func TestTraceOfAnExpiry(t *testing.T) {
 	receipt(t, req, events.Expired)
 	if d := decider(t, spans, req); d.id() != expire.id() {
 		t.Errorf("the decision came from %v, want the expiry %v", d, expire)
+	}
+}
+
+// TestTraceAttributesNeverReject: requested events whose trace attributes
+// are malformed are decided as if they carried none; the broker begins a
+// trace of its own for them when its tracing is on, and passes a valid one
+// on whether its tracing is on or off.
+func TestTraceAttributesNeverReject(t *testing.T) {
+	const valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	cases := []struct {
+		name, attrs string
+		keep        bool // the decision is in the sender's trace
+	}{
+		{"none", ``, false},
+		{"valid", `"traceparent":"` + valid + `","tracestate":"rojo=00f067aa0ba902b7",`, true},
+		{"valid, tracestate malformed", `"traceparent":"` + valid + `","tracestate":"=,=,===",`, true},
+		{"malformed", `"traceparent":"00-zzz-01",`, false},
+		{"all-zero trace id", `"traceparent":"00-00000000000000000000000000000000-00f067aa0ba902b7-01",`, false},
+		{"upper case", `"traceparent":"00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01",`, false},
+		{"a number", `"traceparent":42,`, false},
+	}
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("tracing %v", map[bool]string{true: "on", false: "off"}[on]), func(t *testing.T) {
+			var tp trace.TracerProvider = noop.NewTracerProvider() // as tracing.New makes it when off
+			if on {
+				tp = newCollector(t).provider(t, "broker")
+			}
+			ns := testenv.Server(t)
+			runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "traced", Mode: broker.ModeAutoApprove, TracerProvider: tp})
+			nc := testenv.Conn(t, ns)
+			js := newJS(t, nc)
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					id := events.NewID()
+					decisions := subscribe(t, nc, events.DecisionPrefix+id)
+					body := `{"specversion":"1.0","id":"` + id + `","type":"` + events.TypeRequested + `","source":"agent/file-manager",` + tc.attrs +
+						`"datacontenttype":"application/json","data":{"tool":"delete_file","agent":"file-manager"}}`
+					ctx, cancel := opCtx()
+					defer cancel()
+					if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: events.RequestPrefix + "file-manager", Data: []byte(body),
+						Header: nats.Header{"Content-Type": {events.ContentTypeStructured}}}); err != nil {
+						t.Fatal(err)
+					}
+					m := testenv.Await(t, decisions, patience, "the decision")
+					e, err := events.Decode(events.Header(m.Header), m.Data)
+					if err != nil {
+						t.Fatal(err)
+					}
+					d, err := events.DecodeDecided(&e)
+					if err != nil || d.Outcome != events.Approved {
+						t.Fatalf("decision %+v, %v; want approved", d, err)
+					}
+					got := events.TraceCarrier{Event: &e}.Get(events.TraceParentAttribute)
+					switch {
+					case tc.keep && got[3:35] != valid[3:35]:
+						t.Errorf("the decision's traceparent %q is not in the request's trace %s", got, valid[3:35])
+					case tc.keep && on && got == valid:
+						t.Errorf("the decision's traceparent %q names the agent's span, not the broker's", got)
+					case !tc.keep && on && (len(got) != len(valid) || got[3:35] == valid[3:35]):
+						t.Errorf("the decision's traceparent %q: want a trace of the broker's own", got)
+					case !tc.keep && !on && got != "":
+						t.Errorf("with tracing off, the decision carries traceparent %q of nothing", got)
+					}
+				})
+			}
+		})
 	}
 }
