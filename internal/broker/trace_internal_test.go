@@ -17,7 +17,7 @@ import (
 func TestRecordTrace(t *testing.T) {
 	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	for _, tc := range []struct {
-		name, parent, state string
+		name, parent, state   string
 		wantParent, wantState string
 	}{
 		{"valid", parent, "rojo=00f067aa0ba902b7", parent, "rojo=00f067aa0ba902b7"},
