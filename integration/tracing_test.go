@@ -438,3 +438,23 @@ func TestTraceAttributesNeverReject(t *testing.T) {
 		})
 	}
 }
+
+// TestTraceOfAnHTTPRequest: a request made over HTTP joins the trace of the
+// call's traceparent header.
+func TestTraceOfAnHTTPRequest(t *testing.T) {
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	w := newTraced(t)
+	ctx, cancel := opCtx()
+	defer cancel()
+	resp, err := doHTTPWith(ctx, http.MethodPost, w.api+"/v1/approvals", http.Header{"Traceparent": {"00-" + traceID + "-" + parentID + "-01"}},
+		`{"tool":"delete_file","agent":"file-manager"}`)
+	if err != nil || resp.status != http.StatusCreated {
+		t.Fatalf("create: %v %d %s", err, resp.status, resp.body)
+	}
+	spans := w.settle(t, traceID, map[string]int{"broker/" + broker.SpanIngest: 1, "approver-bot/" + handler.SpanNotify: 1})
+	ingest := one(t, spans, "broker/"+broker.SpanIngest, "", "")
+	if ingest.parentID() != parentID {
+		t.Errorf("%v: want the caller's span %s as parent", ingest, parentID)
+	}
+	childOf(t, one(t, spans, "approver-bot/"+handler.SpanNotify, "", ""), ingest)
+}

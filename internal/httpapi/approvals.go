@@ -98,7 +98,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	rec, err := s.b.Submit(r.Context(), body.ID, "http/"+clientName(r), body.Requested)
+	// The caller's W3C traceparent header, if any, is the request's trace.
+	rec, err := s.b.Submit(callerTrace(r), body.ID, "http/"+clientName(r), body.Requested)
 	if err != nil {
 		s.fail(w, err)
 		return

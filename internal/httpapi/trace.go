@@ -28,11 +28,16 @@ func (s *Server) startDecision(r *http.Request, id, principal string, resp event
 		trace.WithAttributes(attribute.String("assent.request_id", id), attribute.String("assent.principal", principal),
 			attribute.String("assent.decision", string(resp.Decision)), attribute.String("assent.channel", resp.Channel),
 			attribute.String("http.route", r.Pattern))}
-	caller := propagation.TraceContext{}.Extract(context.Background(), propagation.HeaderCarrier(r.Header))
-	if sc := trace.SpanContextFromContext(caller); sc.IsValid() {
+	if sc := trace.SpanContextFromContext(callerTrace(r)); sc.IsValid() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
 	}
 	return s.tracer.Start(s.b.RequestContext(r.Context(), id), SpanDecision, opts...)
+}
+
+// callerTrace returns the context of r carrying the trace context of its
+// W3C traceparent and tracestate headers, when they are valid.
+func callerTrace(r *http.Request) context.Context {
+	return propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 }
 
 // endDecision ends a decision's span, marking it failed with err when err is
