@@ -458,3 +458,29 @@ func TestTraceOfAnHTTPRequest(t *testing.T) {
 	}
 	childOf(t, one(t, spans, "approver-bot/"+handler.SpanNotify, "", ""), ingest)
 }
+
+// TestTraceOfACancel: an agent that stops waiting withdraws its request in
+// the request's trace.
+func TestTraceOfACancel(t *testing.T) {
+	w := newTraced(t)
+	ctx, turn := w.agent.Start(context.Background(), "agent.turn")
+	ctx, stop := context.WithCancel(ctx)
+	res := testenv.Go(t, func() result {
+		d, err := w.client.Request(ctx, handler.Request{Requested: events.Requested{Tool: "delete_file", Timeout: events.Duration(patience)}})
+		return result{d, err}
+	})
+	testenv.Await(t, w.shown, patience, "the channel's notice")
+	stop()
+	if r := await(t, res); r.err == nil {
+		t.Fatalf("Request returned %+v after its context ended, want its error", r.d)
+	}
+	turn.End()
+	spans := w.settle(t, turn.SpanContext().TraceID().String(), map[string]int{
+		"agent/" + handler.SpanRequest: 1, "broker/" + broker.SpanCancel: 1,
+	})
+	req := one(t, spans, "agent/"+handler.SpanRequest, "", "")
+	childOf(t, one(t, spans, "broker/"+broker.SpanCancel, "assent.state", "cancelled"), req)
+	if req.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR {
+		t.Errorf("%v: status %v, want an error: the call ended without a decision", req, req.Status)
+	}
+}

@@ -82,6 +82,9 @@ func setEventTrace(ctx context.Context, e *events.Event) {
 
 // setTrace keeps in r the trace context of ctx: the request's.
 func (r *Record) setTrace(ctx context.Context) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return
+	}
 	m := propagation.MapCarrier{}
 	traceContext.Inject(ctx, m)
 	r.TraceParent, r.TraceState = m[events.TraceParentAttribute], m[events.TraceStateAttribute]

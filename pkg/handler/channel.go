@@ -555,6 +555,9 @@ func (c *Channel) startNotify(ctx context.Context, n Notice) (context.Context, t
 // storedTrace returns the traceparent and tracestate of the span in ctx, to
 // store; empty when it has none.
 func storedTrace(ctx context.Context) (traceparent, tracestate string) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return "", ""
+	}
 	m := propagation.MapCarrier{}
 	traceContext.Inject(ctx, m)
 	return m[events.TraceParentAttribute], m[events.TraceStateAttribute]

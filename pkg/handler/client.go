@@ -532,6 +532,7 @@ func (c *Client) getStream(ctx context.Context) (jetstream.Stream, error) {
 // Cancel asks the broker to end request id as cancelled. With Config.Agent
 // set it is published on assent.cancel.<agent>.<id>, which cancels only that
 // agent's request (and which NATS permissions can confine an agent to).
+// The cancel carries the trace context of ctx, if any.
 func (c *Client) Cancel(ctx context.Context, id, reason string) error {
 	source := c.cfg.Source
 	if source == "" && c.cfg.Agent != "" {
@@ -556,6 +557,7 @@ func (c *Client) cancel(ctx context.Context, agent, source, id, reason string) e
 	if err != nil {
 		return err
 	}
+	setEventTrace(ctx, &e)
 	h, body, err := events.Encode(&e)
 	if err != nil {
 		return err
