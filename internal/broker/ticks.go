@@ -314,13 +314,11 @@ func (b *Broker) expireBatch(ctx context.Context, ids []string, o origin) error 
 // replaced).
 //
 // The expiry is a span (SpanExpire) in the request's trace.
-func (b *Broker) expireOne(ctx context.Context, id string, o origin) (err error) {
+func (b *Broker) expireOne(ctx context.Context, id string, o origin) error {
 	ctx, span := b.startSpan(b.requestContext(ctx, id), SpanExpire, trace.SpanKindInternal, id)
 	rec, err := b.expire(ctx, id, b.now(), o)
-	defer func() {
-		span.SetAttributes(attrLevel.Int(rec.Level))
-		endSpan(span, &rec, err)
-	}()
+	span.SetAttributes(attrLevel.Int(rec.Level))
+	endSpan(span, &rec, err)
 	var retry *retryError
 	switch {
 	case err == nil, errors.Is(err, ErrNotFound):
