@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/internal/cmdrun"
+	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/tracing"
 	"github.com/assent-dev/assent/internal/worker"
 )
@@ -24,7 +25,7 @@ func main() {
 }
 
 func run() int {
-	cmd, err := worker.ParseArgs(os.Args[1:], os.Stderr)
+	cmd, err := worker.ParseArgs(os.Args[1:], envflag.OS(), os.Stderr)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return 0

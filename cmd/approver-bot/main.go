@@ -18,13 +18,14 @@ import (
 	"syscall"
 
 	"github.com/assent-dev/assent/internal/bot"
+	"github.com/assent-dev/assent/internal/envflag"
 )
 
 var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := bot.Main(ctx, version, os.Args[1:], os.Stdout, os.Stderr)
+	code := bot.Main(ctx, version, os.Args[1:], envflag.OS(), os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

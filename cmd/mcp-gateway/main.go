@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/internal/cmdrun"
+	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/mcpgateway"
 	"github.com/assent-dev/assent/internal/tracing"
 )
@@ -29,7 +30,7 @@ func main() {
 }
 
 func run() int {
-	cmd, err := mcpgateway.ParseArgs(os.Args[1:], os.Stderr)
+	cmd, err := mcpgateway.ParseArgs(os.Args[1:], envflag.OS(), os.Stderr)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return 0

@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/assent-dev/assent/internal/auth"
+	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/textsafe"
 )
 
@@ -33,12 +35,16 @@ const (
 //
 // Every command answers -h, -help and --help, anywhere among its arguments
 // (before a "--"), with its usage on Stderr, and does nothing else. Flags may
-// come before or after positional arguments; "--" ends the flags.
+// come before or after positional arguments; "--" ends the flags. Flags not
+// given come from Env (envflag.Parse).
 type CLI struct {
 	// Version is what "broker version" prints.
 	Version string
 	// Stdout receives what a command reports; Stderr usage and errors.
 	Stdout, Stderr io.Writer
+	// Env is the environment flags not given are read from
+	// (envflag.OS()); the zero Env has none.
+	Env envflag.Env
 }
 
 // command is one command of the CLI.
@@ -58,10 +64,28 @@ type command struct {
 // status says the rest.
 var errReported = errors.New("failed")
 
+// apiURL is the URL of the broker's HTTP API that the client commands' --http
+// names: a URL, or the address the broker listens on, as its own --http (and
+// ASSENT_HTTP, in the broker's container) has it, where an unspecified host
+// (0.0.0.0, [::] or none) is this machine.
+func apiURL(s string) string {
+	if strings.Contains(s, "://") {
+		return s
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return "http://" + s
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
 // commands lists the CLI's commands, in the order usage shows them.
 func commands() []*command {
 	httpFlag := func(fs *flag.FlagSet) *string {
-		return fs.String("http", "http://127.0.0.1:8080", "the broker's HTTP API `URL`")
+		return fs.String("http", "http://127.0.0.1:8080", "the broker's HTTP API `URL`, or the address it listens on (its own --http, such as 0.0.0.0:8080)")
 	}
 	cmds := []*command{
 		{
@@ -105,7 +129,7 @@ one.`,
 				return func(ctx context.Context, c CLI, _ []string) error {
 					ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 					defer cancel()
-					return RememberedList(ctx, c.Stdout, *base)
+					return RememberedList(ctx, c.Stdout, apiURL(*base))
 				}
 			},
 		},
@@ -119,7 +143,7 @@ running broker, for every replica: later requests are decided without it.`,
 				return func(ctx context.Context, c CLI, args []string) error {
 					ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 					defer cancel()
-					return RememberedRevoke(ctx, c.Stdout, *base, args[0])
+					return RememberedRevoke(ctx, c.Stdout, apiURL(*base), args[0])
 				}
 			},
 		},
@@ -144,7 +168,7 @@ pending, escalation and decision events, with the stream sequence and time.
 				fs.StringVar(&q.Until, "until", "", "events stored at or before this `time`")
 				fs.IntVar(&q.Limit, "limit", 0, "at most `N` events (0: all)")
 				return func(ctx context.Context, c CLI, _ []string) error {
-					return Audit(ctx, c.Stdout, *base, q)
+					return Audit(ctx, c.Stdout, apiURL(*base), q)
 				}
 			},
 		},
@@ -285,6 +309,36 @@ func (c CLI) group(ctx context.Context, group, want string, rest []string) int {
 	return ExitUsage
 }
 
+// Commands returns the names of the commands of CLI, in the order usage
+// lists them: "policy check", "remembered revoke", "version".
+func Commands() []string {
+	var names []string
+	for _, cmd := range commands() {
+		names = append(names, cmd.name)
+	}
+	return names
+}
+
+// CommandFlagSet returns the flag set of the command called name, as CLI
+// defines it to parse the command's arguments; nil if there is no such
+// command.
+func CommandFlagSet(name string) *flag.FlagSet {
+	cmd := lookup(name)
+	if cmd == nil {
+		return nil
+	}
+	fs, _ := newFlagSet(cmd)
+	return fs
+}
+
+// newFlagSet returns a new flag set with cmd's flags, and what runs cmd once
+// it is parsed.
+func newFlagSet(cmd *command) (*flag.FlagSet, func(context.Context, CLI, []string) error) {
+	fs := flag.NewFlagSet("broker "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // run reports errors itself
+	return fs, cmd.define(fs)
+}
+
 // lookup returns the command called name, or nil.
 func lookup(name string) *command {
 	for _, cmd := range commands() {
@@ -335,26 +389,20 @@ func (c CLI) Run(ctx context.Context, args []string) int {
 		}
 		return c.Run(ctx, append(slices.Clone(rest), "-h"))
 	}
-	var names []string
-	for _, cmd := range commands() {
-		names = append(names, cmd.name)
-	}
-	fmt.Fprintf(c.Stderr, "broker: unknown command %q; the commands are %s and help (\"broker -h\" lists the flags for running the broker)\n", name, strings.Join(names, ", "))
+	fmt.Fprintf(c.Stderr, "broker: unknown command %q; the commands are %s and help (\"broker -h\" lists the flags for running the broker)\n", name, strings.Join(Commands(), ", "))
 	return ExitUsage
 }
 
 // run parses args for cmd and runs it.
 func (c CLI) run(ctx context.Context, cmd *command, args []string) int {
-	fs := flag.NewFlagSet("broker "+cmd.name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // run reports errors itself
-	exec := cmd.define(fs)
+	fs, exec := newFlagSet(cmd)
 	if wantsHelp(args) {
 		c.usage(cmd, fs)
 		return ExitOK
 	}
 	flagIdx, posIdx := scanArgs(fs, args)
 	pos := pick(args, posIdx)
-	if err := fs.Parse(pick(args, flagIdx)); err != nil {
+	if err := envflag.Parse(fs, pick(args, flagIdx), c.Env, c.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // -h=true and the like
 			c.usage(cmd, fs)
 			return ExitOK
@@ -363,7 +411,7 @@ func (c CLI) run(ctx context.Context, cmd *command, args []string) int {
 	}
 	for _, name := range cmd.required {
 		if fs.Lookup(name).Value.String() == "" {
-			return c.usageError(cmd, fs, fmt.Sprintf("missing --%s", name))
+			return c.usageError(cmd, fs, fmt.Sprintf("missing --%s (or %s)", name, envflag.Var(name)))
 		}
 	}
 	switch want := wantArgs(cmd.args); {
@@ -459,7 +507,7 @@ func (c CLI) usage(cmd *command, fs *flag.FlagSet) {
 	if n > 0 {
 		fmt.Fprint(c.Stderr, "\nflags:\n")
 		fs.SetOutput(c.Stderr)
-		fs.PrintDefaults()
+		envflag.PrintDefaults(fs)
 		fs.SetOutput(io.Discard)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/assent-dev/assent/internal/app"
+	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/policy"
 )
@@ -380,5 +382,42 @@ func TestCLITokens(t *testing.T) {
 	}
 	if code, out, _ := run(t, "token", "list", "--auth", file); code != app.ExitOK || out != "no tokens\n" {
 		t.Fatalf("list after revoke: %d %q", code, out)
+	}
+}
+
+// The commands read flags not given from the environment: a required flag
+// may come from it, the command line wins, and a bad value is a usage error
+// naming the variable.
+func TestCLIEnvironment(t *testing.T) {
+	srv := adminServer(t, http.MethodGet, "/v1/remembered", http.StatusOK, map[string]any{"remembered": []policy.Grant{}})
+	runEnv := func(vars map[string]string, args ...string) (int, string, string) {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		code := app.CLI{Stdout: &stdout, Stderr: &stderr, Env: envflag.Map(vars)}.Run(testCtx(t), args)
+		return code, stdout.String(), stderr.String()
+	}
+	if code, out, errOut := runEnv(map[string]string{"ASSENT_HTTP": srv.URL}, "remembered"); code != app.ExitOK || errOut != "" {
+		t.Errorf("remembered with ASSENT_HTTP: exit %d\n%s%s", code, out, errOut)
+	}
+	// In the broker's container, ASSENT_HTTP is the broker's listen address.
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
+	if code, out, errOut := runEnv(map[string]string{"ASSENT_HTTP": "0.0.0.0:" + port}, "remembered"); code != app.ExitOK || errOut != "" {
+		t.Errorf("remembered with the broker's listen address in ASSENT_HTTP: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := runEnv(map[string]string{"ASSENT_HTTP": "http://127.0.0.1:1"}, "remembered", "--http", srv.URL); code != app.ExitOK {
+		t.Errorf("--http did not win over ASSENT_HTTP: exit %d\n%s%s", code, out, errOut)
+	}
+
+	auth := filepath.Join(t.TempDir(), "auth.yaml")
+	if code, out, errOut := runEnv(map[string]string{"ASSENT_AUTH": auth}, "token", "create", "ci", "--principal", "alice"); code != app.ExitOK || !strings.Contains(errOut, "recorded in "+auth) {
+		t.Fatalf("token create with ASSENT_AUTH: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, out, errOut := runEnv(map[string]string{"ASSENT_AUTH": auth, "ASSENT_HTTP": srv.URL}, "token", "list"); code != app.ExitOK || !strings.Contains(out, "ci") ||
+		errOut != "" { // ASSENT_HTTP is another command's: no warning
+		t.Errorf("token list with ASSENT_AUTH: exit %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut := runEnv(map[string]string{"ASSENT_LIMIT": "all", "ASSENT_HTTP": srv.URL}, "audit"); code != app.ExitUsage ||
+		!strings.HasPrefix(errOut, "broker audit: ASSENT_LIMIT, for --limit: want a whole number") || !strings.Contains(errOut, "usage: broker audit") {
+		t.Errorf("audit with a bad ASSENT_LIMIT: exit %d\n%s", code, errOut)
 	}
 }

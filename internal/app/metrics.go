@@ -16,6 +16,7 @@ import (
 type metrics struct {
 	reg     *prometheus.Registry
 	latency *prometheus.HistogramVec
+	late    prometheus.Histogram
 }
 
 func newMetrics() *metrics {
@@ -27,13 +28,23 @@ func newMetrics() *metrics {
 		// From automatic decisions (milliseconds) to people (minutes, hours).
 		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 14400, 86400},
 	}, []string{"outcome", "channel"})
-	m.reg.MustRegister(m.latency)
+	m.late = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "assent", Name: "timeout_lateness_seconds",
+		Help: "Time from a request's deadline to its timeout's decision, for the timeouts this replica decided.",
+		// A local timer lands within milliseconds, another replica's backup
+		// timer 400 ms late, the durable tick by the end of the second.
+		Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300},
+	})
+	m.reg.MustRegister(m.latency, m.late)
 	return m
 }
 
 // observe records one outcome; it is the broker's Config.Observe.
 func (m *metrics) observe(d broker.Decision) {
 	m.latency.WithLabelValues(string(d.Outcome), d.Channel).Observe(d.Latency.Seconds())
+	if d.Channel == "timeout" {
+		m.late.Observe(d.Late.Seconds())
+	}
 }
 
 // register adds the broker's counters and gauges, and the authentication
@@ -58,6 +69,16 @@ func (m *metrics) register(b *broker.Broker, authFailures func() map[string]int6
 	gauge("pending_timers", "Pending requests this replica holds a local timer for.", func() float64 { return float64(b.Stats().Timers) })
 	gauge("pending_requests", "Requests pending, as this replica's index knows them.", func() float64 { return float64(b.Pending()) })
 	gauge("event_stream_clients", "Clients following GET /v1/events on this replica.", func() float64 { return float64(b.Subscribers()) })
+	gauge("ready", "1 while this replica takes work and is connected to NATS (GET /readyz answers 200), else 0.", func() float64 { return bool01(b.Ready()) })
+	gauge("nats_connected", "1 while this replica's NATS connection is up, else 0.", func() float64 {
+		up, _ := b.Connection()
+		return bool01(up)
+	})
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "assent", Name: "nats_reconnects_total", Help: "Times this replica's NATS connection was made again after it dropped."},
+		func() float64 {
+			_, n := b.Connection()
+			return float64(n)
+		}))
 	if authFailures != nil {
 		desc := prometheus.NewDesc("assent_auth_failures_total", "Failed authentications on the HTTP API, by reason.", []string{"reason"}, nil)
 		m.reg.MustRegister(collectorFunc{desc, func(ch chan<- prometheus.Metric) {
@@ -66,6 +87,13 @@ func (m *metrics) register(b *broker.Broker, authFailures func() map[string]int6
 			}
 		}})
 	}
+}
+
+func bool01(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (m *metrics) handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/assent-dev/assent/internal/channels"
 	"github.com/assent-dev/assent/internal/channels/terminal"
 	"github.com/assent-dev/assent/internal/channels/webhook"
+	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/logging"
 	"github.com/assent-dev/assent/internal/natsconn"
 	"github.com/assent-dev/assent/internal/tracing"
@@ -42,8 +44,28 @@ Usage:
 "approver-bot COMMAND -h" describes a command. Setup: docs/channels.md.
 `
 
-// Main runs the command line args and returns the exit code.
-func Main(ctx context.Context, version string, args []string, stdout, stderr io.Writer) int {
+// Commands are the names of the commands that Main runs.
+var commands = []string{"run", "check", "cli", "webhooks log", "version"}
+
+// Commands returns the names of the commands that Main runs, in the order
+// the usage lists them.
+func Commands() []string {
+	return slices.Clone(commands)
+}
+
+// FlagSet returns the flag set of the command called name, as Main defines
+// it to parse the command's arguments; nil if there is no such command.
+func FlagSet(name string) *flag.FlagSet {
+	if !slices.Contains(commands, name) {
+		return nil
+	}
+	fs, _ := newFlagSet(context.Background(), name, "", io.Discard)
+	return fs
+}
+
+// Main runs the command line args, reading the flags not given from env
+// (envflag), and returns the exit code.
+func Main(ctx context.Context, version string, args []string, env envflag.Env, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return ExitUsage
@@ -56,8 +78,48 @@ func Main(ctx context.Context, version string, args []string, stdout, stderr io.
 		}
 		cmd, rest = "webhooks log", rest[1:]
 	}
-	fs := flag.NewFlagSet("approver-bot "+cmd, flag.ContinueOnError)
+	switch {
+	case cmd == "help" || cmd == "-h" || cmd == "--help":
+		fmt.Fprint(stdout, usage)
+		return ExitOK
+	case !slices.Contains(commands, cmd):
+		fmt.Fprintf(stderr, "approver-bot: unknown command %q\n\n%s", cmd, usage)
+		return ExitUsage
+	}
+	fs, run := newFlagSet(ctx, cmd, version, stdout)
 	fs.SetOutput(stderr)
+	if err := envflag.Parse(fs, rest, env, stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "approver-bot %s: unexpected arguments %q\n", cmd, fs.Args())
+		fs.Usage()
+		return ExitUsage
+	}
+	if err := run(); err != nil {
+		var u usageError
+		if errors.As(err, &u) {
+			fmt.Fprintf(stderr, "approver-bot %s: %s\n", cmd, u)
+			fs.Usage()
+			return ExitUsage
+		}
+		fmt.Fprintf(stderr, "approver-bot %s: %v\n", cmd, err)
+		return ExitError
+	}
+	return ExitOK
+}
+
+// newFlagSet returns a new flag set with the flags of the command called
+// cmd (one of commands), and what runs the command once it is parsed.
+func newFlagSet(ctx context.Context, cmd, version string, stdout io.Writer) (*flag.FlagSet, func() error) {
+	fs := flag.NewFlagSet("approver-bot "+cmd, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+		envflag.PrintDefaults(fs)
+	}
 	var run func() error
 	switch cmd {
 	case "run", "check":
@@ -68,7 +130,7 @@ func Main(ctx context.Context, version string, args []string, stdout, stderr io.
 		tracing.RegisterFlags(fs, &tc)
 		run = func() error {
 			if *config == "" {
-				return usageError("missing --config FILE")
+				return usageError("missing --config FILE (or ASSENT_CONFIG)")
 			}
 			cfg, err := LoadConfig(*config)
 			if err != nil {
@@ -106,7 +168,7 @@ func Main(ctx context.Context, version string, args []string, stdout, stderr io.
 		})
 		run = func() error {
 			if *principal == "" {
-				return usageError("missing --principal: the principal of the policy you answer as")
+				return usageError("missing --principal (or ASSENT_PRINCIPAL): the principal of the policy you answer as")
 			}
 			nc, err := connect(*conn)
 			if err != nil {
@@ -152,35 +214,8 @@ func Main(ctx context.Context, version string, args []string, stdout, stderr io.
 			_, err := fmt.Fprintln(stdout, "assent approver-bot", version)
 			return err
 		}
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return ExitOK
-	default:
-		fmt.Fprintf(stderr, "approver-bot: unknown command %q\n\n%s", cmd, usage)
-		return ExitUsage
 	}
-	if err := fs.Parse(rest); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
-		}
-		return ExitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "approver-bot %s: unexpected arguments %q\n", cmd, fs.Args())
-		fs.Usage()
-		return ExitUsage
-	}
-	if err := run(); err != nil {
-		var u usageError
-		if errors.As(err, &u) {
-			fmt.Fprintf(stderr, "approver-bot %s: %s\n", cmd, u)
-			fs.Usage()
-			return ExitUsage
-		}
-		fmt.Fprintf(stderr, "approver-bot %s: %v\n", cmd, err)
-		return ExitError
-	}
-	return ExitOK
+	return fs, run
 }
 
 type usageError string

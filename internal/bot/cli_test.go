@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/testenv"
 )
 
@@ -26,7 +27,7 @@ rules:
 func runMain(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code := Main(context.Background(), "v-test", args, &out, &errOut)
+	code := Main(context.Background(), "v-test", args, envflag.Env{}, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -106,5 +107,58 @@ func TestMainUsage(t *testing.T) {
 	}
 	if code, out, _ := runMain(t, "help"); code != ExitOK || !strings.Contains(out, "approver-bot run --config FILE") {
 		t.Errorf("help: %d %q", code, out)
+	}
+}
+
+// TestCheckFromEnvironment: check takes its configuration's path from
+// ASSENT_CONFIG, or from the file ASSENT_CONFIG_FILE names; the command line
+// wins; both variables at once, or one that names no flag, are reported.
+func TestCheckFromEnvironment(t *testing.T) {
+	ns := testenv.Server(t)
+	dir := t.TempDir()
+	write := func(name, src string) string {
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	policy := write("policy.yaml", cliPolicy)
+	good := write("bot.yaml", "nats: {url: "+ns.ClientURL()+"}\npolicy: "+policy+"\nwebhooks:\n  inbound: [{name: ci, secret_env: ENV_HOOK_CI, principal: ci-bot}]\n")
+	t.Setenv("ENV_HOOK_CI", "whsec_"+strings.Repeat("QUJD", 8))
+	run := func(vars map[string]string, args ...string) (int, string, string) {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		code := Main(context.Background(), "v-test", args, envflag.Map(vars), &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+
+	code, out, errOut := run(map[string]string{"ASSENT_CONFIG": good, "ASSENT_CONFG": "typo"}, "check")
+	if code != ExitOK || !strings.Contains(out, good+": ok (policy") {
+		t.Fatalf("check with ASSENT_CONFIG: %d\n%s%s", code, out, errOut)
+	}
+	if want := "approver-bot check: warning: ASSENT_CONFG names no flag of any of Assent's programs; it is ignored (did you mean ASSENT_CONFIG, for --config?)\n"; errOut != want {
+		t.Errorf("stderr %q, want %q", errOut, want)
+	}
+
+	pathFile := write("config-path", good+"\n")
+	if code, out, errOut = run(map[string]string{"ASSENT_CONFIG_FILE": pathFile}, "check"); code != ExitOK || !strings.Contains(out, good+": ok (policy") {
+		t.Fatalf("check with ASSENT_CONFIG_FILE: %d\n%s%s", code, out, errOut)
+	}
+
+	missing := filepath.Join(dir, "missing.yaml")
+	if code, out, errOut = run(map[string]string{"ASSENT_CONFIG": missing}, "check", "--config", good); code != ExitOK {
+		t.Fatalf("--config did not win over ASSENT_CONFIG: %d\n%s%s", code, out, errOut)
+	}
+	if code, _, errOut = run(map[string]string{"ASSENT_CONFIG": missing}, "check"); code != ExitError || !strings.Contains(errOut, "missing.yaml") {
+		t.Fatalf("check with ASSENT_CONFIG naming a missing file: %d\n%s", code, errOut)
+	}
+	if code, _, errOut = run(map[string]string{"ASSENT_CONFIG": good, "ASSENT_CONFIG_FILE": pathFile}, "check"); code != ExitUsage ||
+		!strings.Contains(errOut, "both ASSENT_CONFIG and ASSENT_CONFIG_FILE are set, for --config: unset one") || !strings.Contains(errOut, "-config file") {
+		t.Fatalf("check with both: %d\n%s", code, errOut)
+	}
+	if code, _, errOut = run(map[string]string{"ASSENT_LOG_JSON": "yes"}, "run"); code != ExitUsage ||
+		!strings.Contains(errOut, "ASSENT_LOG_JSON, for --log-json: want true or false") {
+		t.Fatalf("run with a bad ASSENT_LOG_JSON: %d\n%s", code, errOut)
 	}
 }

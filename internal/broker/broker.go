@@ -439,6 +439,10 @@ type Page struct {
 	Records []Record
 	// Total counts the requests that match the filter, on every page.
 	Total int
+	// Next is the Filter.After of the next page, "" on the last. A page can
+	// hold fewer records than its limit and still have a next one: a
+	// request gone from the bucket since the index listed it is left out.
+	Next string
 }
 
 // List returns up to f.Limit records matching f: pending ones oldest first,
@@ -454,6 +458,10 @@ func (b *Broker) List(ctx context.Context, f Filter) (Page, error) {
 		f.Limit = 100
 	}
 	ids, total := b.index.list(f)
+	var next string
+	if len(ids) == f.Limit {
+		next = ids[len(ids)-1]
+	}
 	// The index holds a pending request's id, agent and session only, and
 	// a decided one without its large args: read those from the bucket, a
 	// few at a time. One gone from the bucket since is left out.
@@ -480,7 +488,7 @@ func (b *Broker) List(ctx context.Context, f Filter) (Page, error) {
 	if err := g.Wait(); err != nil {
 		return Page{Total: total}, err
 	}
-	page := Page{Records: recs[:0], Total: total}
+	page := Page{Records: recs[:0], Total: total, Next: next}
 	for i := range recs {
 		if have[i] {
 			page.Records = append(page.Records, recs[i])

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -54,14 +55,29 @@ func originOf(msg jetstream.Msg) (origin, error) {
 
 // load reads the record of id.
 func (b *Broker) load(ctx context.Context, id string) (Record, error) {
+	var (
+		value    []byte
+		revision uint64
+	)
 	entry, err := b.res.state.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		// The bucket's get is a direct get, which any of its stream's
+		// replicas (or a mirror's) may answer, and one cut off from the
+		// others answers from what it had then. An answer refused as naming
+		// no request is final, so the leader has the last word.
+		value, revision, err = b.leaderGet(ctx, id)
+		if err != nil {
+			return Record{}, err
+		}
+	case errors.Is(err, jetstream.ErrKeyDeleted):
 		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	if err != nil {
+	case err != nil:
 		return Record{}, fmt.Errorf("read state of %s: %w", id, err)
+	default:
+		value, revision = entry.Value(), entry.Revision()
 	}
-	rec, err := decodeRecord(entry.Value(), entry.Revision())
+	rec, err := decodeRecord(value, revision)
 	if err == nil {
 		// What this replica reads, its listings show, even before the
 		// state watcher brings it (put keeps the newest revision).
@@ -463,4 +479,47 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
+}
+
+// leaderGet reads id's entry in the state bucket from its stream's leader,
+// through the JetStream API rather than a direct get: ErrNotFound when the
+// bucket has no value for it (never written, deleted or purged).
+func (b *Broker) leaderGet(ctx context.Context, id string) ([]byte, uint64, error) {
+	stream := "KV_" + StateBucket
+	req, err := json.Marshal(struct {
+		LastBySubject string `json:"last_by_subj"`
+	}{"$KV." + StateBucket + "." + id})
+	if err != nil {
+		return nil, 0, err
+	}
+	msg, err := b.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read state of %s from the leader of %s: %w", id, stream, err)
+	}
+	var resp struct {
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Data []byte `json:"data"`
+		} `json:"message"`
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return nil, 0, fmt.Errorf("read state of %s from the leader of %s: %w", id, stream, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
+		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, id)
+	case resp.Error != nil:
+		return nil, 0, fmt.Errorf("read state of %s from the leader of %s: %s (%d)", id, stream, resp.Error.Description, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return nil, 0, fmt.Errorf("read state of %s from the leader of %s: an answer without a message", id, stream)
+	case len(resp.Message.Data) == 0:
+		// A delete or purge marker: a record is never empty.
+		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return resp.Message.Data, resp.Message.Seq, nil
 }

@@ -73,6 +73,9 @@ type Decision struct {
 	Channel string
 	// Latency is from the request's arrival to the decision.
 	Latency time.Duration
+	// Late is, for channel "timeout", how long after the request's deadline
+	// the outcome was stored; zero for every other channel.
+	Late time.Duration
 }
 
 // observe tells Config.Observe about r's outcome.
@@ -93,5 +96,15 @@ func (b *Broker) observe(r *Record) {
 			channel = "unknown"
 		}
 	}
-	b.cfg.Observe(Decision{Outcome: d.Outcome, Channel: channel, Latency: d.DecidedAt.Sub(r.ReceivedAt)})
+	var late time.Duration
+	if channel == "timeout" {
+		late = max(d.DecidedAt.Sub(r.Deadline), 0)
+	}
+	b.cfg.Observe(Decision{Outcome: d.Outcome, Channel: channel, Latency: d.DecidedAt.Sub(r.ReceivedAt), Late: late})
+}
+
+// Connection reports this replica's NATS connection: whether it is connected
+// now, and how many times it has reconnected since it was made.
+func (b *Broker) Connection() (connected bool, reconnects uint64) {
+	return b.nc.IsConnected(), b.nc.Stats().Reconnects
 }

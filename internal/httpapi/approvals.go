@@ -176,9 +176,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	for i, rec := range page.Records {
 		out.Approvals[i] = s.approval(rec)
 	}
-	if n := len(page.Records); n > 0 && n == f.Limit {
-		out.Next = page.Records[n-1].ID
-	}
+	out.Next = page.Next
 	writeJSON(w, http.StatusOK, out)
 }
 

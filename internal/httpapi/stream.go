@@ -63,9 +63,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	// The heartbeat stops, and is waited for, before the handler returns:
+	// the response is net/http's again after that.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	done := make(chan struct{})
 	defer close(done)
-	go func() {
+	wg.Go(func() {
 		t := time.NewTicker(s.cfg.Heartbeat)
 		defer t.Stop()
 		for {
@@ -78,7 +82,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 				_ = send([]byte(": ping\n\n"))
 			}
 		}
-	}()
+	})
 	var buf []byte
 	err := s.b.Subscribe(ctx, after, f, func(batch []*broker.Event) error {
 		buf = buf[:0]

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/natsconn"
 	"github.com/assent-dev/assent/internal/tracing"
 	"github.com/assent-dev/assent/pkg/events"
@@ -54,10 +55,68 @@ upstream and lists the tools the gateway would offer.
 flags:
 `
 
-// ParseArgs parses the command line after the program name. Problems, and
-// -h, print usage to stderr; the error then wraps ErrUsage, or is
-// flag.ErrHelp.
-func ParseArgs(args []string, stderr io.Writer) (Command, error) {
+// Commands returns the names of the commands ParseArgs parses: "serve" (also
+// what runs without a command name) and "check".
+func Commands() []string {
+	return []string{"serve", "check"}
+}
+
+// FlagSet returns the flag set of the command called name, as ParseArgs
+// defines it; nil if there is no such command.
+func FlagSet(name string) *flag.FlagSet {
+	if !slices.Contains(Commands(), name) {
+		return nil
+	}
+	return newFlagSet(&Command{Name: name}, new(flagValues))
+}
+
+// flagValues are the flags' values that are not a Command's fields.
+type flagValues struct {
+	file string
+	cfg  Config
+	up   Upstream
+	keys []string
+}
+
+// newFlagSet returns a new flag set with the flags of cmd.Name, filling cmd
+// and v.
+func newFlagSet(cmd *Command, v *flagValues) *flag.FlagSet {
+	fs := flag.NewFlagSet("mcp-gateway "+cmd.Name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		envflag.PrintDefaults(fs)
+	}
+	fs.StringVar(&v.file, "config", "", "configuration `file` (YAML; docs/integrations.md)")
+	fs.BoolVar(&cmd.Stdio, "stdio", true, "serve the client that started the gateway on stdin and stdout; off by default when --http is given")
+	fs.StringVar(&cmd.HTTP, "http", "", "serve clients over streamable HTTP at `ADDR` (host:port), path /mcp")
+	fs.StringVar(&v.cfg.NATS.URL, "nats-url", "", "NATS server `URL` of the broker (default "+DefaultNATSURL+")")
+	fs.StringVar(&v.cfg.NATS.Creds, "creds", "", "NATS credentials `file`")
+	fs.StringVar(&v.cfg.NATS.CAFile, "nats-ca", "", "the CA `file` of the NATS server's TLS certificate")
+	fs.StringVar(&v.cfg.NATS.CertFile, "nats-cert", "", "a client certificate `file`, for mutual TLS")
+	fs.StringVar(&v.cfg.NATS.KeyFile, "nats-key", "", "the client certificate's key `file`")
+	fs.BoolVar(&v.cfg.NATS.Private, "private", false, "read decisions through the agent's own subjects, for --private credentials (needs --agent)")
+	fs.Func("trust-decision-key", "accept only decisions signed by the broker's decision `key` (public, A...); repeatable", func(s string) error {
+		k, err := events.ParseTrustedKeys(s)
+		v.keys = append(v.keys, k...)
+		return err
+	})
+	fs.StringVar(&v.cfg.Identity.Agent, "agent", "", "agent `name` to ask as (default: the client's name)")
+	fs.StringVar(&v.cfg.Identity.Session, "session", "", "session `id` to ask under (default: the MCP session)")
+	fs.StringVar(&v.cfg.Identity.User, "user", "", "the `user` on whose behalf calls are made")
+	fs.DurationVar(&v.cfg.Timeout, "timeout", 0, "approval timeout asked for each call (default: the broker's)")
+	fs.StringVar(&v.cfg.Elicitation.Principal, "elicit-as", "", "also ask the user in the client, answering as this `principal`")
+	fs.BoolVar(&v.cfg.Elicitation.OverHTTP, "elicit-over-http", false, "with --elicit-as, ask clients connected over HTTP too")
+	fs.StringVar(&v.up.Name, "name", "", "`name` of the upstream on the command line (default: from its command or host)")
+	fs.StringVar(&v.up.Prefix, "prefix", "", "`prefix` for the tool names of the upstream on the command line")
+	fs.Var(&cmd.LogLevel, "log-level", "log `level` on stderr: debug, info, warn, error")
+	tracing.RegisterFlags(fs, &cmd.Tracing)
+	return fs
+}
+
+// ParseArgs parses the command line after the program name, reading the
+// flags not given from env (envflag). Problems, and -h, print usage to
+// stderr; the error then wraps ErrUsage, or is flag.ErrHelp.
+func ParseArgs(args []string, env envflag.Env, stderr io.Writer) (Command, error) {
 	cmd := Command{Name: "serve", LogLevel: zapcore.WarnLevel}
 	if len(args) > 0 && (args[0] == "serve" || args[0] == "check") {
 		cmd.Name, args = args[0], args[1:]
@@ -65,42 +124,9 @@ func ParseArgs(args []string, stderr io.Writer) (Command, error) {
 		fmt.Fprint(stderr, usage)
 		return Command{}, flag.ErrHelp
 	}
-	fs := flag.NewFlagSet("mcp-gateway "+cmd.Name, flag.ContinueOnError)
+	var v flagValues
+	fs := newFlagSet(&cmd, &v)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
-	}
-	var (
-		file string
-		cfg  Config
-		up   Upstream
-		keys []string
-	)
-	fs.StringVar(&file, "config", "", "configuration `file` (YAML; docs/integrations.md)")
-	fs.BoolVar(&cmd.Stdio, "stdio", true, "serve the client that started the gateway on stdin and stdout; off by default when --http is given")
-	fs.StringVar(&cmd.HTTP, "http", "", "serve clients over streamable HTTP at `ADDR` (host:port), path /mcp")
-	fs.StringVar(&cfg.NATS.URL, "nats-url", "", "NATS server `URL` of the broker (default "+DefaultNATSURL+")")
-	fs.StringVar(&cfg.NATS.Creds, "creds", "", "NATS credentials `file`")
-	fs.StringVar(&cfg.NATS.CAFile, "nats-ca", "", "the CA `file` of the NATS server's TLS certificate")
-	fs.StringVar(&cfg.NATS.CertFile, "nats-cert", "", "a client certificate `file`, for mutual TLS")
-	fs.StringVar(&cfg.NATS.KeyFile, "nats-key", "", "the client certificate's key `file`")
-	fs.BoolVar(&cfg.NATS.Private, "private", false, "read decisions through the agent's own subjects, for --private credentials (needs --agent)")
-	fs.Func("trust-decision-key", "accept only decisions signed by the broker's decision `key` (public, A...); repeatable", func(v string) error {
-		k, err := events.ParseTrustedKeys(v)
-		keys = append(keys, k...)
-		return err
-	})
-	fs.StringVar(&cfg.Identity.Agent, "agent", "", "agent `name` to ask as (default: the client's name)")
-	fs.StringVar(&cfg.Identity.Session, "session", "", "session `id` to ask under (default: the MCP session)")
-	fs.StringVar(&cfg.Identity.User, "user", "", "the `user` on whose behalf calls are made")
-	fs.DurationVar(&cfg.Timeout, "timeout", 0, "approval timeout asked for each call (default: the broker's)")
-	fs.StringVar(&cfg.Elicitation.Principal, "elicit-as", "", "also ask the user in the client, answering as this `principal`")
-	fs.BoolVar(&cfg.Elicitation.OverHTTP, "elicit-over-http", false, "with --elicit-as, ask clients connected over HTTP too")
-	fs.StringVar(&up.Name, "name", "", "`name` of the upstream on the command line (default: from its command or host)")
-	fs.StringVar(&up.Prefix, "prefix", "", "`prefix` for the tool names of the upstream on the command line")
-	fs.Var(&cmd.LogLevel, "log-level", "log `level` on stderr: debug, info, warn, error")
-	tracing.RegisterFlags(fs, &cmd.Tracing)
 
 	fail := func(errs ...error) (Command, error) {
 		err := errors.Join(errs...)
@@ -108,12 +134,13 @@ func ParseArgs(args []string, stderr io.Writer) (Command, error) {
 		fs.Usage()
 		return Command{}, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := envflag.Parse(fs, args, env, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return Command{}, err
 		}
 		return Command{}, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
+	file, cfg, up, keys := v.file, v.cfg, v.up, v.keys
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if file != "" {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/brokertest"
+	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/mcpgateway"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
@@ -211,7 +212,7 @@ func TestParseArgs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			c, err := mcpgateway.ParseArgs(tt.args, &stderr)
+			c, err := mcpgateway.ParseArgs(tt.args, envflag.Env{}, &stderr)
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("err %v, want %v", err, tt.wantErr)
@@ -235,7 +236,7 @@ func TestCheck(t *testing.T) {
 	ns := testenv.Server(t)
 	_, url := newNotes(t)
 	args := []string{"check", "--nats-url", ns.ClientURL(), "--prefix", "n_", url}
-	cmd, err := mcpgateway.ParseArgs(args, &bytes.Buffer{})
+	cmd, err := mcpgateway.ParseArgs(args, envflag.Env{}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,4 +282,62 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The environment comes between the command line and the configuration
+// file: ASSENT_AGENT overrides identity.agent, and --agent both.
+func TestParseArgsEnvironment(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "gw.yaml")
+	if err := os.WriteFile(file, []byte(goodConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := envflag.Map(map[string]string{"ASSENT_CONFIG": file, "ASSENT_AGENT": "ide", "ASSENT_TIMEOUT": "45s", "ASSENT_STDIO": "false", "ASSENT_HTTP": "127.0.0.1:0"})
+	var stderr bytes.Buffer
+	c, err := mcpgateway.ParseArgs(nil, env, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, &stderr)
+	}
+	if c.Config.Identity.Agent != "ide" || c.Config.Identity.User != "carol" || c.Config.Timeout != 45*time.Second || c.Stdio || c.HTTP != "127.0.0.1:0" {
+		t.Errorf("%+v", c)
+	}
+	c, err = mcpgateway.ParseArgs([]string{"--agent", "cli"}, env, &stderr)
+	if err != nil || c.Config.Identity.Agent != "cli" {
+		t.Errorf("--agent cli: agent %q, %v", c.Config.Identity.Agent, err)
+	}
+	stderr.Reset()
+	_, err = mcpgateway.ParseArgs(nil, envflag.Map(map[string]string{"ASSENT_CONFIG": file, "ASSENT_TIMEOUT": "soon"}), &stderr)
+	if !errors.Is(err, mcpgateway.ErrUsage) || !strings.Contains(stderr.String(), "ASSENT_TIMEOUT, for --timeout: want a duration") || !strings.Contains(stderr.String(), "usage:") {
+		t.Errorf("a bad ASSENT_TIMEOUT: %v\n%s", err, &stderr)
+	}
+}
+
+// check runs from ASSENT_ variables: the NATS server and the upstream's
+// prefix come from the environment, the upstream from the command line.
+func TestCheckFromEnvironment(t *testing.T) {
+	ns := testenv.Server(t)
+	brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Name: "check"})
+	_, url := newNotes(t)
+	var stderr bytes.Buffer
+	cmd, err := mcpgateway.ParseArgs([]string{"check", url}, envflag.Map(map[string]string{
+		"ASSENT_NATS_URL": ns.ClientURL(),
+		"ASSENT_PREFIX":   "e_",
+		"ASSENT_POLICY":   "/etc/assent/policy.yaml", // the broker's, in a shared environment
+	}), &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, &stderr)
+	}
+	if want := ""; stderr.String() != want { // ASSENT_POLICY is another program's
+		t.Errorf("stderr %q, want %q", &stderr, want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	var out bytes.Buffer
+	if err := cmd.Execute(ctx, testenv.Logger(t), nil, &out, &bytes.Buffer{}); err != nil {
+		t.Fatalf("check: %v\n%s", err, &out)
+	}
+	for _, want := range []string{"connected to " + ns.ClientURL(), "stream ASSENT found", "upstream 127-0-0-1: 2 tool(s): e_delete_file, e_list_files"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, &out)
+		}
+	}
 }

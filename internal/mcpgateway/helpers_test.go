@@ -22,6 +22,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/brokertest"
+	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/mcpgateway"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/internal/worker"
@@ -54,7 +55,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	if dir := os.Getenv(workerEnv); dir != "" {
-		cmd, err := worker.ParseArgs([]string{"mcp", "--sandbox", dir}, os.Stderr)
+		cmd, err := worker.ParseArgs([]string{"mcp", "--sandbox", dir}, envflag.Env{}, os.Stderr)
 		if err == nil {
 			err = cmd.Execute(context.Background(), nil, os.Stdout, os.Stderr)
 		}

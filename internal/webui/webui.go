@@ -399,8 +399,8 @@ func (u *UI) list(ctx context.Context, f broker.Filter, v viewer) (listing, erro
 	for _, rec := range page.Records {
 		l.Cards = append(l.Cards, u.makeCard(rec, v))
 	}
-	if n := len(page.Records); n == f.Limit && n > 0 {
-		q := url.Values{"after": {page.Records[n-1].ID}}
+	if page.Next != "" {
+		q := url.Values{"after": {page.Next}}
 		if f.Agent != "" {
 			q.Set("agent", f.Agent)
 		}

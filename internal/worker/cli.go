@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/natsconn"
 	"github.com/assent-dev/assent/internal/tracing"
 	"github.com/assent-dev/assent/pkg/events"
@@ -120,17 +121,66 @@ commands:
 "agent-worker <command> -h" lists a command's flags.
 `
 
-// ParseArgs parses the command line after the program name. Problems, and
-// -h, print usage to stderr; the error then wraps ErrUsage, or is
-// flag.ErrHelp.
-func ParseArgs(args []string, stderr io.Writer) (Command, error) {
+// Commands returns the names of the commands ParseArgs parses, in the order
+// the usage lists them.
+func Commands() []string {
+	return []string{"run", "load", "mcp"}
+}
+
+// FlagSet returns the flag set of the command called name, as ParseArgs
+// defines it; nil if there is no such command.
+func FlagSet(name string) *flag.FlagSet {
+	fs, _ := newFlagSet(&Command{Name: name})
+	return fs
+}
+
+// ParseArgs parses the command line after the program name, reading the
+// flags not given from env (envflag). Problems, and -h, print usage to
+// stderr; the error then wraps ErrUsage, or is flag.ErrHelp.
+func ParseArgs(args []string, env envflag.Env, stderr io.Writer) (Command, error) {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return Command{}, fmt.Errorf("%w: no command", ErrUsage)
 	}
 	cmd := Command{Name: args[0], LogLevel: zapcore.WarnLevel}
-	fs := flag.NewFlagSet("agent-worker "+cmd.Name, flag.ContinueOnError)
+	switch cmd.Name {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stderr, usage)
+		return Command{}, flag.ErrHelp
+	case "run", "load", "mcp":
+	default:
+		fmt.Fprint(stderr, usage)
+		return Command{}, fmt.Errorf("%w: unknown command %q", ErrUsage, cmd.Name)
+	}
+	fs, check := newFlagSet(&cmd)
 	fs.SetOutput(stderr)
+	if err := envflag.Parse(fs, args[1:], env, stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return Command{}, err
+		}
+		return Command{}, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	errs := check()
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
+	}
+	if cmd.Conn.URL == "" && cmd.Name != "mcp" {
+		errs = append(errs, errors.New("--nats-url is empty"))
+	}
+	if len(errs) > 0 {
+		err := fmt.Errorf("%w: %w", ErrUsage, errors.Join(errs...))
+		fmt.Fprintf(stderr, "agent-worker %s: %v\n\n", cmd.Name, errors.Join(errs...))
+		fs.Usage()
+		return Command{}, err
+	}
+	return cmd, nil
+}
+
+// newFlagSet returns a new flag set with the flags of the command cmd.Name
+// names, filling cmd, and what checks cmd once the flag set is parsed; nil
+// if there is no such command.
+func newFlagSet(cmd *Command) (fs *flag.FlagSet, check func() []error) {
+	fs = flag.NewFlagSet("agent-worker "+cmd.Name, flag.ContinueOnError)
 	fs.Var(&cmd.LogLevel, "log-level", "log `level` on stderr: debug, info, warn, error")
 	tracing.RegisterFlags(fs, &cmd.Tracing)
 	// natsFlags are the flags of the commands that talk to Assent.
@@ -151,7 +201,6 @@ func ParseArgs(args []string, stderr io.Writer) (Command, error) {
 		cmd.Conn.Name = "assent-agent-worker-" + cmd.Name
 	}
 
-	var check func() []error
 	switch cmd.Name {
 	case "run":
 		natsFlags()
@@ -165,16 +214,16 @@ func ParseArgs(args []string, stderr io.Writer) (Command, error) {
 		fs.DurationVar(&o.Config.Timeout, "timeout", 2*time.Minute, "approval timeout asked for each guarded step")
 		fs.BoolVar(&o.JSON, "json", false, "print one JSON object per step instead of text")
 		fs.Usage = func() {
-			fmt.Fprintf(stderr, "usage: agent-worker run --plan FILE --sandbox DIR [flags]\n\nRuns the plan's steps in order; steps with \"approval\": true run only if\nAssent approves them, and then with the approved (possibly edited) args.\n\n")
-			fs.PrintDefaults()
+			fmt.Fprintf(fs.Output(), "usage: agent-worker run --plan FILE --sandbox DIR [flags]\n\nRuns the plan's steps in order; steps with \"approval\": true run only if\nAssent approves them, and then with the approved (possibly edited) args.\n\n")
+			envflag.PrintDefaults(fs)
 		}
 		check = func() []error {
 			var errs []error
 			if o.Plan == "" {
-				errs = append(errs, errors.New("--plan is required"))
+				errs = append(errs, errors.New("--plan (or ASSENT_PLAN) is required"))
 			}
 			if o.Sandbox == "" {
-				errs = append(errs, errors.New("--sandbox is required"))
+				errs = append(errs, errors.New("--sandbox (or ASSENT_SANDBOX) is required"))
 			}
 			if err := events.CheckToken("--agent", o.Agent); err != nil {
 				errs = append(errs, err)
@@ -198,8 +247,8 @@ func ParseArgs(args []string, stderr io.Writer) (Command, error) {
 		fs.StringVar(&o.AnswerAs, "answer-as", "", "measure the human path: approve every request as `principal` once it is pending, and time the answer to the decision (broker in manual mode)")
 		fs.BoolVar(&o.JSON, "json", false, "print the result as one JSON object")
 		fs.Usage = func() {
-			fmt.Fprintf(stderr, "usage: agent-worker load [flags]\n\nSends N approval requests, C at a time, and reports throughput and\nrequest-to-decision latency. Run the broker in auto-approve mode; with\n--answer-as, in manual mode. --baseline raw does the same on raw JetStream.\n\n")
-			fs.PrintDefaults()
+			fmt.Fprintf(fs.Output(), "usage: agent-worker load [flags]\n\nSends N approval requests, C at a time, and reports throughput and\nrequest-to-decision latency. Run the broker in auto-approve mode; with\n--answer-as, in manual mode. --baseline raw does the same on raw JetStream.\n\n")
+			envflag.PrintDefaults(fs)
 		}
 		check = func() []error {
 			var errs []error
@@ -235,43 +284,19 @@ func ParseArgs(args []string, stderr io.Writer) (Command, error) {
 		fs.StringVar(&o.Sandbox, "sandbox", "", "sandbox `directory` the tools may not leave; required")
 		fs.BoolVar(&o.InitSandbox, "init-sandbox", false, "create (or reset) a demo sandbox with a few files first")
 		fs.Usage = func() {
-			fmt.Fprintf(stderr, "usage: agent-worker mcp --sandbox DIR [flags]\n\nServes the file tools (%s) as an MCP server on stdin and stdout,\nfor one client. It asks nobody: put cmd/mcp-gateway in front of it to have\nAssent guard the calls.\n\n", strings.Join(Tools(), ", "))
-			fs.PrintDefaults()
+			fmt.Fprintf(fs.Output(), "usage: agent-worker mcp --sandbox DIR [flags]\n\nServes the file tools (%s) as an MCP server on stdin and stdout,\nfor one client. It asks nobody: put cmd/mcp-gateway in front of it to have\nAssent guard the calls.\n\n", strings.Join(Tools(), ", "))
+			envflag.PrintDefaults(fs)
 		}
 		check = func() []error {
 			if o.Sandbox == "" {
-				return []error{errors.New("--sandbox is required")}
+				return []error{errors.New("--sandbox (or ASSENT_SANDBOX) is required")}
 			}
 			return nil
 		}
-	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stderr, usage)
-		return Command{}, flag.ErrHelp
 	default:
-		fmt.Fprint(stderr, usage)
-		return Command{}, fmt.Errorf("%w: unknown command %q", ErrUsage, cmd.Name)
+		return nil, nil
 	}
-
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return Command{}, err
-		}
-		return Command{}, fmt.Errorf("%w: %w", ErrUsage, err)
-	}
-	errs := check()
-	if fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " ")))
-	}
-	if cmd.Conn.URL == "" && cmd.Name != "mcp" {
-		errs = append(errs, errors.New("--nats-url is empty"))
-	}
-	if len(errs) > 0 {
-		err := fmt.Errorf("%w: %w", ErrUsage, errors.Join(errs...))
-		fmt.Fprintf(stderr, "agent-worker %s: %v\n\n", cmd.Name, errors.Join(errs...))
-		fs.Usage()
-		return Command{}, err
-	}
-	return cmd, nil
+	return fs, check
 }
 
 // Execute runs the command: it writes its report to stdout and notes to

@@ -17,6 +17,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/brokertest"
+	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/internal/worker"
 	"github.com/assent-dev/assent/pkg/events"
@@ -96,7 +97,7 @@ func TestParseArgs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			c, err := worker.ParseArgs(strings.Fields(tt.args), &stderr)
+			c, err := worker.ParseArgs(strings.Fields(tt.args), envflag.Env{}, &stderr)
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) {
 					t.Fatalf("err %v, want %v", err, tt.wantErr)
@@ -126,7 +127,7 @@ func TestExecuteExamplePlan(t *testing.T) {
 		if asJSON {
 			args = append(args, "--json")
 		}
-		cmd, err := worker.ParseArgs(args, io.Discard)
+		cmd, err := worker.ParseArgs(args, envflag.Env{}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +190,7 @@ func TestExecuteFailedStep(t *testing.T) {
 		{"tool": "read_file", "args": {"path": "missing.txt"}},
 		{"tool": "write_file", "args": {"path": "x.txt", "content": "x"}, "approval": true}
 	]`})
-	cmd, err := worker.ParseArgs([]string{"run", "--plan", plan, "--sandbox", dir, "--nats-url", ns.ClientURL()}, io.Discard)
+	cmd, err := worker.ParseArgs([]string{"run", "--plan", plan, "--sandbox", dir, "--nats-url", ns.ClientURL()}, envflag.Env{}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +213,7 @@ func TestExecuteFailedStep(t *testing.T) {
 func TestExecuteLoad(t *testing.T) {
 	ns := testenv.Server(t)
 	startBroker(t, testenv.Conn(t, ns), broker.ModeAutoApprove)
-	cmd, err := worker.ParseArgs([]string{"load", "--n", "50", "--c", "4", "--nats-url", ns.ClientURL()}, io.Discard)
+	cmd, err := worker.ParseArgs([]string{"load", "--n", "50", "--c", "4", "--nats-url", ns.ClientURL()}, envflag.Env{}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +245,7 @@ func TestExecuteLoadModes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"load", "--n", "30", "--nats-url", ns.ClientURL()}, strings.Fields(tt.args)...)
-			cmd, err := worker.ParseArgs(args, io.Discard)
+			cmd, err := worker.ParseArgs(args, envflag.Env{}, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -262,7 +263,7 @@ func TestExecuteLoadModes(t *testing.T) {
 }
 
 func TestExecuteNoServer(t *testing.T) {
-	cmd, err := worker.ParseArgs([]string{"load", "--n", "1", "--nats-url", "nats://127.0.0.1:1"}, io.Discard)
+	cmd, err := worker.ParseArgs([]string{"load", "--n", "1", "--nats-url", "nats://127.0.0.1:1"}, envflag.Env{}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +288,7 @@ func TestParseArgsHelp(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.args, func(t *testing.T) {
 			var stderr bytes.Buffer
-			_, err := worker.ParseArgs(strings.Fields(tt.args), &stderr)
+			_, err := worker.ParseArgs(strings.Fields(tt.args), envflag.Env{}, &stderr)
 			if !errors.Is(err, flag.ErrHelp) {
 				t.Fatalf("err %v, want flag.ErrHelp (exit status 0)", err)
 			}
@@ -345,21 +346,21 @@ func TestParseTrustedKeys(t *testing.T) {
 		pub, _ := kp.PublicKey()
 		keys = append(keys, pub)
 	}
-	c, err := worker.ParseArgs([]string{"load", "--trust-decision-key", keys[0], "--trust-decision-key", keys[1] + "," + keys[2]}, io.Discard)
+	c, err := worker.ParseArgs([]string{"load", "--trust-decision-key", keys[0], "--trust-decision-key", keys[1] + "," + keys[2]}, envflag.Env{}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(c.TrustedKeys, " ") != strings.Join(keys, " ") {
 		t.Fatalf("trusted keys %v, want %v", c.TrustedKeys, keys)
 	}
-	if c, err := worker.ParseArgs([]string{"load"}, io.Discard); err != nil || len(c.TrustedKeys) != 0 {
+	if c, err := worker.ParseArgs([]string{"load"}, envflag.Env{}, io.Discard); err != nil || len(c.TrustedKeys) != 0 {
 		t.Fatalf("without the flag: %v %v", c.TrustedKeys, err)
 	}
 	user, _ := nkeys.CreateUser()
 	userPub, _ := user.PublicKey()
 	for _, bad := range []string{userPub, "AXYZ", keys[0] + ",nonsense"} {
 		var stderr bytes.Buffer
-		if _, err := worker.ParseArgs([]string{"run", "--plan", "p", "--sandbox", "s", "--trust-decision-key", bad}, &stderr); !errors.Is(err, worker.ErrUsage) {
+		if _, err := worker.ParseArgs([]string{"run", "--plan", "p", "--sandbox", "s", "--trust-decision-key", bad}, envflag.Env{}, &stderr); !errors.Is(err, worker.ErrUsage) {
 			t.Errorf("--trust-decision-key %s: %v", bad, err)
 		}
 	}
@@ -377,7 +378,7 @@ func TestExecuteTrustingDecisionKey(t *testing.T) {
 	brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Name: "test", Mode: broker.ModeAutoApprove, DecisionKey: key})
 	dir := filepath.Join(t.TempDir(), "demo")
 	cmd, err := worker.ParseArgs([]string{"run", "--plan", "../../examples/plan.json", "--sandbox", dir, "--init-sandbox",
-		"--nats-url", ns.ClientURL(), "--trust-decision-key", pub}, io.Discard)
+		"--nats-url", ns.ClientURL(), "--trust-decision-key", pub}, envflag.Env{}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,5 +388,57 @@ func TestExecuteTrustingDecisionKey(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "6 steps: 6 executed") {
 		t.Fatalf("output:\n%s", &stdout)
+	}
+}
+
+// load runs from ASSENT_ variables alone, one of them read from a file; the
+// command line wins over them.
+func TestLoadFromEnvironment(t *testing.T) {
+	ns := testenv.Server(t)
+	startBroker(t, testenv.Conn(t, ns), broker.ModeAutoApprove)
+	urlFile := filepath.Join(t.TempDir(), "nats-url")
+	writeFiles(t, filepath.Dir(urlFile), map[string]string{"nats-url": ns.ClientURL() + "\n"})
+	env := envflag.Map(map[string]string{
+		"ASSENT_NATS_URL_FILE": urlFile,
+		"ASSENT_N":             "500", // the command line says 20
+		"ASSENT_C":             "4",
+		"ASSENT_AGENT":         "env-load",
+		"ASSENT_JSON":          "true",
+		"ASSENT_TIMEOUT":       "20s",
+	})
+	var stderr bytes.Buffer
+	cmd, err := worker.ParseArgs([]string{"load", "--n", "20"}, env, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, &stderr)
+	}
+	if stderr.Len() > 0 {
+		t.Errorf("stderr: %s", &stderr)
+	}
+	var stdout bytes.Buffer
+	if err := cmd.Execute(testCtx(t), testenv.Logger(t), &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Sent        int            `json:"sent"`
+		Concurrency int            `json:"concurrency"`
+		Outcomes    map[string]int `json:"outcomes"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatalf("the report is not the JSON ASSENT_JSON asks for: %v\n%s", err, &stdout)
+	}
+	if res.Sent != 20 || res.Concurrency != 4 || res.Outcomes["approved"] != 20 {
+		t.Errorf("report %+v, want 20 sent 4 at a time, all approved:\n%s", res, &stdout)
+	}
+	if cmd.Load.Agent != "env-load" || cmd.Load.Config.Timeout != 20*time.Second {
+		t.Errorf("agent %q, timeout %s: not ASSENT_AGENT's and ASSENT_TIMEOUT's", cmd.Load.Agent, cmd.Load.Config.Timeout)
+	}
+
+	stderr.Reset()
+	_, err = worker.ParseArgs([]string{"load"}, envflag.Map(map[string]string{"ASSENT_C": "four", "ASSENT_PLAN": "p.json"}), &stderr)
+	if !errors.Is(err, worker.ErrUsage) || !strings.Contains(stderr.String(), "ASSENT_C, for --c: want a whole number") || !strings.Contains(stderr.String(), "usage: agent-worker load") {
+		t.Errorf("a bad ASSENT_C: %v\n%s", err, &stderr)
+	}
+	if strings.Contains(stderr.String(), "ASSENT_PLAN") {
+		t.Errorf("warned of ASSENT_PLAN though the environment was refused:\n%s", &stderr)
 	}
 }

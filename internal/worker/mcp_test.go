@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/worker"
 )
 
@@ -18,7 +19,7 @@ import (
 // Closing the client ends the command; the test waits for that at cleanup.
 func connectMCP(t *testing.T, dir string) *mcp.ClientSession {
 	t.Helper()
-	cmd, err := worker.ParseArgs([]string{"mcp", "--sandbox", dir}, io.Discard)
+	cmd, err := worker.ParseArgs([]string{"mcp", "--sandbox", dir}, envflag.Env{}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,109 @@
+package app
+
+import (
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/envflag"
+	"github.com/assent-dev/assent/internal/natsembed"
+	"github.com/assent-dev/assent/internal/tracing"
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// Serve is a parsed serving command line: "broker [flags]".
+type Serve struct {
+	// Options are ready for Run, but for Reload, which main feeds from
+	// SIGHUP.
+	Options Options
+	// LogLevel and LogJSON say how to log (logging.New).
+	LogLevel string
+	LogJSON  bool
+}
+
+// ServeFlagSet returns the flag set of the serving command, as ParseServe
+// defines it, for listing (internal/programs).
+func ServeFlagSet() *flag.FlagSet {
+	fs, _ := serveFlags(new(Serve))
+	return fs
+}
+
+// ParseServe parses the serving command line args, with the environment
+// env (envflag), into a Serve. Problems, and -h, print the usage on stderr;
+// the error is then flag.ErrHelp or says what is wrong.
+func ParseServe(args []string, env envflag.Env, stderr io.Writer) (Serve, error) {
+	var s Serve
+	fs, finish := serveFlags(&s)
+	fs.SetOutput(stderr)
+	if err := envflag.Parse(fs, args, env, stderr); err != nil {
+		return Serve{}, err
+	}
+	if fs.NArg() > 0 {
+		return Serve{}, fmt.Errorf("unexpected argument %q (subcommands: policy, remembered, version)", fs.Arg(0))
+	}
+	if err := finish(); err != nil {
+		return Serve{}, err
+	}
+	return s, nil
+}
+
+// serveFlags defines the serving flags onto a new flag set, filling s; finish
+// completes s once the flag set is parsed.
+func serveFlags(s *Serve) (fs *flag.FlagSet, finish func() error) {
+	fs = flag.NewFlagSet("broker", flag.ContinueOnError)
+	o := &s.Options
+	mode := fs.String("mode", "manual", "without --policy: manual, auto-approve or auto-deny")
+	fs.StringVar(&s.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&s.LogJSON, "log-json", false, "log JSON lines instead of console text")
+	fs.StringVar(&o.PolicyFile, "policy", "", "policy `file` (YAML); reloaded on SIGHUP or when it changes (docs/policy.md)")
+	fs.StringVar(&o.ShadowPolicyFile, "shadow-policy", "", "candidate policy `file` evaluated beside --policy; disagreements are recorded, never acted on")
+	fs.StringVar(&o.NATSURL, "nats-url", "", "use this NATS server or cluster instead of the embedded one")
+	fs.StringVar(&o.NATSCreds, "nats-creds", "", "NATS credentials file for --nats-url")
+	fs.StringVar(&o.NATSOperator, "nats-operator", "", "embedded NATS: run in operator mode with the credentials authority in `DIR` (broker creds init): only clients with credentials it issued connect, each bound by its role's permissions (docs/security.md)")
+	var tlsCert, tlsKey, tlsClientCA string
+	fs.StringVar(&tlsCert, "nats-tls-cert", "", "embedded NATS: serve clients over TLS with this certificate `file` (PEM, with its chain)")
+	fs.StringVar(&tlsKey, "nats-tls-key", "", "embedded NATS: the TLS certificate's key `file`")
+	fs.StringVar(&tlsClientCA, "nats-tls-client-ca", "", "embedded NATS: mutual TLS, every client presents a certificate signed by the CA in this `file`")
+	fs.StringVar(&o.NATSCA, "nats-ca", "", "with --nats-url: the CA `file` of the server's TLS certificate, if the system does not trust it")
+	fs.StringVar(&o.NATSCert, "nats-cert", "", "with --nats-url: a client certificate `file`, for a server that asks for one (mutual TLS)")
+	fs.StringVar(&o.NATSKey, "nats-key", "", "with --nats-url: the client certificate's key `file`")
+	fs.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "embedded NATS: where clients connect (port 0: any free port)")
+	fs.StringVar(&o.DataDir, "data", "./assent-data", "embedded NATS: JetStream storage directory")
+	fs.StringVar(&o.Sync, "sync", "always", "embedded NATS: fsync every write (always) or on an interval such as 2m (faster, can lose acknowledged writes on power loss)")
+	fs.StringVar(&o.HTTPListen, "http", "127.0.0.1:8080", "HTTP API and web UI address; empty disables it; without --auth, loopback only")
+	fs.StringVar(&o.PprofListen, "pprof", "", "serve Go's runtime profiles (net/http/pprof, /debug/pprof/) at this loopback `address` (127.0.0.1:6060), on a listener of its own; off when empty; other addresses are refused: tunnel to it (docs/architecture.md#profiling)")
+	fs.StringVar(&o.AuthFile, "auth", "", "auth `file` (YAML): API tokens, OIDC sign-in, a trusted proxy (docs/web.md); answers are then made as the caller; reloaded on SIGHUP or when it changes")
+	fs.StringVar(&o.Broker.Name, "name", "", "replica name (default: host name)")
+	fs.DurationVar(&o.Broker.DefaultTimeout, "timeout", 0, "timeout for requests that ask for none (default 5m)")
+	fs.DurationVar(&o.Broker.MaxTimeout, "max-timeout", 0, "longest timeout a request may ask for (default 24h)")
+	fs.DurationVar(&o.Broker.Retention, "retention", 0, "how long events and request state are kept (default 720h)")
+	fs.IntVar(&o.Broker.Replicas, "replicas", 0, "JetStream replicas for the stream and buckets (default 1; 3 on a cluster)")
+	fs.IntVar(&o.Broker.Workers, "workers", 0, "concurrent handlers per consumer (default 64)")
+	fs.Func("decision-key", "sign every decision with the nkeys account seed in `file` (broker decision-key new); agents that trust its public key refuse decisions it did not sign (docs/protocol.md)", func(path string) (err error) {
+		o.Broker.DecisionKey, err = ReadDecisionKey(path)
+		return err
+	})
+	fs.Func("trust-decision-key", "with --decision-key, while keys rotate: decisions signed by this earlier decision `key` (public, A...) are a broker's too; repeat it or separate keys with commas", func(v string) error {
+		keys, err := events.ParseTrustedKeys(v)
+		o.Broker.TrustedDecisionKeys = append(o.Broker.TrustedDecisionKeys, keys...)
+		return err
+	})
+	tracing.RegisterFlags(fs, &o.Tracing)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: broker [flags]\n\nRuns the broker. \"broker help\" lists the other commands (policy, remembered, version).\n\nflags:\n")
+		envflag.PrintDefaults(fs)
+	}
+	finish = func() error {
+		if tlsCert != "" || tlsKey != "" || tlsClientCA != "" {
+			o.NATSTLS = &natsembed.TLS{CertFile: tlsCert, KeyFile: tlsKey, ClientCAFile: tlsClientCA}
+		}
+		m, err := broker.ParseMode(*mode)
+		if err != nil {
+			return err
+		}
+		o.Broker.Mode = m
+		return nil
+	}
+	return fs, finish
+}
