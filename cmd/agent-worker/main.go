@@ -16,6 +16,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/cmdrun"
 	"github.com/assent-dev/assent/internal/envflag"
+	"github.com/assent-dev/assent/internal/tracing"
 	"github.com/assent-dev/assent/internal/worker"
 )
 
@@ -33,6 +34,11 @@ func run() int {
 	}
 	// Ctrl-C cancels ctx; a guarded step in flight then publishes a cancel.
 	return cmdrun.Run("agent-worker "+cmd.Name, cmd.LogLevel.String(), func(ctx context.Context, log *zap.Logger) error {
+		stop, err := tracing.Start(ctx, cmd.Tracing, tracing.ServiceAgentWorker, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
 		return cmd.Execute(ctx, log, os.Stdout, os.Stderr)
 	})
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/healthcheck"
 	"github.com/assent-dev/assent/internal/mcpgateway"
+	"github.com/assent-dev/assent/internal/tracing"
 )
 
 func main() {
@@ -46,6 +47,11 @@ func run() int {
 	}
 	// SIGINT or SIGTERM withdraws the calls in flight and stops.
 	return cmdrun.Run("mcp-gateway "+cmd.Name, cmd.LogLevel.String(), func(ctx context.Context, log *zap.Logger) error {
+		stop, err := tracing.Start(ctx, cmd.Tracing, tracing.ServiceMCPGateway, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
 		return cmd.Execute(ctx, log, os.Stdin, os.Stdout, os.Stderr)
 	})
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/assent-dev/assent/internal/httpapi"
 	"github.com/assent-dev/assent/internal/natsconn"
 	"github.com/assent-dev/assent/internal/natsembed"
+	"github.com/assent-dev/assent/internal/tracing"
 	"github.com/assent-dev/assent/internal/webui"
 )
 
@@ -79,6 +80,10 @@ type Options struct {
 	DrainDelay time.Duration
 	// Broker settings.
 	Broker broker.Config
+	// Tracing configures the OTLP export of the broker's spans, and of the
+	// HTTP API's (docs/tracing.md); off by default. A TracerProvider set in
+	// Broker is used as it is instead.
+	Tracing tracing.Config
 	// Ready, if set, is called once the broker is ready, with the addresses it
 	// listens on.
 	Ready func(Addrs)
@@ -134,6 +139,9 @@ func (o Options) Validate() error {
 	if err := o.Broker.WithDefaults().Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := o.Tracing.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -171,6 +179,15 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 		return err
 	}
 	addrs := Addrs{}
+	if o.Broker.TracerProvider == nil {
+		tp, err := tracing.New(ctx, o.Tracing, tracing.ServiceBroker, log)
+		if err != nil {
+			return err
+		}
+		// Last: the spans of the shutdown are exported too.
+		defer tracing.Stop(tp, log)
+		o.Broker.TracerProvider = tp
+	}
 	if o.PprofListen != "" {
 		url, stop, err := servePprof(o.PprofListen, log)
 		if err != nil {
@@ -331,7 +348,7 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 		addrs.HTTP = "http://" + ln.Addr().String()
 		// Long polls and event streams end when the work stops, not the
 		// drain delay before: the API serves as usual until then.
-		hc := httpapi.Config{MaxBodyBytes: int64(b.Config().MaxEventSize), Stopping: gctx}
+		hc := httpapi.Config{MaxBodyBytes: int64(b.Config().MaxEventSize), Stopping: gctx, TracerProvider: o.Broker.TracerProvider}
 		var failures func() map[string]int64
 		if authn != nil {
 			hc.Identify = identify

@@ -8,6 +8,7 @@ import (
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/natsembed"
+	"github.com/assent-dev/assent/internal/tracing"
 	"github.com/assent-dev/assent/pkg/events"
 )
 
@@ -89,6 +90,7 @@ func serveFlags(s *Serve) (fs *flag.FlagSet, finish func() error) {
 		o.Broker.TrustedDecisionKeys = append(o.Broker.TrustedDecisionKeys, keys...)
 		return err
 	})
+	tracing.RegisterFlags(fs, &o.Tracing)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "usage: broker [flags]\n\nRuns the broker. \"broker help\" lists the other commands (policy, remembered, version).\n\nflags:\n")
 		envflag.PrintDefaults(fs)

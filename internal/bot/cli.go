@@ -21,6 +21,7 @@ import (
 	"github.com/assent-dev/assent/internal/healthcheck"
 	"github.com/assent-dev/assent/internal/logging"
 	"github.com/assent-dev/assent/internal/natsconn"
+	"github.com/assent-dev/assent/internal/tracing"
 	"github.com/assent-dev/assent/pkg/events"
 )
 
@@ -127,6 +128,8 @@ func newFlagSet(ctx context.Context, cmd, version string, stdout io.Writer) (*fl
 		config := fs.String("config", "", "the configuration `file` (YAML, docs/channels.md)")
 		logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 		logJSON := fs.Bool("log-json", false, "log JSON lines instead of console text")
+		var tc tracing.Config
+		tracing.RegisterFlags(fs, &tc)
 		run = func() error {
 			if *config == "" {
 				return usageError("missing --config FILE (or ASSENT_CONFIG)")
@@ -143,6 +146,11 @@ func newFlagSet(ctx context.Context, cmd, version string, stdout io.Writer) (*fl
 				return usageError(err.Error())
 			}
 			defer log.Sync() //nolint:errcheck // nothing to do about it
+			stop, err := tracing.Start(ctx, tc, tracing.ServiceApproverBot, log)
+			if err != nil {
+				return usageError(err.Error())
+			}
+			defer stop()
 			b, err := New(cfg, log)
 			if err != nil {
 				return err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/pkg/events"
@@ -23,6 +24,9 @@ import (
 // deadline passed, ErrExpired; if the principal may not answer, ErrNotEligible;
 // if the answer is malformed (or its payload does not fit the request's
 // schema), an error wrapping ErrInvalid. Only the first valid answer decides.
+//
+// The recorded answer carries the trace context of ctx or, when ctx has
+// none, the request's; applying it is a span (SpanAnswer) under it.
 func (b *Broker) Respond(ctx context.Context, principal, id string, resp events.Responded) (Record, error) {
 	if err := checkAnswer(principal, id, resp); err != nil {
 		return Record{}, err
@@ -31,6 +35,9 @@ func (b *Broker) Respond(ctx context.Context, principal, id string, resp events.
 	rec, err := b.loadPending(ctx, id)
 	if err != nil {
 		return rec, err
+	}
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		ctx = rec.traceContext(ctx)
 	}
 	now := b.now()
 	trial := rec
@@ -45,7 +52,10 @@ func (b *Broker) Respond(ctx context.Context, principal, id string, resp events.
 	if err != nil {
 		return rec, err
 	}
-	return b.respond(ctx, principal, id, resp, origin{seq: seq, at: now, answer: true})
+	ctx, span := b.startSpan(ctx, SpanAnswer, trace.SpanKindInternal, id, attrPrincipal.String(principal), attrDecision.String(string(resp.Decision)))
+	rec, err = b.respond(ctx, principal, id, resp, origin{seq: seq, at: now, answer: true})
+	endSpan(span, &rec, err)
+	return rec, err
 }
 
 // checkAnswer validates an answer's parts.
@@ -73,12 +83,14 @@ func (b *Broker) loadPending(ctx context.Context, id string) (Record, error) {
 }
 
 // record publishes an event the gateway received onto the stream, where the
-// broker's consumers will find it too, and returns its stream sequence.
+// broker's consumers will find it too, carrying the trace context of ctx,
+// and returns its stream sequence.
 func (b *Broker) record(ctx context.Context, subject, typ, source string, data any) (uint64, error) {
 	e, err := events.New(typ, "", source, data)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	setEventTrace(ctx, &e)
 	msg, err := b.encode(subject, &e)
 	if err != nil {
 		return 0, err
@@ -196,6 +208,9 @@ func (b *Broker) Cancel(ctx context.Context, id, by, reason string) (Record, err
 	if err != nil {
 		return rec, err
 	}
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		ctx = rec.traceContext(ctx)
+	}
 	subj, err := events.CancelSubject(id)
 	if err != nil {
 		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -204,7 +219,10 @@ func (b *Broker) Cancel(ctx context.Context, id, by, reason string) (Record, err
 	if err != nil {
 		return rec, err
 	}
-	return b.cancel(ctx, id, by, c, origin{seq: seq, at: b.now(), answer: true})
+	ctx, span := b.startSpan(ctx, SpanCancel, trace.SpanKindInternal, id, attrPrincipal.String(by))
+	rec, err = b.cancel(ctx, id, by, c, origin{seq: seq, at: b.now(), answer: true})
+	endSpan(span, &rec, err)
+	return rec, err
 }
 
 // checkCancel validates who cancels (a principal, or an event source such as
@@ -310,6 +328,7 @@ func (b *Broker) escalate(ctx context.Context, r *Record) error {
 	if err != nil {
 		return err
 	}
+	setEventTrace(ctx, &e)
 	msg, err := b.encode(subj, &e)
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
@@ -52,6 +53,8 @@ type Broker struct {
 	// starts from it instead of reading the bucket again.
 	known *recent.Map[Record]
 	feed  *feed // new events for subscribers
+	// tracer makes the broker's spans (trace.go).
+	tracer trace.Tracer
 
 	stateReady chan struct{} // closed once the index holds the whole bucket
 
@@ -113,6 +116,7 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 		index:   newIndex(cfg.KeepDecided),
 		known:   recent.New[Record](knownRecords),
 		feed:    newFeed(),
+		tracer:  newTracer(cfg.TracerProvider),
 
 		stateReady: make(chan struct{}),
 		grants:     newGrants(),
@@ -315,6 +319,7 @@ func (b *Broker) Wait(ctx context.Context, id string) (Record, error) {
 // Submit publishes a request to the stream, as an agent would on NATS, and
 // returns once a broker replica has stored it. The request goes through the same
 // consumer as every other; publishing the same id again is the same request.
+// The requested event carries the trace context of ctx, if any.
 func (b *Broker) Submit(ctx context.Context, id, source string, req events.Requested) (Record, error) {
 	if id == "" {
 		id = events.NewID()
@@ -347,6 +352,7 @@ func (b *Broker) Submit(ctx context.Context, id, source string, req events.Reque
 	if err != nil {
 		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	setEventTrace(ctx, &e)
 	h, body, err := events.Encode(&e)
 	if err != nil {
 		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)

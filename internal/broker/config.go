@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nkeys"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/policy"
@@ -91,6 +92,9 @@ type Config struct {
 	// heartbeats). It bounds how late a request handed to a replica that then
 	// crashed is seen by another. Default 2s.
 	AckWait time.Duration
+	// TracerProvider makes the broker's spans, which join each request's
+	// trace (docs/tracing.md); nil uses OpenTelemetry's global provider.
+	TracerProvider trace.TracerProvider
 
 	// feedIdle is how long the event feed reads the stream after its last
 	// subscriber left (tests shorten it). Default feedIdle.

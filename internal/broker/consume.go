@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/pkg/events"
@@ -137,12 +138,16 @@ func (b *Broker) decode(msg jetstream.Msg) (events.Event, events.Subject, error)
 	return e, sub, nil
 }
 
-// handleRequest ingests a requested event from assent.request.<agent>.
-func (b *Broker) handleRequest(ctx context.Context, msg jetstream.Msg) error {
+// handleRequest ingests a requested event from assent.request.<agent>, in a
+// span (SpanIngest) under the trace context the event carries.
+func (b *Broker) handleRequest(ctx context.Context, msg jetstream.Msg) (err error) {
 	e, sub, err := b.decode(msg)
 	if err != nil {
 		return err
 	}
+	var rec Record
+	ctx, span := b.startSpan(eventContext(ctx, &e), SpanIngest, trace.SpanKindConsumer, e.ID(), attrAgent.String(sub.Agent))
+	defer func() { endSpan(span, &rec, err) }()
 	o, err := originOf(msg)
 	if err != nil {
 		return permanent(err)
@@ -163,7 +168,8 @@ func (b *Broker) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 		return permanent(err)
 	}
 	req.Agent = sub.Agent
-	_, err = b.ingest(ctx, e.ID(), e.Source(), req, o)
+	span.SetAttributes(attrTool.String(req.Tool))
+	rec, err = b.ingest(ctx, e.ID(), e.Source(), req, o)
 	switch {
 	case errors.Is(err, ErrIDConflict):
 		// The id is another request's: that one keeps it, and this one's
@@ -184,8 +190,10 @@ func (b *Broker) handleRequest(ctx context.Context, msg jetstream.Msg) error {
 	return err
 }
 
-// handleResponse applies an answer from assent.response.<principal>.<id>.
-func (b *Broker) handleResponse(ctx context.Context, msg jetstream.Msg) error {
+// handleResponse applies an answer from assent.response.<principal>.<id>, in
+// a span (SpanAnswer) under the trace context the answer carries, or else the
+// request's.
+func (b *Broker) handleResponse(ctx context.Context, msg jetstream.Msg) (err error) {
 	e, sub, err := b.decode(msg)
 	if err != nil {
 		return err
@@ -194,6 +202,10 @@ func (b *Broker) handleResponse(ctx context.Context, msg jetstream.Msg) error {
 	if err != nil {
 		return permanent(err)
 	}
+	var rec Record
+	ctx, span := b.startSpan(b.requestContext(eventContext(ctx, &e), sub.RequestID), SpanAnswer, trace.SpanKindConsumer, sub.RequestID,
+		attrPrincipal.String(sub.Principal), attrDecision.String(string(resp.Decision)))
+	defer func() { endSpan(span, &rec, err) }()
 	o, err := originOf(msg)
 	if err != nil {
 		return permanent(err)
@@ -201,7 +213,7 @@ func (b *Broker) handleResponse(ctx context.Context, msg jetstream.Msg) error {
 	o.answer = true
 	// The answer counts as given when the stream stored it, so an approver who
 	// answered in time is not refused because the broker was slow or down.
-	rec, err := b.respond(ctx, sub.Principal, sub.RequestID, resp, o)
+	rec, err = b.respond(ctx, sub.Principal, sub.RequestID, resp, o)
 	if err == nil {
 		b.log.Info("answer applied", zap.String("request_id", rec.ID), zap.String("state", string(rec.State)), zap.String("principal", sub.Principal))
 	}
@@ -209,8 +221,9 @@ func (b *Broker) handleResponse(ctx context.Context, msg jetstream.Msg) error {
 }
 
 // handleCancel applies assent.cancel.<id>, and assent.cancel.<agent>.<id>,
-// which cancels only a request of that agent.
-func (b *Broker) handleCancel(ctx context.Context, msg jetstream.Msg) error {
+// which cancels only a request of that agent, in a span (SpanCancel) as
+// handleResponse does.
+func (b *Broker) handleCancel(ctx context.Context, msg jetstream.Msg) (err error) {
 	e, sub, err := b.decode(msg)
 	if err != nil {
 		return err
@@ -219,13 +232,17 @@ func (b *Broker) handleCancel(ctx context.Context, msg jetstream.Msg) error {
 	if err != nil {
 		return permanent(err)
 	}
+	var rec Record
+	ctx, span := b.startSpan(b.requestContext(eventContext(ctx, &e), sub.RequestID), SpanCancel, trace.SpanKindConsumer, sub.RequestID,
+		attrPrincipal.String(e.Source()))
+	defer func() { endSpan(span, &rec, err) }()
 	o, err := originOf(msg)
 	if err != nil {
 		return permanent(err)
 	}
 	o.answer = true
 	o.agent = sub.Agent
-	_, err = b.cancel(ctx, sub.RequestID, e.Source(), c, o)
+	rec, err = b.cancel(ctx, sub.RequestID, e.Source(), c, o)
 	return b.refusal(ctx, msg, err)
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -32,7 +33,11 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 		Source:        source,
 		ReceivedAt:    o.at.UTC(),
 	}
-	switch err := b.evaluate(ctx, &rec, argsDigest, b.now()); {
+	rec.setTrace(ctx)
+	ectx, span := b.startSpan(ctx, SpanEvaluate, trace.SpanKindInternal, id)
+	err = b.evaluate(ectx, &rec, argsDigest, b.now())
+	endSpan(span, &rec, err)
+	switch {
 	case errors.Is(err, errSeen):
 		return b.resume(ctx, id, req, digest, o)
 	case err != nil:
@@ -43,9 +48,9 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 	var msg *nats.Msg
 	if rec.State.Terminal() {
 		rec.Trigger, rec.Replica = o.seq, b.cfg.Name
-		msg, err = b.decisionMsg(&rec)
+		msg, err = b.decisionMsg(ctx, &rec)
 	} else {
-		msg, err = b.pendingMsg(&rec)
+		msg, err = b.pendingMsg(ctx, &rec)
 	}
 	if err != nil {
 		return Record{}, err
@@ -106,12 +111,13 @@ func conflict(rec *Record, req events.Requested, digest string) error {
 func (b *Broker) reject(ctx context.Context, id, source string, req events.Requested, o origin, why error) error {
 	at := o.at.UTC()
 	rec := Record{ID: id, Request: req, Source: source, RequestSeq: o.seq, ReceivedAt: at, Deadline: at, State: StatePending}
+	rec.setTrace(ctx)
 	rec.Request.Args, rec.Request.ResponseSchema, rec.Request.InputSchema = nil, nil, nil
 	if err := rec.decide(verdict{outcome: events.Denied, reason: "invalid_request: " + truncate(why.Error(), 512), rule: "validation", auto: true, at: b.now()}); err != nil {
 		return err
 	}
 	rec.Trigger, rec.Replica = o.seq, b.cfg.Name
-	msg, err := b.decisionMsg(&rec)
+	msg, err := b.decisionMsg(ctx, &rec)
 	if err != nil {
 		return err
 	}
@@ -143,6 +149,7 @@ func (b *Broker) rejectConflict(ctx context.Context, id string, req events.Reque
 	if err != nil {
 		return err
 	}
+	setEventTrace(ctx, &e)
 	subj, err := events.RejectionSubject(id)
 	if err != nil {
 		return err
@@ -167,7 +174,7 @@ func (b *Broker) await(ctx context.Context, rec *Record, pending *nats.Msg) erro
 	}
 	if pending == nil {
 		var err error
-		if pending, err = b.pendingMsg(rec); err != nil {
+		if pending, err = b.pendingMsg(ctx, rec); err != nil {
 			return err
 		}
 	}
@@ -175,8 +182,9 @@ func (b *Broker) await(ctx context.Context, rec *Record, pending *nats.Msg) erro
 	return err
 }
 
-// pendingMsg builds the announcement of a pending request to approver channels.
-func (b *Broker) pendingMsg(r *Record) (*nats.Msg, error) {
+// pendingMsg builds the announcement of a pending request to approver
+// channels, carrying the trace context of ctx.
+func (b *Broker) pendingMsg(ctx context.Context, r *Record) (*nats.Msg, error) {
 	subj, err := events.PendingSubject(r.Request.Agent)
 	if err != nil {
 		return nil, err
@@ -186,6 +194,7 @@ func (b *Broker) pendingMsg(r *Record) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
+	setEventTrace(ctx, &e)
 	return b.encode(subj, &e)
 }
 

@@ -142,7 +142,7 @@ func (b *Broker) transition(ctx context.Context, id string, o origin, change fun
 		if next.State.Terminal() {
 			next.Trigger, next.Replica = o.seq, b.cfg.Name
 			// An outcome is stored only if its event fits the stream.
-			if decision, err = b.decisionMsg(&next); err != nil {
+			if decision, err = b.decisionMsg(ctx, &next); err != nil {
 				return rec, false, err
 			}
 		}
@@ -221,7 +221,7 @@ func (b *Broker) complete(ctx context.Context, r *Record, o origin) error {
 		return &retryError{fmt.Errorf("%w: %s", errPublishPending, r.ID), b.cfg.AckWait}
 	}
 	b.log.Warn("publishing a decision whose handling stopped before it was published", zap.String("request_id", r.ID), zap.Uint64("trigger", r.Trigger))
-	msg, err := b.decisionMsg(r)
+	msg, err := b.decisionMsg(ctx, r)
 	if err != nil {
 		return err
 	}
@@ -410,8 +410,9 @@ func isWrongLastSeq(err error) bool {
 }
 
 // decisionMsg builds r's decided event as the replica that chose the outcome
-// publishes it, and checks that it fits the stream.
-func (b *Broker) decisionMsg(r *Record) (*nats.Msg, error) {
+// publishes it, carrying the trace context of ctx, and checks that it fits
+// the stream.
+func (b *Broker) decisionMsg(ctx context.Context, r *Record) (*nats.Msg, error) {
 	if r.Decision == nil {
 		return nil, fmt.Errorf("record %s is %s but has no decision", r.ID, r.State)
 	}
@@ -424,6 +425,7 @@ func (b *Broker) decisionMsg(r *Record) (*nats.Msg, error) {
 		return nil, err
 	}
 	e.SetTime(r.Decision.DecidedAt)
+	setEventTrace(ctx, &e)
 	if b.signer != nil {
 		if err := b.signer.Sign(&e); err != nil {
 			return nil, fmt.Errorf("sign the decision of %s: %w", r.ID, err)

@@ -107,6 +107,12 @@ type Record struct {
 	// Forgery describes a decided event found on the request's decision
 	// subject that no broker made, once one is found.
 	Forgery string `json:"forgery,omitempty"`
+	// TraceParent and TraceState are the request's trace context: that of
+	// the span that ingested it, in the trace its requested event carried
+	// (docs/tracing.md). The broker's later spans about the request (an
+	// answer that carries none, its expiry) join that trace.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 
 	revision uint64
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/pkg/events"
@@ -311,8 +312,13 @@ func (b *Broker) expireBatch(ctx context.Context, ids []string, o origin) error 
 // retryError. A deadline is missed by as long as a retry takes, so it comes
 // soon (the state bucket's leader being elected, a connection being
 // replaced).
+//
+// The expiry is a span (SpanExpire) in the request's trace.
 func (b *Broker) expireOne(ctx context.Context, id string, o origin) error {
-	_, err := b.expire(ctx, id, b.now(), o)
+	ctx, span := b.startSpan(b.requestContext(ctx, id), SpanExpire, trace.SpanKindInternal, id)
+	rec, err := b.expire(ctx, id, b.now(), o)
+	span.SetAttributes(attrLevel.Int(rec.Level))
+	endSpan(span, &rec, err)
 	var retry *retryError
 	switch {
 	case err == nil, errors.Is(err, ErrNotFound):

@@ -98,7 +98,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	rec, err := s.b.Submit(r.Context(), body.ID, "http/"+clientName(r), body.Requested)
+	// The caller's W3C traceparent header, if any, is the request's trace.
+	rec, err := s.b.Submit(callerTrace(r), body.ID, "http/"+clientName(r), body.Requested)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -199,7 +200,9 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	if body.Channel == "" {
 		body.Channel = "http"
 	}
-	rec, err := s.b.Respond(r.Context(), principal, r.PathValue("id"), body.Responded)
+	ctx, span := s.startDecision(r, r.PathValue("id"), principal, body.Responded)
+	rec, err := s.b.Respond(ctx, principal, r.PathValue("id"), body.Responded)
+	endDecision(span, err)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -352,7 +355,9 @@ func (s *Server) decideMany(w http.ResponseWriter, r *http.Request) {
 	decided := 0
 	for _, id := range ids {
 		res := Result{ID: id}
-		rec, err := s.b.Respond(r.Context(), principal, id, body.Responded)
+		ctx, span := s.startDecision(r, id, principal, body.Responded)
+		rec, err := s.b.Respond(ctx, principal, id, body.Responded)
+		endDecision(span, err)
 		if err != nil {
 			res.HTTP, res.Status = errorStatus(err)
 			res.Message = err.Error()

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/internal/broker"
@@ -31,6 +32,8 @@ type Broker interface {
 	Wait(ctx context.Context, id string) (broker.Record, error)
 	List(ctx context.Context, f broker.Filter) (broker.Page, error)
 	Respond(ctx context.Context, principal, id string, r events.Responded) (broker.Record, error)
+	// RequestContext returns ctx carrying request id's trace context.
+	RequestContext(ctx context.Context, id string) context.Context
 	Cancel(ctx context.Context, id, by, reason string) (broker.Record, error)
 	CheckEligible(ctx context.Context, id, principal string) error
 	RuleOf(r broker.Record) broker.RuleInfo
@@ -64,6 +67,9 @@ type Config struct {
 	// Observe, if set, is told about each event stream client that comes
 	// (+1) and goes (-1).
 	Observe func(delta int)
+	// TracerProvider makes the spans of answers (SpanDecision); nil uses
+	// OpenTelemetry's global provider.
+	TracerProvider trace.TracerProvider
 	// Stopping, if set, ends long polls (?wait=) and event streams when it
 	// ends: a server shutting down answers them with what it has, and the
 	// client asks again (of another replica), instead of holding the
@@ -86,6 +92,7 @@ type Server struct {
 	b      Broker
 	cfg    Config
 	log    *zap.Logger
+	tracer trace.Tracer
 	mux    *http.ServeMux
 	routes []route
 }
@@ -109,7 +116,7 @@ func New(b Broker, cfg Config, log *zap.Logger) *Server {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Server{b: b, cfg: cfg, log: log.Named("http"), mux: http.NewServeMux()}
+	s := &Server{b: b, cfg: cfg, log: log.Named("http"), mux: http.NewServeMux(), tracer: newTracer(cfg.TracerProvider)}
 	s.routes = []route{
 		{method: "POST", path: "/v1/approvals", handle: s.create},
 		{method: "GET", path: "/v1/approvals", handle: s.list},

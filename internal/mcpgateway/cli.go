@@ -19,6 +19,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/natsconn"
+	"github.com/assent-dev/assent/internal/tracing"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
 )
@@ -36,6 +37,8 @@ type Command struct {
 	// HTTP is the address to serve streamable HTTP on; "" serves none.
 	HTTP     string
 	LogLevel zapcore.Level
+	// Tracing configures the export of the SDK's spans (docs/tracing.md).
+	Tracing tracing.Config
 }
 
 const usage = `usage: mcp-gateway [serve] [flags] [--] [COMMAND [ARG...] | URL]
@@ -106,6 +109,7 @@ func newFlagSet(cmd *Command, v *flagValues) *flag.FlagSet {
 	fs.StringVar(&v.up.Name, "name", "", "`name` of the upstream on the command line (default: from its command or host)")
 	fs.StringVar(&v.up.Prefix, "prefix", "", "`prefix` for the tool names of the upstream on the command line")
 	fs.Var(&cmd.LogLevel, "log-level", "log `level` on stderr: debug, info, warn, error")
+	tracing.RegisterFlags(fs, &cmd.Tracing)
 	return fs
 }
 

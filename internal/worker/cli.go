@@ -16,6 +16,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/natsconn"
+	"github.com/assent-dev/assent/internal/tracing"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
 )
@@ -100,6 +101,8 @@ type Command struct {
 	MCP         MCPOptions
 	// Stdin is where "mcp" reads its client's messages; nil means os.Stdin.
 	Stdin io.Reader
+	// Tracing configures the export of the SDK's spans (docs/tracing.md).
+	Tracing tracing.Config
 }
 
 // MCPOptions are the settings of "agent-worker mcp".
@@ -179,6 +182,7 @@ func ParseArgs(args []string, env envflag.Env, stderr io.Writer) (Command, error
 func newFlagSet(cmd *Command) (fs *flag.FlagSet, check func() []error) {
 	fs = flag.NewFlagSet("agent-worker "+cmd.Name, flag.ContinueOnError)
 	fs.Var(&cmd.LogLevel, "log-level", "log `level` on stderr: debug, info, warn, error")
+	tracing.RegisterFlags(fs, &cmd.Tracing)
 	// natsFlags are the flags of the commands that talk to Assent.
 	natsFlags := func() {
 		fs.StringVar(&cmd.Conn.URL, "nats-url", DefaultNATSURL, "NATS server `URL`")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/pkg/events"
@@ -67,6 +68,10 @@ type ApproverConfig struct {
 	// from the handler nor hides it. Empty, any message on the decision
 	// subject does.
 	TrustedKeys []string
+	// TracerProvider makes the span of each request handled
+	// (SpanApprove), in the request's trace; the answer carries it. Nil
+	// uses OpenTelemetry's global provider.
+	TracerProvider trace.TracerProvider
 	// Logger; nil logs nothing.
 	Logger *zap.Logger
 }
@@ -79,6 +84,7 @@ type Approver struct {
 	h       Handler
 	log     *zap.Logger
 	client  *Client
+	tracer  trace.Tracer
 	running sync.Mutex
 }
 
@@ -112,7 +118,7 @@ func NewApprover(nc *nats.Conn, cfg ApproverConfig, h Handler) (*Approver, error
 	if err != nil {
 		return nil, err
 	}
-	return &Approver{cfg: cfg, nc: nc, js: js, h: h, client: client,
+	return &Approver{cfg: cfg, nc: nc, js: js, h: h, client: client, tracer: newTracer(cfg.TracerProvider),
 		log: cfg.Logger.Named("approver").With(zap.String("principal", cfg.Principal), zap.String("channel", cfg.Channel))}, nil
 }
 
@@ -148,11 +154,16 @@ func (a *Approver) Run(ctx context.Context) error {
 
 // handle offers one pending event to the handler and settles the message.
 func (a *Approver) handle(ctx context.Context, msg jetstream.Msg) {
-	n, ok := takeNotice(a.client.codec, msg)
+	ctx, n, ok := takeNotice(ctx, a.client.codec, msg)
 	if !ok {
 		return
 	}
 	req := n.Request
+	ctx, span := a.tracer.Start(ctx, SpanApprove, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attrRequestID.String(req.ID), attrAgent.String(req.Agent), attrTool.String(req.Tool),
+			attrPrincipal.String(a.cfg.Principal), attrChannel.String(a.cfg.Channel), attrLevel.Int(n.Level)))
+	var spanErr error
+	defer func() { endSpan(span, spanErr) }()
 	log := a.log.With(zap.String("request_id", req.ID), zap.String("tool", req.Tool))
 	if _, decided, err := a.client.Decision(ctx, req.ID); err == nil && decided {
 		_ = msg.Ack()
@@ -188,15 +199,19 @@ func (a *Approver) handle(ctx context.Context, msg jetstream.Msg) {
 	case errors.As(err, &perm):
 		log.Warn("handler failed permanently", zap.Error(err))
 		_ = msg.TermWithReason(err.Error())
+		spanErr = err
 		return
 	case err != nil:
 		log.Warn("handler failed; will retry", zap.Error(err))
 		_ = msg.NakWithDelay(5 * time.Second)
+		spanErr = err
 		return
 	}
+	span.SetAttributes(attrDecision.String(string(resp.Decision)))
 	if err := a.answer(ctx, req.ID, resp); err != nil {
 		log.Warn("publish answer failed; will retry", zap.Error(err))
 		_ = msg.NakWithDelay(time.Second)
+		spanErr = err
 		return
 	}
 	_ = msg.Ack()
@@ -212,6 +227,9 @@ func (a *Approver) answer(ctx context.Context, id string, r Response) error {
 // Answer publishes one approver's answer to request id on
 // assent.response.<principal>.<id>, for programs that do not run an Approver.
 // The broker decides whether it counts; watch the decision to learn the outcome.
+// The answer carries the trace context of ctx, if any: pass the context of
+// the pending event (its trace) so that the broker's span joins the request's
+// trace.
 func Answer(ctx context.Context, js jetstream.JetStream, principal, id string, r events.Responded) error {
 	if err := r.Validate(); err != nil {
 		return err
@@ -224,6 +242,7 @@ func Answer(ctx context.Context, js jetstream.JetStream, principal, id string, r
 	if err != nil {
 		return err
 	}
+	setEventTrace(ctx, &e)
 	h, body, err := events.Encode(&e)
 	if err != nil {
 		return err

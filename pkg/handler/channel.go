@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/pkg/events"
@@ -35,6 +37,7 @@ type Channel struct {
 	n      Notifier
 	client *Client
 	log    *zap.Logger
+	tracer trace.Tracer
 
 	mu       sync.Mutex
 	kv       jetstream.KeyValue
@@ -113,6 +116,10 @@ type ChannelConfig struct {
 	// resolves a request; a forged one is logged and skipped. Empty, the
 	// first decided event on the subject does.
 	TrustedKeys []string
+	// TracerProvider makes the channel's spans (SpanNotify, SpanAnswer,
+	// SpanResolve) in each request's trace; nil uses OpenTelemetry's global
+	// provider.
+	TracerProvider trace.TracerProvider
 	// Logger; nil logs nothing.
 	Logger *zap.Logger
 }
@@ -150,7 +157,7 @@ func NewChannel(nc *nats.Conn, cfg ChannelConfig, n Notifier) (*Channel, error) 
 	if err != nil {
 		return nil, err
 	}
-	c := &Channel{cfg: cfg, nc: nc, js: js, n: n, client: client,
+	c := &Channel{cfg: cfg, nc: nc, js: js, n: n, client: client, tracer: newTracer(cfg.TracerProvider),
 		log: cfg.Logger.Named("channel").With(zap.String("channel", cfg.Channel))}
 	c.reachers = func() []string { return cfg.Principals }
 	if cfg.Reachable != nil {
@@ -202,6 +209,10 @@ type noticeJSON struct {
 	Level     int              `json:"level,omitempty"`
 	Terms     *events.Terms    `json:"terms,omitempty"`
 	Ref       json.RawMessage  `json:"ref,omitempty"`
+	// TraceParent and TraceState are the trace context of the span that
+	// showed the notice, for the spans of the answers to it.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 func (n *Notice) json() noticeJSON {
@@ -267,7 +278,19 @@ func (c *Channel) Decision(ctx context.Context, id string) (Decision, bool, erro
 // Answer publishes principal's answer to request id through this channel:
 // the same path as every other approver's (assent.response.<principal>.<id>).
 // The broker decides whether it counts; the outcome reaches Resolve.
-func (c *Channel) Answer(ctx context.Context, principal, id string, r Response) error {
+//
+// The answer is a span (SpanAnswer) in the trace of ctx or, when ctx has
+// none, in the request's: under the span that showed the notice.
+func (c *Channel) Answer(ctx context.Context, principal, id string, r Response) (err error) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		if s, _, ok, err := c.load(ctx, id); err == nil && ok {
+			ctx = withStoredTrace(ctx, s.Notice.TraceParent, s.Notice.TraceState)
+		}
+	}
+	ctx, span := c.tracer.Start(ctx, SpanAnswer, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attrRequestID.String(id), attrPrincipal.String(principal), attrChannel.String(c.cfg.Channel),
+			attrDecision.String(string(r.Decision))))
+	defer func() { endSpan(span, err) }()
 	return Answer(ctx, c.js, principal, id, events.Responded{
 		Decision: r.Decision, Reason: r.Reason, Args: r.Args, Payload: r.Payload, Remember: r.Remember, Channel: c.cfg.Channel,
 	})
@@ -334,7 +357,7 @@ func NoticeOf(e *events.Event) (n Notice, ok bool, err error) {
 // across processes and restarts, then holds the message back until its
 // reminder is due.
 func (c *Channel) handleNotice(ctx context.Context, msg jetstream.Msg) {
-	n, ok := takeNotice(c.client.codec, msg)
+	ctx, n, ok := takeNotice(ctx, c.client.codec, msg)
 	if !ok {
 		return
 	}
@@ -373,11 +396,18 @@ func (c *Channel) handleNotice(ctx context.Context, msg jetstream.Msg) {
 			n.Rule = s.Notice.Rule
 		}
 	}
+	ctx, span := c.startNotify(ctx, n)
+	var spanErr error
+	defer func() { endSpan(span, spanErr) }()
+	tp, ts := storedTrace(ctx)
 	// Record the notice before it goes out: a person may act on it at once,
 	// on any process running the channel.
-	if rev, err = c.save(ctx, shown{Notice: n.json(), Sending: true}, rev); err != nil {
+	j := n.json()
+	j.TraceParent, j.TraceState = tp, ts
+	if rev, err = c.save(ctx, shown{Notice: j, Sending: true}, rev); err != nil {
 		log.Warn("record notice; will retry", zap.Error(err))
 		retry(msg)
+		spanErr = err
 		return
 	}
 	ref, err := c.n.Notify(ctx, n)
@@ -386,6 +416,7 @@ func (c *Channel) handleNotice(ctx context.Context, msg jetstream.Msg) {
 			log.Warn("notify failed; will retry", zap.Error(err))
 		}
 		retry(msg)
+		spanErr = err
 		return
 	}
 	if ref != nil {
@@ -395,6 +426,7 @@ func (c *Channel) handleNotice(ctx context.Context, msg jetstream.Msg) {
 	// notice would stay marked as going out and never be resolved.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	next := shown{Notice: n.json()}
+	next.Notice.TraceParent, next.Notice.TraceState = tp, ts
 	rev, err = c.save(sctx, next, rev)
 	cancel()
 	if err != nil {
@@ -438,7 +470,9 @@ func (c *Channel) remind(ctx context.Context, msg jetstream.Msg, s shown, rev ui
 		return
 	}
 	n.Reminder = true
+	ctx, span := c.startNotify(withStoredTrace(ctx, s.Notice.TraceParent, s.Notice.TraceState), n)
 	ref, err := c.n.Notify(ctx, n)
+	endSpan(span, err)
 	if err != nil {
 		log.Warn("reminder failed; will retry", zap.Error(err))
 		retry(msg)
@@ -457,7 +491,7 @@ func (c *Channel) remind(ctx context.Context, msg jetstream.Msg, s shown, rev ui
 // handleOutcome shows a decision where the channel showed its request.
 func (c *Channel) handleOutcome(ctx context.Context, msg jetstream.Msg) {
 	id := strings.TrimPrefix(msg.Subject(), events.DecisionPrefix)
-	d, err := c.client.read(nats.Header(msg.Headers()), msg.Data())
+	d, sc, err := c.client.readTraced(nats.Header(msg.Headers()), msg.Data())
 	if err != nil {
 		if c.client.trusted != nil {
 			c.log.Warn("ignoring a decided event that no trusted key signed", zap.String("request_id", id), zap.Error(err))
@@ -470,7 +504,11 @@ func (c *Channel) handleOutcome(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	defer keepAlive(msg)()
-	if err := c.resolve(ctx, id, d); err != nil {
+	ctx, span := c.tracer.Start(trace.ContextWithRemoteSpanContext(ctx, sc), SpanResolve, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attrRequestID.String(id), attrChannel.String(c.cfg.Channel), attrOutcome.String(string(d.Outcome))))
+	err = c.resolve(ctx, id, d)
+	endSpan(span, err)
+	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("resolve failed; will retry", zap.String("request_id", id), zap.Error(err))
 		}
@@ -505,4 +543,31 @@ func (c *Channel) resolve(ctx context.Context, id string, d Decision) error {
 		return err
 	}
 	return nil
+}
+
+// startNotify starts the span of showing notice n, in the trace of ctx.
+func (c *Channel) startNotify(ctx context.Context, n Notice) (context.Context, trace.Span) {
+	return c.tracer.Start(ctx, SpanNotify, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attrRequestID.String(n.ID), attrAgent.String(n.Agent), attrTool.String(n.Tool),
+			attrChannel.String(c.cfg.Channel), attrLevel.Int(n.Level), attrReminder.Bool(n.Reminder)))
+}
+
+// storedTrace returns the traceparent and tracestate of the span in ctx, to
+// store; empty when it has none.
+func storedTrace(ctx context.Context) (traceparent, tracestate string) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return "", ""
+	}
+	m := propagation.MapCarrier{}
+	traceContext.Inject(ctx, m)
+	return m[events.TraceParentAttribute], m[events.TraceStateAttribute]
+}
+
+// withStoredTrace returns ctx carrying the trace context that storedTrace
+// returned; ctx as it is when that is empty or malformed.
+func withStoredTrace(ctx context.Context, traceparent, tracestate string) context.Context {
+	if traceparent == "" {
+		return ctx
+	}
+	return traceContext.Extract(ctx, propagation.MapCarrier{events.TraceParentAttribute: traceparent, events.TraceStateAttribute: tracestate})
 }

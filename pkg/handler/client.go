@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/pkg/events"
@@ -86,6 +87,10 @@ type Config struct {
 	// Agent, and a connection whose inbox prefix is "_INBOX_<Agent>"
 	// (nats.CustomInboxPrefix), the only inbox such credentials read.
 	Private bool
+	// TracerProvider makes the span of each Request (SpanRequest), whose
+	// trace context the requested event carries to the broker; nil uses
+	// OpenTelemetry's global provider (docs/tracing.md).
+	TracerProvider trace.TracerProvider
 	// Logger; nil logs nothing.
 	Logger *zap.Logger
 }
@@ -102,6 +107,8 @@ type Client struct {
 	codec events.Codec // reads what the broker publishes: anything the server carries
 	// trusted checks decisions' signatures; nil without Config.TrustedKeys.
 	trusted *events.TrustedKeys
+	// tracer makes the span of each Request.
+	tracer trace.Tracer
 
 	mu          sync.Mutex
 	stream      jetstream.Stream // found on first use
@@ -146,7 +153,8 @@ func NewClient(nc *nats.Conn, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, nc: nc, js: js, log: cfg.Logger.Named("assent"), codec: serverCodec(nc), trusted: trusted}, nil
+	return &Client{cfg: cfg, nc: nc, js: js, log: cfg.Logger.Named("assent"), codec: serverCodec(nc), trusted: trusted,
+		tracer: newTracer(cfg.TracerProvider)}, nil
 }
 
 // Request publishes req and blocks until the broker decides it, then returns the
@@ -163,10 +171,31 @@ func NewClient(nc *nats.Conn, cfg Config) (*Client, error) {
 // Config.Grace, ErrNoDecision is returned. In every error case the call must
 // not run; the returned Decision then carries only the RequestID, so the caller
 // can report or cancel the request it made.
-func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
+//
+// The call is a span (SpanRequest) in the trace of ctx, or the root of a new
+// one; the requested event carries its trace context, so the broker's and
+// the approvers' spans join that trace.
+func (c *Client) Request(ctx context.Context, req Request) (d Decision, err error) {
 	if req.ID == "" {
 		req.ID = events.NewID()
 	}
+	agent := req.Agent
+	if agent == "" {
+		agent = c.cfg.Agent
+	}
+	ctx, span := c.tracer.Start(ctx, SpanRequest, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attrRequestID.String(req.ID), attrAgent.String(agent), attrTool.String(req.Tool)))
+	defer func() {
+		if err == nil {
+			span.SetAttributes(decisionAttrs(d)...)
+		}
+		endSpan(span, err)
+	}()
+	return c.request(ctx, req)
+}
+
+// request is Request within its span.
+func (c *Client) request(ctx context.Context, req Request) (Decision, error) {
 	if req.Agent == "" {
 		req.Agent = c.cfg.Agent
 	}
@@ -218,6 +247,7 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
+	setEventTrace(ctx, &e)
 	h, body, err := events.Encode(&e)
 	if err != nil {
 		return Decision{}, err
@@ -316,7 +346,7 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 				}
 				continue
 			}
-			d, err := c.verify(m.Header, m.Data, req.ID, want)
+			d, sc, err := c.verify(m.Header, m.Data, req.ID, want)
 			if errors.Is(err, ErrIDConflict) {
 				return noDecision, err
 			}
@@ -324,6 +354,7 @@ func (c *Client) Request(ctx context.Context, req Request) (Decision, error) {
 				log().Warn("ignoring a decision that failed verification", zap.Error(err))
 				continue
 			}
+			linkDecider(ctx, sc)
 			return d, nil
 		case <-wait.C:
 			// Last look, in case the subscription missed it during a reconnect.
@@ -400,7 +431,8 @@ func (c *Client) Decision(ctx context.Context, id string) (Decision, bool, error
 }
 
 // decision is Decision that also checks the decision is about the request
-// want, when want is set.
+// want, when want is set; the span of ctx, Request's, then links to the
+// broker's span that decided.
 func (c *Client) decision(ctx context.Context, id string, want *sent) (Decision, bool, error) {
 	if c.cfg.Private {
 		return c.privateDecision(ctx, id, want)
@@ -421,7 +453,7 @@ func (c *Client) decision(ctx context.Context, id string, want *sent) (Decision,
 		if err != nil {
 			return Decision{}, false, err
 		}
-		d, err := c.read(m.Header, m.Data)
+		d, sc, err := c.readTraced(m.Header, m.Data)
 		if err != nil && c.trusted != nil {
 			c.log.Warn("skipping a stored decided event that no trusted key signed",
 				zap.String("request_id", id), zap.Uint64("seq", m.Sequence), zap.Error(err))
@@ -433,6 +465,9 @@ func (c *Client) decision(ctx context.Context, id string, want *sent) (Decision,
 		}
 		if err != nil {
 			return Decision{}, false, err
+		}
+		if want != nil {
+			linkDecider(ctx, sc)
 		}
 		return d, true, nil
 	}
@@ -497,6 +532,7 @@ func (c *Client) getStream(ctx context.Context) (jetstream.Stream, error) {
 // Cancel asks the broker to end request id as cancelled. With Config.Agent
 // set it is published on assent.cancel.<agent>.<id>, which cancels only that
 // agent's request (and which NATS permissions can confine an agent to).
+// The cancel carries the trace context of ctx, if any.
 func (c *Client) Cancel(ctx context.Context, id, reason string) error {
 	source := c.cfg.Source
 	if source == "" && c.cfg.Agent != "" {
@@ -521,6 +557,7 @@ func (c *Client) cancel(ctx context.Context, agent, source, id, reason string) e
 	if err != nil {
 		return err
 	}
+	setEventTrace(ctx, &e)
 	h, body, err := events.Encode(&e)
 	if err != nil {
 		return err
@@ -531,27 +568,35 @@ func (c *Client) cancel(ctx context.Context, agent, source, id, reason string) e
 	return err
 }
 
-// verify reads a decided event (read) and checks it decides request id
-// (check).
-func (c *Client) verify(h nats.Header, body []byte, id string, want *sent) (Decision, error) {
-	d, err := c.read(h, body)
+// verify reads a decided event (readTraced) and checks it decides request
+// id (check). It returns the trace context the event carries too.
+func (c *Client) verify(h nats.Header, body []byte, id string, want *sent) (Decision, trace.SpanContext, error) {
+	d, sc, err := c.readTraced(h, body)
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, sc, err
 	}
 	if err := check(d, id, want); err != nil {
-		return Decision{}, err
+		return Decision{}, sc, err
 	}
-	return d, nil
+	return d, sc, nil
 }
 
 // read decodes a decided event and, with trusted keys, checks that one of
 // them signed it. An error wraps ErrTampered: with trusted keys, the event is
 // not the broker's.
 func (c *Client) read(h nats.Header, body []byte) (Decision, error) {
+	d, _, err := c.readTraced(h, body)
+	return d, err
+}
+
+// readTraced is read that also returns the trace context the event carries:
+// that of the broker's span that decided.
+func (c *Client) readTraced(h nats.Header, body []byte) (Decision, trace.SpanContext, error) {
 	e, err := c.codec.Decode(events.Header(h), body)
 	if err != nil {
-		return Decision{}, fmt.Errorf("%w: %w", ErrTampered, err)
+		return Decision{}, trace.SpanContext{}, fmt.Errorf("%w: %w", ErrTampered, err)
 	}
+	sc := eventTrace(&e)
 	var d Decision
 	if c.trusted != nil {
 		d, err = c.trusted.Verify(&e)
@@ -559,9 +604,9 @@ func (c *Client) read(h nats.Header, body []byte) (Decision, error) {
 		d, err = events.DecodeDecided(&e)
 	}
 	if err != nil {
-		return Decision{}, fmt.Errorf("%w: %w", ErrTampered, err)
+		return Decision{}, sc, fmt.Errorf("%w: %w", ErrTampered, err)
 	}
-	return d, nil
+	return d, sc, nil
 }
 
 // authentic reports whether a message on a decision subject is a decision
@@ -658,7 +703,7 @@ func (c *Client) privateDecision(ctx context.Context, id string, want *sent) (De
 			h[k] = v
 		}
 	}
-	d, err := c.read(h, m.Data)
+	d, sc, err := c.readTraced(h, m.Data)
 	if err != nil && c.trusted != nil {
 		c.log.Warn("the broker's answer holds a decided event no trusted key signed", zap.String("request_id", id), zap.Error(err))
 		return Decision{}, false, nil
@@ -668,6 +713,9 @@ func (c *Client) privateDecision(ctx context.Context, id string, want *sent) (De
 	}
 	if err != nil {
 		return Decision{}, false, err
+	}
+	if want != nil {
+		linkDecider(ctx, sc)
 	}
 	return d, true, nil
 }

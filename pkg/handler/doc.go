@@ -18,4 +18,12 @@
 //
 // Both sides speak the wire contract of package events over NATS JetStream; the
 // broker runs elsewhere (cmd/broker).
+//
+// Tracing: each Request is an OpenTelemetry span in the trace of its ctx, and
+// the requested event carries that trace to the broker and the approvers, whose
+// spans join it; the answers of Approver and Channel do the same. The package
+// uses the OpenTelemetry API only: spans are recorded when the program
+// installs an SDK as the global tracer provider, or names a provider in the
+// configuration (Config.TracerProvider and its siblings). docs/tracing.md lists
+// the spans.
 package handler

@@ -133,25 +133,26 @@ func (p *pool) wait() {
 	p.wg.Wait()
 }
 
-// takeNotice reads the notice of a pending or escalated message. When there
-// is none to act on (malformed, another type, past its deadline) it settles
-// msg and returns false.
-func takeNotice(codec events.Codec, msg jetstream.Msg) (Notice, bool) {
+// takeNotice reads the notice of a pending or escalated message, and returns
+// ctx carrying the event's trace context (that of the broker's span that
+// announced it). When there is no notice to act on (malformed, another type,
+// past its deadline) it settles msg and returns false.
+func takeNotice(ctx context.Context, codec events.Codec, msg jetstream.Msg) (context.Context, Notice, bool) {
 	e, err := codec.Decode(events.Header(msg.Headers()), msg.Data())
 	if err != nil {
 		_ = msg.TermWithReason("malformed: " + err.Error())
-		return Notice{}, false
+		return ctx, Notice{}, false
 	}
 	n, ok, err := NoticeOf(&e)
 	switch {
 	case err != nil:
 		_ = msg.TermWithReason("malformed: " + err.Error())
-		return Notice{}, false
+		return ctx, Notice{}, false
 	case !ok, !time.Now().Before(n.Deadline):
 		_ = msg.Ack()
-		return Notice{}, false
+		return ctx, Notice{}, false
 	}
-	return n, true
+	return withEventTrace(ctx, &e), n, true
 }
 
 // Durable returns the durable consumer cfg names on the Assent stream, made
