@@ -41,11 +41,21 @@ func (e *retryError) Unwrap() error { return e.err }
 // ackWait is the consumer's.
 func (b *Broker) consume(ctx context.Context, cons jetstream.Consumer, name string, ackWait time.Duration, handle func(context.Context, jetstream.Msg) error) error {
 	log := b.log.With(zap.String("consumer", name))
-	work := make(chan jetstream.Msg)
+	// work hands messages to the workers; it is never closed, since a
+	// delivery may still be sending on it when a drain that overran is
+	// stopped. quit ends the workers, and such a delivery, whose message
+	// comes back after its ack wait.
+	work, quit := make(chan jetstream.Msg), make(chan struct{})
 	var wg sync.WaitGroup
 	for range b.cfg.Workers {
 		wg.Go(func() {
-			for msg := range work {
+			for {
+				var msg jetstream.Msg
+				select {
+				case msg = <-work:
+				case <-quit:
+					return
+				}
 				hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handleTimeout)
 				stop := keepAlive(msg, ackWait)
 				err := handle(hctx, msg)
@@ -55,7 +65,14 @@ func (b *Broker) consume(ctx context.Context, cons jetstream.Consumer, name stri
 			}
 		})
 	}
-	cc, err := cons.Consume(func(msg jetstream.Msg) { work <- msg },
+	defer wg.Wait()
+	defer close(quit)
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		select {
+		case work <- msg:
+		case <-quit:
+		}
+	},
 		jetstream.PullMaxMessages(2*b.cfg.Workers),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
@@ -63,21 +80,21 @@ func (b *Broker) consume(ctx context.Context, cons jetstream.Consumer, name stri
 			}
 		}))
 	if err != nil {
-		close(work)
-		wg.Wait()
 		return fmt.Errorf("consume %s: %w", name, err)
 	}
 	<-ctx.Done()
 	cc.Drain()
 	select {
 	case <-cc.Closed():
-	case <-time.After(handleTimeout):
+	case <-time.After(drainTimeout):
+		log.Warn("draining took too long; stopping, and what was not handled is delivered again after its ack wait", zap.Duration("waited", drainTimeout))
 		cc.Stop()
 	}
-	close(work)
-	wg.Wait()
 	return nil
 }
+
+// drainTimeout bounds a consumer's drain when the broker stops.
+var drainTimeout = handleTimeout
 
 // keepAlive tells the server, while a slow handler runs, that msg is still being
 // worked on, so the short ack wait redelivers only messages whose replica died.
