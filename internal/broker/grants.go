@@ -199,15 +199,10 @@ func (b *Broker) grantsFresh(ctx context.Context) (bool, error) {
 // the last one the watcher applied; it reports true if it holds none.
 func (b *Broker) grantsNewer(ctx context.Context) (bool, error) {
 	applied := b.grants.applied.Load()
-	req, _ := json.Marshal(map[string]any{"seq": applied + 1, "next_by_subj": ">"})
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	msg, err := b.nc.RequestWithContext(rctx, "$JS.API.STREAM.MSG.GET.KV_"+GrantBucket, req)
+	resp, err := b.leaderMsgGet(rctx, GrantBucket, map[string]any{"seq": applied + 1, "next_by_subj": ">"})
 	if err != nil {
-		return false, fmt.Errorf("check remembered choices: %w", err)
-	}
-	var resp msgGetResponse
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
 		return false, fmt.Errorf("check remembered choices: %w", err)
 	}
 	switch {
@@ -237,23 +232,35 @@ type msgGetResponse struct {
 // errNoMessage is JetStream's error code for "no message found".
 const errNoMessage = 10037
 
+// leaderMsgGet asks the leader of bucket's stream for a message (STREAM.MSG.GET
+// with req: a sequence, the next by subject, the last by subject), never a
+// direct get, which a replica behind the others may answer. An error is the
+// request's; the answer's own error is in the response.
+func (b *Broker) leaderMsgGet(ctx context.Context, bucket string, req any) (msgGetResponse, error) {
+	var resp msgGetResponse
+	data, err := json.Marshal(req)
+	if err != nil {
+		return resp, err
+	}
+	msg, err := b.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, data)
+	if err != nil {
+		return resp, err
+	}
+	err = json.Unmarshal(msg.Data, &resp)
+	return resp, err
+}
+
 // readGrants returns the live grants stored under key prefix, read from the
 // stream leader (STREAM.MSG.GET, never a direct get that a follower still
 // catching up may answer), one key after another by subject.
 func (b *Broker) readGrants(ctx context.Context, prefix string) ([]policy.Grant, error) {
-	api := "$JS.API.STREAM.MSG.GET.KV_" + GrantBucket
 	filter := "$KV." + GrantBucket + "." + prefix + ".*"
 	var out []policy.Grant
 	for seq := uint64(1); ; {
-		req, _ := json.Marshal(map[string]any{"seq": seq, "next_by_subj": filter})
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		msg, err := b.nc.RequestWithContext(rctx, api, req)
+		resp, err := b.leaderMsgGet(rctx, GrantBucket, map[string]any{"seq": seq, "next_by_subj": filter})
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("read remembered choices %s: %w", prefix, err)
-		}
-		var resp msgGetResponse
-		if err := json.Unmarshal(msg.Data, &resp); err != nil {
 			return nil, fmt.Errorf("read remembered choices %s: %w", prefix, err)
 		}
 		switch {

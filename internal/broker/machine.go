@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -485,38 +484,16 @@ func truncate(s string, n int) string {
 // through the JetStream API rather than a direct get: ErrNotFound when the
 // bucket has no value for it (never written, deleted or purged).
 func (b *Broker) leaderGet(ctx context.Context, id string) ([]byte, uint64, error) {
-	stream := "KV_" + StateBucket
-	req, err := json.Marshal(struct {
-		LastBySubject string `json:"last_by_subj"`
-	}{"$KV." + StateBucket + "." + id})
-	if err != nil {
-		return nil, 0, err
-	}
-	msg, err := b.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
-	if err != nil {
-		return nil, 0, fmt.Errorf("read state of %s from the leader of %s: %w", id, stream, err)
-	}
-	var resp struct {
-		Message *struct {
-			Seq  uint64 `json:"seq"`
-			Data []byte `json:"data"`
-		} `json:"message"`
-		Error *struct {
-			Code        int    `json:"code"`
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return nil, 0, fmt.Errorf("read state of %s from the leader of %s: %w", id, stream, err)
-	}
+	resp, err := b.leaderMsgGet(ctx, StateBucket, map[string]string{"last_by_subj": "$KV." + StateBucket + "." + id})
 	switch {
-	case resp.Error != nil && resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
+	case err != nil:
+		return nil, 0, fmt.Errorf("read state of %s from its stream's leader: %w", id, err)
+	case resp.Error != nil && resp.Error.ErrCode == errNoMessage:
 		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, id)
 	case resp.Error != nil:
-		return nil, 0, fmt.Errorf("read state of %s from the leader of %s: %s (%d)", id, stream, resp.Error.Description, resp.Error.ErrCode)
+		return nil, 0, fmt.Errorf("read state of %s from its stream's leader: %s (%d)", id, resp.Error.Description, resp.Error.ErrCode)
 	case resp.Message == nil:
-		return nil, 0, fmt.Errorf("read state of %s from the leader of %s: an answer without a message", id, stream)
+		return nil, 0, fmt.Errorf("read state of %s from its stream's leader: an answer without a message", id)
 	case len(resp.Message.Data) == 0:
 		// A delete or purge marker: a record is never empty.
 		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, id)
