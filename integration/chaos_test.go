@@ -202,19 +202,7 @@ func TestChaos(t *testing.T) {
 			Args: []string{"--policy", policyFile, "--log-level", "info", "--log-json"},
 		}))
 	}
-	startCtx := testCtx(t, 2*clustertest.Patience)
-	for _, r := range replicas {
-		if err := r.Start(startCtx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	defer func() {
-		if t.Failed() {
-			for _, r := range replicas {
-				t.Logf("%s: last lines of %s:\n%s", r.Name, r.LogFile, tail(r.Output(), 40))
-			}
-		}
-	}()
+	startReplicas(t, replicas, 40)
 
 	sdkLog, err := os.Create(filepath.Join(logDir, "test.log"))
 	if err != nil {
@@ -269,12 +257,12 @@ func TestChaos(t *testing.T) {
 	if err := proxy.Up(); err != nil && !strings.Contains(err.Error(), "already started") {
 		t.Errorf("proxy up: %v", err)
 	}
+	healCtx := testCtx(t, 2*clustertest.Patience)
 	if !downNode.Running() {
-		if err := downNode.Restart(startCtx); err != nil {
+		if err := downNode.Restart(healCtx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	healCtx := testCtx(t, 2*clustertest.Patience)
 	for _, r := range replicas {
 		if err := r.Start(healCtx); err != nil {
 			t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/brokertest"
+	"github.com/assent-dev/assent/internal/clustertest"
 	"github.com/assent-dev/assent/internal/httpapi"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
@@ -591,4 +592,23 @@ func sameJSON(a, b []byte) bool {
 	xa, _ := json.Marshal(x)
 	ya, _ := json.Marshal(y)
 	return bytes.Equal(xa, ya)
+}
+
+// startReplicas starts replicas, each ready, and has the last lines of each
+// one's log shown if the test fails.
+func startReplicas(t *testing.T, replicas []*clustertest.Replica, lines int) {
+	t.Helper()
+	ctx := testCtx(t, 2*clustertest.Patience)
+	for _, r := range replicas {
+		if err := r.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, r := range replicas {
+				t.Logf("%s: last lines of %s:\n%s", r.Name, r.LogFile, tail(r.Output(), lines))
+			}
+		}
+	})
 }

@@ -87,19 +87,7 @@ func TestRollingRestart(t *testing.T) {
 			Args: []string{"--policy", policyFile, "--log-level", "info", "--drain-delay", "1s"},
 		}))
 	}
-	startCtx := testCtx(t, 2*clustertest.Patience)
-	for _, r := range replicas {
-		if err := r.Start(startCtx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	defer func() {
-		if t.Failed() {
-			for _, r := range replicas {
-				t.Logf("%s: last lines of %s:\n%s", r.Name, r.LogFile, tail(r.Output(), 30))
-			}
-		}
-	}()
+	startReplicas(t, replicas, 30)
 
 	nc := testenv.Conn(t, ns)
 	js := newJS(t, nc)
@@ -291,7 +279,10 @@ func TestRollingRestart(t *testing.T) {
 		if err != nil {
 			t.Errorf("SIGTERM: %v", err)
 		}
-		if err := r.Start(startCtx); err != nil {
+		startCtx, cancel := context.WithTimeout(context.Background(), 2*clustertest.Patience)
+		err = r.Start(startCtx)
+		cancel()
+		if err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("%s restarted; %d requests decided meanwhile", r.Name, done.Load()-before)
