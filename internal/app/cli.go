@@ -345,6 +345,19 @@ func Commands() []string {
 	return names
 }
 
+// commandWords returns the first words of the commands ("policy", "token",
+// ...), each once, in the order usage lists them.
+func commandWords() []string {
+	var words []string
+	for _, name := range Commands() {
+		w, _, _ := strings.Cut(name, " ")
+		if !slices.Contains(words, w) {
+			words = append(words, w)
+		}
+	}
+	return words
+}
+
 // CommandFlagSet returns the flag set of the command called name, as CLI
 // defines it to parse the command's arguments; nil if there is no such
 // command.

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/envflag"
@@ -40,7 +41,7 @@ func ParseServe(args []string, env envflag.Env, stderr io.Writer) (Serve, error)
 		return Serve{}, err
 	}
 	if fs.NArg() > 0 {
-		return Serve{}, fmt.Errorf("unexpected argument %q (subcommands: policy, remembered, version)", fs.Arg(0))
+		return Serve{}, fmt.Errorf("unexpected argument %q: running the broker takes flags only; a command (%s) goes first, as in \"broker audit --limit 10\"", fs.Arg(0), strings.Join(commandWords(), ", "))
 	}
 	if err := finish(); err != nil {
 		return Serve{}, err
@@ -92,7 +93,7 @@ func serveFlags(s *Serve) (fs *flag.FlagSet, finish func() error) {
 	})
 	tracing.RegisterFlags(fs, &o.Tracing)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "usage: broker [flags]\n\nRuns the broker. \"broker help\" lists the other commands (policy, remembered, version).\n\nflags:\n")
+		fmt.Fprintf(fs.Output(), "usage: broker [flags]\n\nRuns the broker. \"broker help\" describes the other commands (%s).\n\nflags:\n", strings.Join(commandWords(), ", "))
 		envflag.PrintDefaults(fs)
 	}
 	finish = func() error {
