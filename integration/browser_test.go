@@ -384,7 +384,9 @@ func TestBrowser(t *testing.T) {
 
 	t.Run("keyboard", func(t *testing.T) {
 		id, got := e.ask(t, events.Requested{Tool: "rotate_keys", Args: json.RawMessage(`{"service":"db"}`)})
-		e.run(t, "see it", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery))
+		// The page's script listens for keys once it runs: the live marker
+		// says it has (the card alone may show before, on a busy machine).
+		e.run(t, "see it", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery), chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery))
 		e.run(t, "select it with j", chromedp.KeyEvent("j"), chromedp.WaitVisible(card(id)+`.selected`, chromedp.ByQuery))
 		e.run(t, "approve it with a", chromedp.KeyEvent("a"))
 		e.run(t, "see it approved", chromedp.WaitVisible(card(id)+` .outcome.approved`, chromedp.ByQuery))

@@ -237,6 +237,11 @@ func TestRollingRestart(t *testing.T) {
 					})
 				case rollNATS, rollLongPoll:
 					answerWG.Go(func() {
+						// Its own context: the agent may have its decision,
+						// and end actx, before the answer's publish is
+						// acknowledged.
+						actx, cancel := context.WithTimeout(context.Background(), time.Minute)
+						defer cancel()
 						time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
 						// A person answers what they were shown: a request
 						// stored already (an answer before it is refused).

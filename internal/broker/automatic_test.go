@@ -280,27 +280,36 @@ func TestListingsShowDecisionsMadeAtOnce(t *testing.T) {
 		}
 		ids = append(ids, rec.ID)
 	}
-	listed := func(x *broker.Broker, who string) {
+	// listed checks x's listing; another replica's index follows the
+	// bucket through its watcher, so it may take a moment (within).
+	listed := func(x *broker.Broker, who string, within time.Duration) {
 		t.Helper()
-		page, err := x.List(tctx(t), broker.Filter{Decided: true, Agent: "lister"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, r := range page.Records {
-			if r.Request.Tool != "ls" || r.Decision == nil || !r.Decision.Auto {
-				t.Fatalf("%s lists %+v", who, r)
+		deadline := time.Now().Add(within)
+		for {
+			page, err := x.List(tctx(t), broker.Filter{Decided: true, Agent: "lister"})
+			if err != nil {
+				t.Fatal(err)
 			}
-			got = append(got, r.ID)
-		}
-		slices.Reverse(got) // newest first
-		if !slices.Equal(got, ids) || page.Total != len(ids) {
-			t.Fatalf("%s lists %v (total %d), want %v", who, got, page.Total, ids)
+			var got []string
+			for _, r := range page.Records {
+				if r.Request.Tool != "ls" || r.Decision == nil || !r.Decision.Auto {
+					t.Fatalf("%s lists %+v", who, r)
+				}
+				got = append(got, r.ID)
+			}
+			slices.Reverse(got) // newest first
+			if slices.Equal(got, ids) && page.Total == len(ids) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s lists %v (total %d), want %v", who, got, page.Total, ids)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	listed(a, "the replica that decided")
-	listed(b, "another replica")
+	listed(a, "the replica that decided", 0)
+	listed(b, "another replica", 5*time.Second)
 	stopA()
 	restarted, _ := brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Name: "a", Mode: broker.ModeAutoApprove})
-	listed(restarted, "the replica that decided, restarted")
+	listed(restarted, "the replica that decided, restarted", 0)
 }
