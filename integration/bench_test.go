@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"go.opentelemetry.io/otel/trace/noop"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -88,7 +89,8 @@ func BenchmarkRoundTrip(b *testing.B) {
 			b.Run(fmt.Sprintf("assent/sync=%s/c=%d", sync, conc), func(b *testing.B) {
 				b.ReportAllocs()
 				nc := benchServer(b, sync)
-				brokertest.Run(b, nc, broker.Config{Mode: broker.ModeAutoApprove})
+				// Tracing off, as the broker program runs by default.
+				brokertest.Run(b, nc, broker.Config{Mode: broker.ModeAutoApprove, TracerProvider: noop.NewTracerProvider()})
 				client, err := handler.NewClient(nc, handler.Config{Agent: "bench"})
 				if err != nil {
 					b.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -130,6 +131,12 @@ func (b *Broker) requestContext(ctx context.Context, id string) context.Context 
 
 // startSpan starts one of the broker's spans about request id.
 func (b *Broker) startSpan(ctx context.Context, name string, kind trace.SpanKind, id string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if _, off := b.tracer.(noop.Tracer); off {
+		// Tracing off (the programs' default): the span only carries the
+		// request's trace context on; its options would be built for
+		// nothing, for every decision.
+		return b.tracer.Start(ctx, name)
+	}
 	return b.tracer.Start(ctx, name, trace.WithSpanKind(kind),
 		trace.WithAttributes(append(attrs, attrRequestID.String(id), attrReplica.String(b.cfg.Name))...))
 }
