@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"context"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -17,19 +16,7 @@ import (
 // the bucket, keeping the page's order, and leaves out one the bucket no
 // longer has (its total still counts it), and pages on past it.
 func TestListReadsRecords(t *testing.T) {
-	ns := testenv.Server(t)
-	b, err := New(testenv.Conn(t, ns), Config{}, testenv.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	for !b.Ready() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	b, ctx := runInternal(t, testenv.Conn(t, testenv.Server(t)), Config{})
 
 	var want []string // session s1's, in arrival order
 	for i := range 30 {

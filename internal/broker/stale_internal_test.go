@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -23,18 +22,7 @@ import (
 func TestLoadAsksTheLeaderBeforeNotFound(t *testing.T) {
 	ns := testenv.Server(t)
 	nc := testenv.Conn(t, ns)
-	b, err := New(nc, Config{}, testenv.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	for !b.Ready() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	b, ctx := runInternal(t, nc, Config{})
 	other, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "t", Agent: "a"})
 	if err != nil {
 		t.Fatal(err)

@@ -43,16 +43,16 @@ const tracerName = "github.com/assent-dev/assent/internal/broker"
 
 // Attribute keys of the broker's spans.
 const (
-	attrRequestID = attribute.Key("assent.request_id")
-	attrAgent     = attribute.Key("assent.agent")
-	attrTool      = attribute.Key("assent.tool")
-	attrState     = attribute.Key("assent.state")
-	attrRule      = attribute.Key("assent.rule")
-	attrAuto      = attribute.Key("assent.auto")
-	attrPrincipal = attribute.Key("assent.principal")
-	attrDecision  = attribute.Key("assent.decision")
-	attrLevel     = attribute.Key("assent.level")
-	attrReplica   = attribute.Key("assent.replica")
+	attrRequestID = attribute.Key(events.SpanAttrRequestID)
+	attrAgent     = attribute.Key(events.SpanAttrAgent)
+	attrTool      = attribute.Key(events.SpanAttrTool)
+	attrState     = attribute.Key(events.SpanAttrState)
+	attrRule      = attribute.Key(events.SpanAttrRule)
+	attrAuto      = attribute.Key(events.SpanAttrAuto)
+	attrPrincipal = attribute.Key(events.SpanAttrPrincipal)
+	attrDecision  = attribute.Key(events.SpanAttrDecision)
+	attrLevel     = attribute.Key(events.SpanAttrLevel)
+	attrReplica   = attribute.Key(events.SpanAttrReplica)
 )
 
 // maxTraceState bounds the tracestate a record keeps: W3C Trace Context asks

@@ -14,6 +14,24 @@ const (
 	TraceStateAttribute = "tracestate"
 )
 
+// The names of the attributes that Assent's spans carry, the same in the SDK
+// and the broker (docs/tracing.md lists which span has which).
+const (
+	SpanAttrRequestID = "assent.request_id"
+	SpanAttrAgent     = "assent.agent"
+	SpanAttrTool      = "assent.tool"
+	SpanAttrState     = "assent.state"
+	SpanAttrOutcome   = "assent.outcome"
+	SpanAttrRule      = "assent.rule"
+	SpanAttrAuto      = "assent.auto"
+	SpanAttrPrincipal = "assent.principal"
+	SpanAttrChannel   = "assent.channel"
+	SpanAttrDecision  = "assent.decision"
+	SpanAttrLevel     = "assent.level"
+	SpanAttrReminder  = "assent.reminder"
+	SpanAttrReplica   = "assent.replica"
+)
+
 // TraceCarrier reads and writes the trace attributes of an event. Its
 // methods are those of OpenTelemetry's propagation.TextMapCarrier, so a
 // propagator reads and writes through it directly:

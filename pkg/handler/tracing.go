@@ -39,17 +39,17 @@ const tracerName = "github.com/assent-dev/assent/pkg/handler"
 
 // Attribute keys of the spans, shared with the broker's.
 const (
-	attrRequestID = attribute.Key("assent.request_id")
-	attrAgent     = attribute.Key("assent.agent")
-	attrTool      = attribute.Key("assent.tool")
-	attrOutcome   = attribute.Key("assent.outcome")
-	attrRule      = attribute.Key("assent.rule")
-	attrAuto      = attribute.Key("assent.auto")
-	attrPrincipal = attribute.Key("assent.principal")
-	attrChannel   = attribute.Key("assent.channel")
-	attrDecision  = attribute.Key("assent.decision")
-	attrLevel     = attribute.Key("assent.level")
-	attrReminder  = attribute.Key("assent.reminder")
+	attrRequestID = attribute.Key(events.SpanAttrRequestID)
+	attrAgent     = attribute.Key(events.SpanAttrAgent)
+	attrTool      = attribute.Key(events.SpanAttrTool)
+	attrOutcome   = attribute.Key(events.SpanAttrOutcome)
+	attrRule      = attribute.Key(events.SpanAttrRule)
+	attrAuto      = attribute.Key(events.SpanAttrAuto)
+	attrPrincipal = attribute.Key(events.SpanAttrPrincipal)
+	attrChannel   = attribute.Key(events.SpanAttrChannel)
+	attrDecision  = attribute.Key(events.SpanAttrDecision)
+	attrLevel     = attribute.Key(events.SpanAttrLevel)
+	attrReminder  = attribute.Key(events.SpanAttrReminder)
 )
 
 // traceContext reads and writes the events' traceparent and tracestate.

@@ -1,0 +1,33 @@
+package broker
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/assent-dev/assent/internal/testenv"
+)
+
+// runInternal runs a broker on nc until the test ends, and returns it once
+// it is ready, with a context for the test's calls (30 s). Tests outside the
+// package use internal/brokertest, which imports this one.
+func runInternal(t *testing.T, nc *nats.Conn, cfg Config) (*Broker, context.Context) {
+	t.Helper()
+	b, err := New(nc, cfg, testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for !b.Ready() {
+		if ctx.Err() != nil {
+			t.Fatal("the broker did not get ready")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return b, ctx
+}
