@@ -60,16 +60,17 @@ func (b *Broker) load(ctx context.Context, id string) (Record, error) {
 	)
 	entry, err := b.res.state.Get(ctx, id)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case errors.Is(err, jetstream.ErrKeyNotFound) && b.cfg.Replicas > 1:
 		// The bucket's get is a direct get, which any of its stream's
-		// replicas (or a mirror's) may answer, and one cut off from the
-		// others answers from what it had then. An answer refused as naming
-		// no request is final, so the leader has the last word.
+		// replicas may answer, and one cut off from the others answers from
+		// what it had then. An answer refused as naming no request is
+		// final, so the leader has the last word. (A bucket of one replica
+		// has no other to be behind.)
 		value, revision, err = b.leaderGet(ctx, id)
 		if err != nil {
 			return Record{}, err
 		}
-	case errors.Is(err, jetstream.ErrKeyDeleted):
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
 		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	case err != nil:
 		return Record{}, fmt.Errorf("read state of %s: %w", id, err)
