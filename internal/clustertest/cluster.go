@@ -257,9 +257,25 @@ func (c *Cluster) formed() string {
 		}
 	}
 	if leaders != 1 {
-		return fmt.Sprintf("%d JetStream meta leaders", leaders)
+		return fmt.Sprintf("%d JetStream meta leaders (%s)", leaders, metaViews(running))
 	}
 	return ""
+}
+
+// metaViews says how each server sees the JetStream meta group: its leader,
+// size and quorum, and the pending work.
+func metaViews(servers []*server.Server) string {
+	var views []string
+	for _, s := range servers {
+		jsz, err := s.Jsz(nil)
+		if err != nil || jsz.Meta == nil {
+			views = append(views, fmt.Sprintf("%s: no meta view (%v)", s.Name(), err))
+			continue
+		}
+		m := jsz.Meta
+		views = append(views, fmt.Sprintf("%s sees leader %q, size %d, quorum %d, %d pending", s.Name(), m.Leader, m.Size, m.QuorumNeeded, m.Pending))
+	}
+	return strings.Join(views, "; ")
 }
 
 // ClientURL is the node's client URL.
