@@ -39,15 +39,7 @@ func run(path string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	if doc == string(old) {
-		fmt.Fprintf(os.Stderr, "gendoc: %s is up to date\n", path)
-		return nil
-	}
-	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "gendoc: %s updated\n", path)
-	return nil
+	return write(path, doc)
 }
 
 // write writes content to path unless path holds it already.
