@@ -383,11 +383,28 @@ func TestBrowser(t *testing.T) {
 	})
 
 	t.Run("keyboard", func(t *testing.T) {
-		id, got := e.ask(t, events.Requested{Tool: "rotate_keys", Args: json.RawMessage(`{"service":"db"}`)})
+		// The first card is decided while the page shows it: it stays a
+		// moment to be read, and j passes over it to the open one.
 		// The page's script listens for keys once it runs: the live marker
-		// says it has (the card alone may show before, on a busy machine).
-		e.run(t, "see it", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery), chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery))
-		e.run(t, "select it with j", chromedp.KeyEvent("j"), chromedp.WaitVisible(card(id)+`.selected`, chromedp.ByQuery))
+		// says it has (a card alone may show before, on a busy machine).
+		// The second request arrives live, after the first on the page.
+		first, _ := e.ask(t, events.Requested{Tool: "restart_service", Args: json.RawMessage(`{"name":"cache"}`)})
+		e.run(t, "see the first", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(first), chromedp.ByQuery), chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery))
+		id, got := e.ask(t, events.Requested{Tool: "rotate_keys", Args: json.RawMessage(`{"service":"db"}`)})
+		e.run(t, "see the second", chromedp.WaitVisible(card(first)+` ~ `+card(id), chromedp.ByQuery))
+		ctx, cancel := opCtx()
+		defer cancel()
+		if err := e.agent.Cancel(ctx, first, "no longer needed"); err != nil {
+			t.Fatal(err)
+		}
+		e.run(t, "see the first resolve", chromedp.WaitVisible(card(first)+`.resolved`, chromedp.ByQuery))
+		// The key is handled by the time KeyEvent returns: look at once, not
+		// after the decided card has left the page (and j with it).
+		var selected string
+		e.run(t, "select the open one with j", chromedp.KeyEvent("j"), chromedp.Evaluate(`document.querySelector("article.card.selected")?.id ?? ""`, &selected))
+		if selected != card(id)[1:] {
+			t.Fatalf("j selected %q, want the open request %s", selected, card(id)[1:])
+		}
 		e.run(t, "approve it with a", chromedp.KeyEvent("a"))
 		e.run(t, "see it approved", chromedp.WaitVisible(card(id)+` .outcome.approved`, chromedp.ByQuery))
 		if d := decided(t, got); !d.Approved() {

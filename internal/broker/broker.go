@@ -464,7 +464,9 @@ func (b *Broker) List(ctx context.Context, f Filter) (Page, error) {
 	}
 	// The index holds a pending request's id, agent and session only, and
 	// a decided one without its large args: read those from the bucket, a
-	// few at a time. One gone from the bucket since is left out.
+	// few at a time. One gone from the bucket since is left out, and so is
+	// one decided since, on a listing of the pending: the bucket is ahead of
+	// the index, and a page of pending requests shows none decided.
 	recs, have := make([]Record, len(ids)), make([]bool, len(ids))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(loads)
@@ -480,6 +482,8 @@ func (b *Broker) List(ctx context.Context, f Filter) (Page, error) {
 				return nil
 			case err != nil:
 				return err
+			case f.State == StatePending && rec.State != StatePending:
+				return nil
 			}
 			recs[i], have[i] = rec, true
 			return nil

@@ -92,3 +92,56 @@ func TestListReadsRecords(t *testing.T) {
 		t.Fatalf("listed %d records (total %d), want the approved one with its args", len(page.Records), page.Total)
 	}
 }
+
+// TestListPendingLeavesOutDecided: a listing of the pending requests leaves
+// out one the bucket has decided while this replica's index, behind it,
+// still holds it pending (a page loaded then would show a decided card among
+// the pending, one no later event takes away).
+func TestListPendingLeavesOutDecided(t *testing.T) {
+	b, ctx := runInternal(t, testenv.Conn(t, testenv.Server(t)), Config{})
+
+	open, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "open", Agent: "lister"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	behind, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "behind", Agent: "lister"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The index holds it pending at a revision no later change passes, as
+	// if its watcher had not yet seen the cancel.
+	stale := behind
+	stale.revision = 1 << 40
+	b.index.put(stale)
+	if _, err := b.Cancel(ctx, behind.ID, "agent/lister", "not needed"); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := b.load(ctx, behind.ID); err != nil || rec.State != StateCancelled {
+		t.Fatalf("the bucket has %+v, %v; want it cancelled", rec, err)
+	}
+
+	page, err := b.List(ctx, Filter{State: StatePending, Agent: "lister"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, rec := range page.Records {
+		got = append(got, rec.ID+" "+string(rec.State))
+	}
+	if want := []string{open.ID + " pending"}; !slices.Equal(got, want) {
+		t.Fatalf("pending listing %v, want %v", got, want)
+	}
+
+	// A listing of every state shows it as the bucket has it.
+	page, err = b.List(ctx, Filter{Agent: "lister"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = got[:0]
+	for _, rec := range page.Records {
+		got = append(got, rec.ID+" "+string(rec.State))
+	}
+	if want := []string{open.ID + " pending", behind.ID + " cancelled"}; !slices.Equal(got, want) {
+		t.Fatalf("listing %v, want %v", got, want)
+	}
+}

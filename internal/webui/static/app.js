@@ -396,8 +396,18 @@
     if (!list.length) return null;
     let card = target;
     if (typeof target === "number") {
+      // j and k move among the cards still open; a decided card stays on
+      // the page a moment to be read, but there is nothing left to do on it.
+      const open = (c) => !c.classList.contains("resolved");
       const cur = list.findIndex((c) => c.classList.contains("selected"));
-      const i = cur < 0 ? 0 : Math.min(list.length - 1, Math.max(0, cur + target));
+      let i = cur;
+      if (cur < 0) {
+        i = Math.max(0, list.findIndex(open));
+      } else {
+        for (let j = cur + target; j >= 0 && j < list.length; j += target) {
+          if (open(list[j])) { i = j; break; }
+        }
+      }
       card = list[i];
     }
     list.forEach((c) => c.classList.toggle("selected", c === card));
@@ -562,7 +572,7 @@
     }
     if (cardsBox.dataset.more !== "true") {
       for (const c of now) {
-        if (!cardByID(c.dataset.id)) { cardsBox.appendChild(c); }
+        if (!cardByID(c.dataset.id) && c.dataset.state === "pending") { cardsBox.appendChild(c); }
       }
     }
     syncSessions();
