@@ -120,28 +120,23 @@ func TestListPendingLeavesOutDecided(t *testing.T) {
 		t.Fatalf("the bucket has %+v, %v; want it cancelled", rec, err)
 	}
 
-	page, err := b.List(ctx, Filter{State: StatePending, Agent: "lister"})
-	if err != nil {
-		t.Fatal(err)
+	listed := func(f Filter) []string {
+		t.Helper()
+		page, err := b.List(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, rec := range page.Records {
+			got = append(got, rec.ID+" "+string(rec.State))
+		}
+		return got
 	}
-	var got []string
-	for _, rec := range page.Records {
-		got = append(got, rec.ID+" "+string(rec.State))
-	}
-	if want := []string{open.ID + " pending"}; !slices.Equal(got, want) {
+	if got, want := listed(Filter{State: StatePending, Agent: "lister"}), []string{open.ID + " pending"}; !slices.Equal(got, want) {
 		t.Fatalf("pending listing %v, want %v", got, want)
 	}
-
 	// A listing of every state shows it as the bucket has it.
-	page, err = b.List(ctx, Filter{Agent: "lister"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got = got[:0]
-	for _, rec := range page.Records {
-		got = append(got, rec.ID+" "+string(rec.State))
-	}
-	if want := []string{open.ID + " pending", behind.ID + " cancelled"}; !slices.Equal(got, want) {
+	if got, want := listed(Filter{Agent: "lister"}), []string{open.ID + " pending", behind.ID + " cancelled"}; !slices.Equal(got, want) {
 		t.Fatalf("listing %v, want %v", got, want)
 	}
 }
