@@ -26,10 +26,7 @@ func TestListReadsRecords(t *testing.T) {
 			b.index.put(Record{ID: "ghost-early", State: StatePending, Request: events.Requested{Agent: "lister", Session: "s1"}, ReceivedAt: time.Now(), revision: 1})
 		}
 		session := "s" + strconv.Itoa(1+i%2)
-		rec, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "t-" + strconv.Itoa(i), Agent: "lister", Session: session, Args: json.RawMessage(`{"i":` + strconv.Itoa(i) + `}`)})
-		if err != nil {
-			t.Fatal(err)
-		}
+		rec := submit(ctx, t, b, events.Requested{Tool: "t-" + strconv.Itoa(i), Agent: "lister", Session: session, Args: json.RawMessage(`{"i":` + strconv.Itoa(i) + `}`)})
 		if session == "s1" {
 			want = append(want, rec.ID)
 		}
@@ -74,10 +71,7 @@ func TestListReadsRecords(t *testing.T) {
 
 	// A decided request with args too large for the index.
 	big := json.RawMessage(`{"blob":"` + strings.Repeat("x", indexArgsLimit) + `"}`)
-	rec, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "big", Agent: "lister", Args: big})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := submit(ctx, t, b, events.Requested{Tool: "big", Agent: "lister", Args: big})
 	if _, err := b.Respond(ctx, "alice", rec.ID, events.Responded{Decision: events.Approve}); err != nil {
 		t.Fatal(err)
 	}
@@ -100,14 +94,8 @@ func TestListReadsRecords(t *testing.T) {
 func TestListPendingLeavesOutDecided(t *testing.T) {
 	b, ctx := runInternal(t, testenv.Conn(t, testenv.Server(t)), Config{})
 
-	open, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "open", Agent: "lister"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	behind, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "behind", Agent: "lister"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	open := submit(ctx, t, b, events.Requested{Tool: "open", Agent: "lister"})
+	behind := submit(ctx, t, b, events.Requested{Tool: "behind", Agent: "lister"})
 	// The index holds it pending at a revision no later change passes, as
 	// if its watcher had not yet seen the cancel.
 	stale := behind

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/pkg/events"
 )
 
 // runInternal runs a broker on nc until the test ends, and returns it once
@@ -30,4 +31,14 @@ func runInternal(t *testing.T, nc *nats.Conn, cfg Config) (*Broker, context.Cont
 		time.Sleep(5 * time.Millisecond)
 	}
 	return b, ctx
+}
+
+// submit asks b on the test subject for req and fails the test if it cannot.
+func submit(ctx context.Context, t *testing.T, b *Broker, req events.Requested) Record {
+	t.Helper()
+	rec, err := b.Submit(ctx, "", "test/t", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
 }

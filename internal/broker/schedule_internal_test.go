@@ -38,10 +38,7 @@ func TestDurableTickExpires(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b := runBroker(ctx, t, ns)
-	rec, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "rm", Agent: "a1", Timeout: events.Duration(time.Second)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := submit(ctx, t, b, events.Requested{Tool: "rm", Agent: "a1", Timeout: events.Duration(time.Second)})
 	b.timers.retry(rec.ID, time.Now().Add(time.Hour))
 	final, err := b.Wait(ctx, rec.ID)
 	if err != nil {
@@ -141,11 +138,7 @@ func submitMany(ctx context.Context, t *testing.T, b *Broker, n int, timeout tim
 	t.Helper()
 	recs := make([]Record, n)
 	for i := range recs {
-		rec, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "rm", Agent: "a1", Timeout: events.Duration(timeout)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs[i] = rec
+		recs[i] = submit(ctx, t, b, events.Requested{Tool: "rm", Agent: "a1", Timeout: events.Duration(timeout)})
 	}
 	return recs
 }

@@ -34,14 +34,8 @@ func TestLoadAsksTheLeaderBeforeNotFound(t *testing.T) {
 	}
 	nc := connect(c.URL())
 	b, ctx := runInternal(t, nc, Config{Name: "a", Replicas: 3})
-	other, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "t", Agent: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := b.Submit(ctx, "", "test/t", events.Requested{Tool: "t", Agent: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := submit(ctx, t, b, events.Requested{Tool: "t", Agent: "a"})
+	rec := submit(ctx, t, b, events.Requested{Tool: "t", Agent: "a"})
 
 	js, err := jetstream.New(nc)
 	if err != nil {
