@@ -100,8 +100,9 @@ func TestDuplicateRequestSDK(t *testing.T) {
 }
 
 // TestDuplicateRequestRawNATS publishes the same request twice straight to
-// NATS, with and without Nats-Msg-Id, once with different contents, and again
-// after the decision: one request, one decision, the first contents.
+// NATS, with and without Nats-Msg-Id, once with different contents after the
+// first is stored, and again after the decision: one request, one decision,
+// the first contents.
 func TestDuplicateRequestRawNATS(t *testing.T) {
 	e := newEnv(t, broker.Config{})
 	for _, withMsgID := range []bool{true, false} {
@@ -123,9 +124,11 @@ func TestDuplicateRequestRawNATS(t *testing.T) {
 			body := rawEvent(id, events.TypeRequested, "agent/"+agent, `{"tool":"rm","args":{"path":"/first"},"timeout":"1m"}`)
 			mustPublish(t, e.js, subj, body, msgID)
 			mustPublish(t, e.js, subj, body, msgID)
-			// Same id, different contents: still the first request.
-			mustPublish(t, e.js, subj, rawEvent(id, events.TypeRequested, "agent/"+agent, `{"tool":"format_disk","args":{"disk":"/dev/sda"},"timeout":"1h"}`), msgID)
+			// Same id, different contents, once the first is stored: still
+			// the first request. (Published together without Nats-Msg-Id,
+			// the broker's workers race and the one stored first wins.)
 			rec := waitState(t, e.b, id, broker.StatePending)
+			mustPublish(t, e.js, subj, rawEvent(id, events.TypeRequested, "agent/"+agent, `{"tool":"format_disk","args":{"disk":"/dev/sda"},"timeout":"1h"}`), msgID)
 			waitIdle(t, e.js, false, "assent-broker-requests")
 			rec2 := waitState(t, e.b, id, broker.StatePending)
 			if rec2.Request.Tool != "rm" || !sameJSON(rec2.Request.Args, json.RawMessage(`{"path":"/first"}`)) || !rec2.Deadline.Equal(rec.Deadline) || rec2.Revision() != rec.Revision() {
