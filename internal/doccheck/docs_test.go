@@ -54,14 +54,14 @@ func docFiles(t *testing.T) []string {
 // and listed; any other block that cannot be checked fails.
 func TestDocs(t *testing.T) {
 	tally := map[string]int{}
-	var unchecked []string
+	var unchecked, ran []string
 	for _, file := range docFiles(t) {
 		data, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
 		}
 		rel, _ := filepath.Rel(root, file)
-		d := &doc{t: t, file: rel, dir: t.TempDir(), files: map[string]string{}}
+		d := &doc{t: t, file: rel, dir: t.TempDir(), files: map[string]string{}, ran: &ran}
 		for _, b := range doccheck.Extract(rel, string(data)) {
 			kind, reason := d.check(b)
 			if reason != "" {
@@ -79,6 +79,7 @@ func TestDocs(t *testing.T) {
 	}
 	sort.Strings(kinds)
 	t.Logf("blocks: %s", strings.Join(kinds, ", "))
+	t.Logf("%d commands run:\n\t%s", len(ran), strings.Join(ran, "\n\t"))
 	t.Logf("%d blocks not checked, as marked:\n\t%s", len(unchecked), strings.Join(unchecked, "\n\t"))
 }
 
@@ -97,6 +98,10 @@ type doc struct {
 	// where; gateways the upstream names of each gateway shown.
 	mcpLabels map[string]string
 	gateways  map[string][]string
+	// output is what the last command run printed; nil if it was not run.
+	output *string
+	// ran lists the commands run, for the report.
+	ran *[]string
 }
 
 func (d *doc) errorf(b doccheck.Block, textLine int, format string, args ...any) {
@@ -536,25 +541,68 @@ func (d *doc) source(b doccheck.Block) string {
 }
 
 // shell checks the commands of a sh block, or the "$ " lines of a console
-// block.
+// block. In a console block, what "$ cat FILE" shows is FILE, for the
+// commands after it, and a command that is run must print what is shown.
 func (d *doc) shell(b doccheck.Block) string {
 	d.t.Helper()
-	text := b.Text
-	if b.Lang == "console" {
-		var cmds []string
-		for _, l := range strings.Split(b.Text, "\n") {
-			if c, ok := strings.CutPrefix(l, "$ "); ok {
-				cmds = append(cmds, c)
-			} else {
-				cmds = append(cmds, "") // output: keep the line numbers
+	if b.Lang == "sh" {
+		for _, c := range doccheck.Commands(b.Text) {
+			d.command(b, c.Line, c, "")
+		}
+		return "commands"
+	}
+	lines := strings.Split(strings.TrimSuffix(b.Text, "\n"), "\n")
+	for i := 0; i < len(lines); i++ {
+		text, ok := strings.CutPrefix(lines[i], "$ ")
+		if !ok {
+			continue
+		}
+		j := i + 1
+		for j < len(lines) && !strings.HasPrefix(lines[j], "$ ") {
+			j++
+		}
+		shown := strings.Join(lines[i+1:j], "\n")
+		for _, c := range doccheck.Commands(text) {
+			if len(c.Args) == 2 && c.Args[0] == "cat" && shown != "" {
+				name := path.Base(c.Args[1])
+				p := filepath.Join(d.dir, name)
+				if err := os.WriteFile(p, []byte(shown+"\n"), 0o600); err != nil {
+					d.t.Fatal(err)
+				}
+				d.files[name] = p
+				continue
+			}
+			d.output = nil
+			d.command(b, i, c, "")
+			if d.output != nil && shown != "" {
+				if line, have, want := firstDiff(*d.output, shown); line >= 0 {
+					d.errorf(b, i+1+line, "%s prints, from this line on, %q, not %q:\n%s", strings.Join(c.Args, " "), have, want, *d.output)
+				}
 			}
 		}
-		text = strings.Join(cmds, "\n")
+		i = j - 1
 	}
-	for _, c := range doccheck.Commands(text) {
-		d.command(b, c.Line, c, "")
+	return "console"
+}
+
+// firstDiff returns the first line at which a and b differ (trailing
+// blanks aside), and the two lines; -1 if they do not.
+func firstDiff(a, b string) (int, string, string) {
+	al := strings.Split(strings.TrimRight(a, "\n "), "\n")
+	bl := strings.Split(strings.TrimRight(b, "\n "), "\n")
+	for i := range max(len(al), len(bl)) {
+		var x, y string
+		if i < len(al) {
+			x = strings.TrimRight(al[i], " ")
+		}
+		if i < len(bl) {
+			y = strings.TrimRight(bl[i], " ")
+		}
+		if x != y {
+			return i, x, y
+		}
 	}
-	return "commands"
+	return -1, "", ""
 }
 
 // tools are the programs other than Assent's that the docs run.
@@ -788,6 +836,9 @@ func (d *doc) run(b doccheck.Block, line int, prog, cmdName string, args []strin
 	if !ok {
 		d.errorf(b, line, "%s %v failed:\n%s", prog, args, out.String())
 	}
+	printed := out.String()
+	d.output = &printed
+	*d.ran = append(*d.ran, fmt.Sprintf("%s:%d: %s %s", b.File, b.TextLine(line), prog, strings.Join(args, " ")))
 }
 
 // looksLikeFile reports whether a is probably a file name.
