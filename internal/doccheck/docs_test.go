@@ -62,16 +62,7 @@ func TestDocs(t *testing.T) {
 		}
 		rel, _ := filepath.Rel(root, file)
 		d := &doc{t: t, file: rel, dir: t.TempDir(), files: map[string]string{}, ran: &ran}
-		for _, b := range doccheck.Extract(rel, string(data)) {
-			kind, reason := d.check(b)
-			if reason != "" {
-				unchecked = append(unchecked, fmt.Sprintf("%s: %s: %s", b.Where(), kind, reason))
-				tally["not checked"]++
-				continue
-			}
-			tally[kind]++
-		}
-		d.crossCheck()
+		unchecked = append(unchecked, d.checkAll(string(data), tally)...)
 	}
 	var kinds []string
 	for k, n := range tally {
@@ -81,6 +72,23 @@ func TestDocs(t *testing.T) {
 	t.Logf("blocks: %s", strings.Join(kinds, ", "))
 	t.Logf("%d commands run:\n\t%s", len(ran), strings.Join(ran, "\n\t"))
 	t.Logf("%d blocks not checked, as marked:\n\t%s", len(unchecked), strings.Join(unchecked, "\n\t"))
+}
+
+// checkAll checks every block of the Markdown data, counts them by kind in
+// tally, and returns those not checked, with why.
+func (d *doc) checkAll(data string, tally map[string]int) (unchecked []string) {
+	d.t.Helper()
+	for _, b := range doccheck.Extract(d.file, data) {
+		kind, reason := d.check(b)
+		if reason != "" {
+			unchecked = append(unchecked, fmt.Sprintf("%s: %s: %s", b.Where(), kind, reason))
+			tally["not checked"]++
+			continue
+		}
+		tally[kind]++
+	}
+	d.crossCheck()
+	return unchecked
 }
 
 // doc is the state of one Markdown file's check: the files its blocks name
@@ -102,11 +110,25 @@ type doc struct {
 	output *string
 	// ran lists the commands run, for the report.
 	ran *[]string
+	// problems, if set, collects the problems found instead of failing the
+	// test (TestDocCheckFinds).
+	problems *[]string
 }
 
+// fail reports a problem in the doc.
+func (d *doc) fail(msg string) {
+	d.t.Helper()
+	if d.problems != nil {
+		*d.problems = append(*d.problems, msg)
+		return
+	}
+	d.t.Error(msg)
+}
+
+// errorf reports a problem at line textLine of b's text (-1: the fence).
 func (d *doc) errorf(b doccheck.Block, textLine int, format string, args ...any) {
 	d.t.Helper()
-	d.t.Errorf("%s:%d: %s block of line %d: %s", b.File, b.TextLine(textLine), b.Lang, b.Line, fmt.Sprintf(format, args...))
+	d.fail(fmt.Sprintf("%s:%d: %s block of line %d: %s", b.File, b.TextLine(textLine), b.Lang, b.Line, fmt.Sprintf(format, args...)))
 }
 
 // check checks b and returns its kind, and the reason it is not checked if
@@ -284,16 +306,23 @@ func (d *doc) yaml(b doccheck.Block) string {
 // be one of envflag.Others, or every program warns that it is ignored.
 func (d *doc) secretVars(b doccheck.Block) {
 	d.t.Helper()
-	for i, l := range strings.Split(b.Text, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "#")), ":")
-		if !ok || !strings.HasSuffix(k, "_env") {
-			continue
-		}
-		v, _, _ = strings.Cut(strings.TrimSpace(v), " ")
-		if strings.HasPrefix(v, envflag.Prefix) && !slices.Contains(envflag.Others(), v) {
-			d.errorf(b, i, "%s: %s: every program warns that it names no flag and ignores it; give secrets a name without %s (docs/configuration.md)", k, v, envflag.Prefix)
+	var root yaml.Node
+	if err := yaml.Unmarshal([]byte(b.Text), &root); err != nil {
+		return // reported by the loader
+	}
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		for i, c := range n.Content {
+			if n.Kind == yaml.MappingNode && i%2 == 1 {
+				k, v := n.Content[i-1].Value, c.Value
+				if strings.HasSuffix(k, "_env") && c.Kind == yaml.ScalarNode && strings.HasPrefix(v, envflag.Prefix) && !slices.Contains(envflag.Others(), v) {
+					d.errorf(b, c.Line-1, "%s: %s: every program warns that it names no flag and ignores it; give secrets a name without %s (docs/configuration.md)", k, v, envflag.Prefix)
+				}
+			}
+			walk(c)
 		}
 	}
+	walk(&root)
 }
 
 // assentVar checks that a variable set in a command line, if it has
@@ -329,7 +358,7 @@ func (d *doc) crossCheck() {
 	for label, rule := range d.mcpLabels {
 		for where, names := range d.gateways {
 			if !slices.ContainsFunc(names, func(n string) bool { ok, _ := path.Match(label, n); return ok }) {
-				d.t.Errorf("%s: the gateway's upstreams are named %v: the policy's %s (labels: {mcp_server: %s}) never matches its calls; pass --name or say so", where, names, rule, label)
+				d.fail(fmt.Sprintf("%s: the gateway's upstreams are named %v: the policy's %s (labels: {mcp_server: %s}) never matches its calls; pass --name or say so", where, names, rule, label))
 			}
 		}
 	}
@@ -655,8 +684,22 @@ func (d *doc) command(b doccheck.Block, line int, c doccheck.Command, what strin
 	case d.alias[base] != "":
 		prog, args = d.alias[base], args[1:]
 	case strings.Contains(name, "/") && !Expanded(name):
-		if _, err := os.Stat(filepath.Join(root, name)); err != nil && !strings.HasPrefix(name, "/") {
+		if strings.HasPrefix(name, "/") {
+			return // a file of the reader's machine
+		}
+		script, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
 			d.errorf(b, line, "%s: no such file in the repository", name)
+			return
+		}
+		// A script of the repository: its options are case patterns,
+		// "--out)".
+		for _, a := range args[1:] {
+			a = strings.Trim(a, "[]")
+			opt, _, _ := strings.Cut(a, "=")
+			if strings.HasPrefix(opt, "--") && !strings.Contains(string(script), opt+")") && !strings.Contains(string(script), opt+"|") {
+				d.errorf(b, line, "%s has no option %s", name, opt)
+			}
 		}
 		return
 	case Expanded(name):
@@ -837,6 +880,11 @@ func (d *doc) run(b doccheck.Block, line int, prog, cmdName string, args []strin
 		d.errorf(b, line, "%s %v failed:\n%s", prog, args, out.String())
 	}
 	printed := out.String()
+	for i := range resolved {
+		if resolved[i] != args[i] {
+			printed = strings.ReplaceAll(printed, resolved[i], args[i]) // as the reader named it
+		}
+	}
 	d.output = &printed
 	*d.ran = append(*d.ran, fmt.Sprintf("%s:%d: %s %s", b.File, b.TextLine(line), prog, strings.Join(args, " ")))
 }
