@@ -399,7 +399,7 @@ func (d *doc) json(b doccheck.Block) string {
 			if !ok {
 				continue
 			}
-			for name, s := range servers {
+			for _, s := range servers {
 				s, _ := s.(map[string]any)
 				command, _ := s["command"].(string)
 				if command == "" {
@@ -410,7 +410,7 @@ func (d *doc) json(b doccheck.Block) string {
 				for _, a := range list {
 					args = append(args, fmt.Sprint(a))
 				}
-				d.command(b, 0, doccheck.Command{Args: args}, "MCP server "+name)
+				d.command(b, 0, doccheck.Command{Args: args})
 			}
 			return "MCP client config"
 		}
@@ -576,7 +576,7 @@ func (d *doc) shell(b doccheck.Block) string {
 	d.t.Helper()
 	if b.Lang == "sh" {
 		for _, c := range doccheck.Commands(b.Text) {
-			d.command(b, c.Line, c, "")
+			d.command(b, c.Line, c)
 		}
 		return "commands"
 	}
@@ -602,7 +602,7 @@ func (d *doc) shell(b doccheck.Block) string {
 				continue
 			}
 			d.output = nil
-			d.command(b, i, c, "")
+			d.command(b, i, c)
 			if d.output != nil && shown != "" {
 				if line, have, want := firstDiff(*d.output, shown); line >= 0 {
 					d.errorf(b, i+1+line, "%s prints, from this line on, %q, not %q:\n%s", strings.Join(c.Args, " "), have, want, *d.output)
@@ -635,19 +635,19 @@ func firstDiff(a, b string) (int, string, string) {
 }
 
 // tools are the programs other than Assent's that the docs run.
-var tools = map[string]string{
-	"curl": "", "nats": "the NATS CLI (github.com/nats-io/natscli)", "nats-server": "", "docker": "", "kubectl": "", "helm": "",
-	"git": "", "jq": "", "openssl": "", "python3": "", "node": "", "npm": "", "npx": "", "cd": "", "echo": "", "cat": "",
-	"uuidgen": "", "flock": "", "env": "", "mkdir": "", "cp": "", "chmod": "", "kill": "", "sleep": "", "export": "",
-	"ls": "", "rm": "", "grep": "", "sed": "", "tail": "", "head": "", "wait": "", "systemctl": "", "date": "", "true": "",
-	"claude": "", "code": "", "oauth2-proxy": "", "go": "", "sh": "", "bash": "", "ssh": "", "scp": "", "tar": "", "watch": "", "printf": "",
+var tools = map[string]bool{
+	"curl": true, "nats": true, "nats-server": true, "docker": true, "kubectl": true, "helm": true,
+	"git": true, "jq": true, "openssl": true, "python3": true, "node": true, "npm": true, "npx": true, "cd": true, "echo": true, "cat": true,
+	"uuidgen": true, "flock": true, "env": true, "mkdir": true, "cp": true, "chmod": true, "kill": true, "sleep": true, "export": true,
+	"ls": true, "rm": true, "grep": true, "sed": true, "tail": true, "head": true, "wait": true, "systemctl": true, "date": true, "true": true,
+	"claude": true, "code": true, "oauth2-proxy": true, "go": true, "sh": true, "bash": true, "ssh": true, "scp": true, "tar": true, "watch": true, "printf": true,
 }
 
 // command checks one command line: Assent's programs (by name, by path,
 // or go run ./cmd/NAME) with their commands and flags, and runs the ones
 // that need no server; other programs must be known tools or files of the
 // repository.
-func (d *doc) command(b doccheck.Block, line int, c doccheck.Command, what string) {
+func (d *doc) command(b doccheck.Block, line int, c doccheck.Command) {
 	d.t.Helper()
 	for _, kv := range c.Env {
 		d.assentVar(b, line, strings.TrimPrefix(kv[:strings.Index(kv, "=")], "export "))
@@ -683,7 +683,7 @@ func (d *doc) command(b doccheck.Block, line int, c doccheck.Command, what strin
 		prog, args = base, args[1:]
 	case d.alias[base] != "":
 		prog, args = d.alias[base], args[1:]
-	case strings.Contains(name, "/") && !Expanded(name):
+	case strings.Contains(name, "/") && !doccheck.Expands(name):
 		if strings.HasPrefix(name, "/") {
 			return // a file of the reader's machine
 		}
@@ -702,10 +702,10 @@ func (d *doc) command(b doccheck.Block, line int, c doccheck.Command, what strin
 			}
 		}
 		return
-	case Expanded(name):
+	case doccheck.Expands(name):
 		return // $VAR: known only when run
 	default:
-		if _, ok := tools[name]; !ok {
+		if !tools[name] {
 			d.errorf(b, line, "%s: a program this test does not know: Assent's, or add it to the known tools", name)
 		}
 		return
@@ -716,9 +716,6 @@ func (d *doc) command(b doccheck.Block, line int, c doccheck.Command, what strin
 	}
 	d.assentCommand(b, line, prog, args, c)
 }
-
-// Expanded reports whether a word has shell expansions.
-func Expanded(w string) bool { return doccheck.Expands(w) }
 
 func isProgram(name string) bool { return slices.Contains(programNames(), name) }
 
@@ -754,7 +751,7 @@ func (d *doc) goCommand(b doccheck.Block, line int, args []string) {
 		if strings.HasPrefix(a, "-") {
 			continue
 		}
-		if strings.HasPrefix(a, "./") && !Expanded(a) {
+		if strings.HasPrefix(a, "./") && !doccheck.Expands(a) {
 			dir := strings.TrimSuffix(strings.TrimSuffix(a, "/..."), "/")
 			if fi, err := os.Stat(filepath.Join(root, dir)); err != nil || !fi.IsDir() {
 				d.errorf(b, line, "go %s %s: no such package in the repository", args[1], a)
@@ -819,7 +816,7 @@ func (d *doc) assentCommand(b doccheck.Block, line int, prog string, args []stri
 		d.errorf(b, line, "%s: %q is no command of %s (its commands: %s)", full, positional[0], prog, commandNames(prog))
 		return
 	}
-	if c.Synopsis || slices.ContainsFunc(args, Expanded) {
+	if c.Synopsis || slices.ContainsFunc(args, doccheck.Expands) {
 		return
 	}
 	d.run(b, line, prog, cmdName, args, help)
