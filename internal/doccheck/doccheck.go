@@ -1,19 +1,22 @@
 // Package doccheck reads the code blocks out of Markdown, so that tests can
-// check every policy, configuration and command the documentation shows
-// (docs_test.go here checks README.md and docs/*.md).
+// check every policy, configuration and command the documentation shows:
+// docs_test.go here checks README.md and docs/*.md (docs/testing.md, "The
+// docs test", says what each kind of block must pass).
 //
 // A block is a fenced code block (``` or ~~~, indented as in a list item or
 // not). Its info string says what it is: the first word is its language
-// (sh, yaml, json, go, ...), the other words are attributes. A block that
-// is intentionally not checkable (an excerpt, made-up output) says so:
+// (sh, console, yaml, json, conf, go, ...), the other words are attributes.
+// A block without an info string is refused. A block that cannot be
+// checked says so:
 //
-//   - the language "text" (or no info string at all, which the docs test
-//     refuses) for output, diagrams and other prose in a box;
-//   - the attribute "excerpt" (```yaml excerpt) for part of a file;
+//   - the language "text", for output, diagrams and usage lines;
+//   - the attribute "excerpt" (```yaml excerpt) for part of a file, or
+//     "excerpt FILE" (```yaml excerpt examples/policies/read-only.yaml) to
+//     have its lines found in FILE, and FILE checked in its place;
 //   - or an HTML comment on the line before the fence, with the reason:
 //     <!-- not checked: REASON -->.
 //
-// Such blocks are counted and reported, never silently passed.
+// Such blocks are counted and listed, never silently passed.
 package doccheck
 
 import (
