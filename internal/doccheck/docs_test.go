@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -708,6 +709,7 @@ func (d *doc) command(b doccheck.Block, line int, c doccheck.Command) {
 		if !tools[name] {
 			d.errorf(b, line, "%s: a program this test does not know: Assent's, or add it to the known tools", name)
 		}
+		d.payloads(b, line, args)
 		return
 	}
 	if !isProgram(prog) {
@@ -715,6 +717,60 @@ func (d *doc) command(b doccheck.Block, line int, c doccheck.Command) {
 		return
 	}
 	d.assentCommand(b, line, prog, args, c)
+}
+
+// shellValue stands for a shell expansion in a payload: $ID, $(uuidgen),
+// "'"$(date +%s)-$RANDOM"'".
+var shellValue = regexp.MustCompile(`\$\([^)]*\)|\$\{?[A-Za-z_][A-Za-z0-9_]*\}?`)
+
+// anID is what an expansion becomes in a payload: a UUIDv7, valid as an id
+// and a subject token.
+const anID = "0193a5b2-7c1e-7d3a-9f1e-3c2b1a0f9e8d"
+
+// payloads checks what curl and the nats CLI send: a JSON body (-d) is
+// JSON; an event published on one of the contract's subjects (nats pub
+// SUBJECT BODY) is a subject pkg/events parses and an event it decodes.
+func (d *doc) payloads(b doccheck.Block, line int, args []string) {
+	d.t.Helper()
+	expand := func(s string) string { return shellValue.ReplaceAllString(s, anID) }
+	switch args[0] {
+	case "curl":
+		for i := 1; i+1 < len(args); i++ {
+			if args[i] == "-d" || args[i] == "--data" {
+				if body := expand(args[i+1]); !json.Valid([]byte(body)) {
+					d.errorf(b, line, "curl -d %s: not JSON", args[i+1])
+				}
+			}
+		}
+	case "nats":
+		var words []string
+		for i := 1; i < len(args); i++ {
+			switch a := args[i]; {
+			case a == "-H" || a == "--header" || a == "--server" || a == "-s" || a == "--count":
+				i++
+			case strings.HasPrefix(a, "-"):
+			default:
+				words = append(words, a)
+			}
+		}
+		if len(words) < 2 || !strings.HasPrefix(words[1], events.Prefix) {
+			return
+		}
+		subject := expand(words[1])
+		if _, err := events.ParseSubject(subject); err != nil && !strings.HasSuffix(subject, ">") {
+			d.errorf(b, line, "nats %s %s: %v", words[0], words[1], err)
+		}
+		if words[0] != "pub" || len(words) < 3 {
+			return
+		}
+		e, err := events.Decode(events.Header{}, []byte(expand(words[2])))
+		if err == nil {
+			err = decodeData(&e)
+		}
+		if err != nil {
+			d.errorf(b, line, "nats pub %s: the event does not decode (pkg/events): %v", words[1], err)
+		}
+	}
 }
 
 func isProgram(name string) bool { return slices.Contains(programNames(), name) }

@@ -29,6 +29,8 @@ func TestDocCheckFinds(t *testing.T) {
 		{"gateway named otherwise than the policy says", fence + "yaml\nversion: 1\nrules:\n  - {name: ro, tools: [t], labels: {mcp_server: fs}, action: allow}\n" + fence + "\n\n" +
 			fence + "json\n{\"mcpServers\": {\"f\": {\"command\": \"mcp-gateway\", \"args\": [\"--\", \"agent-worker\", \"mcp\"]}}}\n" + fence + "\n", "upstreams are named [agent-worker]"},
 		{"excerpt that is not", fence + "yaml excerpt examples/policies/read-only.yaml\nrules:\n  - name: nothing-like-it\n" + fence + "\n", `has no line "- name: nothing-like-it"`},
+		{"event published that does not decode", fence + "sh\nnats pub \"assent.response.alice.$ID\" '{\"specversion\":\"1.0\",\"id\":\"'\"$(uuidgen)\"'\",\"type\":\"dev.assent.approval.responded\",\"source\":\"approver/alice\",\"data\":{\"decision\":\"maybe\"}}'\n" + fence + "\n", "the event does not decode"},
+		{"body that is not JSON", fence + "sh\ncurl -s -X POST \"http://127.0.0.1:8080/v1/approvals/$ID/decision\" -d '{\"decision\": approve}'\n" + fence + "\n", "not JSON"},
 		{"marked", "<!-- not checked: made up -->\n" + fence + "yaml\nnot: [valid\n" + fence + "\n", ""},
 		{"text", fence + "text\nanything\n" + fence + "\n", ""},
 		{"a whole policy", fence + "yaml\nversion: 1\nprincipals:\n  carol: {}\nrules:\n  - {name: r, tools: [t], action: require_approval, approvers: [carol]}\n" + fence + "\n", ""},
