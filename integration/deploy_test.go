@@ -416,10 +416,126 @@ func TestDeployDockerfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, secret := range []string{"deploy/compose/generated", "deploy/local/run", ".git"} {
+	// Secrets, and what the quick start (./assent-data) and builds (./bin,
+	// .gitignore) leave in the repository.
+	for _, secret := range []string{"deploy/compose/generated", "deploy/local/run", ".git", "assent-data", "bin"} {
 		if !slices.Contains(strings.Split(string(ignore), "\n"), secret) {
 			t.Errorf(".dockerignore: %s is not ignored: it would go into the build context", secret)
 		}
+	}
+	// A "# syntax=" directive makes BuildKit pull a frontend image before
+	// building, which an air-gapped builder cannot: the Dockerfile uses only
+	// what the built-in frontend has.
+	src, err := os.ReadFile(filepath.Join(deployDir, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range strings.Split(string(src), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			break // parser directives come first, before any instruction or blank line
+		}
+		if k, _, ok := strings.Cut(strings.TrimSpace(strings.TrimPrefix(l, "#")), "="); ok && strings.EqualFold(strings.TrimSpace(k), "syntax") {
+			t.Errorf("deploy/Dockerfile:%d: %q makes BuildKit fetch a frontend image: air-gapped builds fail", i+1, l)
+		}
+	}
+}
+
+// TestDeploySetupUser runs deploy/compose/setup.sh as root and as another
+// user (id and chown stand-ins on PATH): as root, Compose must run the
+// containers as the images' user 65532, never root, and every file it mounts
+// from generated/ must be 65532's; as another user, as that user, given
+// nothing.
+func TestDeploySetupUser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the broker and runs setup.sh")
+	}
+	if _, err := exec.LookPath("openssl"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("openssl is not installed; .ci/run installs it")
+		}
+		t.Skip("openssl is not installed (Debian: apt-get install openssl): deploy/compose/setup.sh makes the certificates with it")
+	}
+	broker := binary(t, "broker")
+	script, err := os.ReadFile(filepath.Join(deployDir, "compose", "setup.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ uid, want string }{{"0", "65532:65532"}, {"1000", "1000:1000"}} {
+		t.Run("uid "+tc.uid, func(t *testing.T) {
+			// setup.sh writes .env only for its default output, beside itself.
+			dir := t.TempDir()
+			compose := filepath.Join(dir, "deploy", "compose")
+			if err := os.MkdirAll(compose, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(compose, "setup.sh"), script, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			shims := filepath.Join(dir, "shims")
+			if err := os.Mkdir(shims, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			chowned := filepath.Join(dir, "chowned")
+			writeFile(t, filepath.Join(shims, "id"), "#!/bin/sh\necho "+tc.uid+"\n")
+			writeFile(t, filepath.Join(shims, "chown"), "#!/bin/sh\necho \"$*\" >>"+chowned+"\n")
+			for _, f := range []string{"id", "chown"} {
+				if err := os.Chmod(filepath.Join(shims, f), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			gen := filepath.Join(compose, "generated")
+			cmd := exec.Command("bash", filepath.Join(compose, "setup.sh"), "--out", gen, "--broker", broker)
+			cmd.Env = append(os.Environ(), "PATH="+shims+string(os.PathListSeparator)+os.Getenv("PATH"))
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("setup.sh: %v\n%s", err, out)
+			}
+			env, err := os.ReadFile(filepath.Join(compose, ".env"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.TrimSpace(string(env)); got != "HOST_USER="+tc.want {
+				t.Errorf(".env: %q, want HOST_USER=%s", got, tc.want)
+			}
+			log, _ := os.ReadFile(chowned)
+			if tc.uid != "0" {
+				if len(log) > 0 {
+					t.Errorf("setup.sh as uid %s changed owners: %s", tc.uid, log)
+				}
+				return
+			}
+			// What chown was given: each file, or a directory with -R.
+			owned := func(p string) bool {
+				for _, l := range strings.Split(strings.TrimSpace(string(log)), "\n") {
+					f := strings.Fields(l)
+					recursive := len(f) > 0 && f[0] == "-R"
+					if recursive {
+						f = f[1:]
+					}
+					if len(f) < 2 || f[0] != tc.want {
+						continue
+					}
+					for _, x := range f[1:] {
+						if x == p || recursive && strings.HasPrefix(p, x+"/") {
+							return true
+						}
+					}
+				}
+				return false
+			}
+			for name, s := range composeFileOf(t).Services {
+				for _, v := range s.Volumes {
+					src, _, _ := strings.Cut(v, ":")
+					if rel, ok := strings.CutPrefix(src, "./generated/"); ok && !owned(filepath.Join(gen, rel)) {
+						t.Errorf("compose.yaml %s mounts %s, which setup.sh as root did not give to %s (chown: %s)", name, src, tc.want, log)
+					}
+				}
+			}
+			for _, private := range []string{"keys", "tls/ca-key.pem"} {
+				if owned(filepath.Join(gen, private)) {
+					t.Errorf("setup.sh as root gave %s to %s: no container needs it", private, tc.want)
+				}
+			}
+		})
 	}
 }
 

@@ -24,6 +24,10 @@
 #   auth/auth.yaml         the brokers' API tokens, hashed; auth/ops.token the token itself
 #   bot.env                CI_WEBHOOK_SECRET, the bot's inbound webhook secret
 #   data/nats-1..3         the nodes' JetStream stores
+#
+# Run as root, it gives what the containers read (nats/, tls/ but the CA's
+# key, creds/, auth/, data/) to the images' user 65532, and Compose runs
+# every container as 65532; run as anyone else, as that user.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -117,9 +121,18 @@ if [ ! -f "$out/bot.env" ]; then
   echo "CI_WEBHOOK_SECRET=whsec_$(openssl rand -base64 32)" >"$out/bot.env"
 fi
 
-# Compose runs every container as the user who owns these files, so that
-# they stay readable by their owner only.
+# Compose runs every container as the user who owns the files it mounts, so
+# that they stay readable by their owner only: the user who ran this, or,
+# when that is root, the images' own non-root user, who is then given them
+# (the authority in keys/ and the CA's key stay root's).
+user="$(id -u):$(id -g)"
+if [ "$(id -u)" = 0 ]; then
+  user="65532:65532"
+  say "running as root: the files the containers read go to user $user"
+  chown "$user" "$out/nats/accounts.conf" "$out/tls/ca.pem" "$out/tls/nats.pem" "$out/tls/nats-key.pem"
+  chown -R "$user" "$out/creds" "$out/auth" "$out/data"
+fi
 if [ "$out" = "$here/generated" ]; then
-  echo "HOST_USER=$(id -u):$(id -g)" >"$here/.env"
+  echo "HOST_USER=$user" >"$here/.env"
 fi
 say "done: $out"

@@ -22,16 +22,16 @@ func TestConfigYAML(t *testing.T) {
 endpoints:
   - name: audit-sink
     url: https://audit.example.com/assent
-    secret_env: ASSENT_WEBHOOK_AUDIT
+    secret_env: AUDIT_WEBHOOK_SECRET
     timeout: 3s
   - name: pager
     url: https://pager.example.com/hooks/assent
-    secret_env: ASSENT_WEBHOOK_PAGER
+    secret_env: PAGER_WEBHOOK_SECRET
     types: [pending, escalated, dev.assent.approval.decided]
     agents: [deployer, billing]
 inbound:
   - name: ci
-    secret_env: ASSENT_WEBHOOK_CI
+    secret_env: CI_WEBHOOK_SECRET
     principal: ci-bot
 `
 	var cfg webhook.Config
@@ -43,7 +43,7 @@ inbound:
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if ep := cfg.Endpoints[0]; ep.Timeout != 3*time.Second || ep.SecretEnv != "ASSENT_WEBHOOK_AUDIT" {
+	if ep := cfg.Endpoints[0]; ep.Timeout != 3*time.Second || ep.SecretEnv != "AUDIT_WEBHOOK_SECRET" {
 		t.Fatalf("endpoint 0: %+v", ep)
 	}
 	if ep := cfg.Endpoints[1]; len(ep.Types) != 3 || !slices.Equal(ep.Agents, []string{"deployer", "billing"}) {
