@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -105,13 +106,7 @@ func (g *Gateway) request(req *mcp.CallToolRequest, u *upstream, t *mcp.Tool) (h
 		}
 		agent = AgentName(name)
 	}
-	labels := map[string]string{"mcp_server": u.cfg.Name, "mcp_read_only": "false", "mcp_destructive": "true"}
-	if a := t.Annotations; a != nil {
-		labels["mcp_read_only"] = fmt.Sprint(a.ReadOnlyHint)
-		if a.DestructiveHint != nil {
-			labels["mcp_destructive"] = fmt.Sprint(*a.DestructiveHint)
-		}
-	}
+	labels := labelsOf(u.cfg.Name, t.Annotations)
 	args := json.RawMessage(bytes.TrimSpace(req.Params.Arguments))
 	if string(args) == "null" {
 		args = nil
@@ -122,6 +117,24 @@ func (g *Gateway) request(req *mcp.CallToolRequest, u *upstream, t *mcp.Tool) (h
 		Hint: hint(req.Params.Name, u.cfg.Name, t, schema != nil), InputSchema: schema, Labels: labels,
 	}}
 	return r, r.Validate()
+}
+
+// labelsOf are the labels of a request to call a tool of server with
+// annotations a: mcp_server, and mcp_read_only and mcp_destructive as the
+// MCP specification reads the hints. readOnlyHint defaults to false;
+// destructiveHint defaults to true, but only for a tool that is not
+// read-only: a read-only tool changes nothing, so it is not destructive
+// unless it says destructiveHint: true, which is taken as said.
+func labelsOf(server string, a *mcp.ToolAnnotations) map[string]string {
+	readOnly, destructive := false, true
+	if a != nil {
+		readOnly = a.ReadOnlyHint
+		destructive = !readOnly
+		if a.DestructiveHint != nil {
+			destructive = *a.DestructiveHint
+		}
+	}
+	return map[string]string{"mcp_server": server, "mcp_read_only": strconv.FormatBool(readOnly), "mcp_destructive": strconv.FormatBool(destructive)}
 }
 
 // AgentName makes a client's name (its initialize clientInfo.name) into the

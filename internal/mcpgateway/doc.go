@@ -38,9 +38,11 @@
 //     for approvers; left out (and the hint says so) when over
 //     events.MaxInputSchemaSize.
 //   - labels: mcp_server, and the upstream's annotations mcp_read_only
-//     ("true" or "false") and mcp_destructive ("true" unless the tool says
-//     false). Annotations are the upstream's claims: base policy on them
-//     only for upstreams you trust.
+//     ("true" or "false") and mcp_destructive, read as the MCP
+//     specification does: destructive unless the tool says
+//     destructiveHint: false, or says readOnlyHint: true and no
+//     destructiveHint. Annotations are the upstream's claims: base policy
+//     on them only for upstreams you trust.
 //   - timeout: Config.Timeout, else the broker's default.
 //
 // The broker's policy decides before anyone is asked: an allow rule
