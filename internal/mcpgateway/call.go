@@ -44,7 +44,7 @@ const ElicitChannel = "mcp"
 // call is one tools/call: ask Assent, then run the decided call upstream or
 // say why it did not run.
 func (g *Gateway) call(ctx context.Context, req *mcp.CallToolRequest, u *upstream, t *mcp.Tool) (*mcp.CallToolResult, error) {
-	ctx, done, ok := g.track(ctx, req.Session)
+	ctx, done, ok := g.track(ctx, req.Session, rpcOf(req))
 	defer done()
 	offered := req.Params.Name
 	if !ok {

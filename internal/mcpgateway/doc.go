@@ -64,7 +64,8 @@
 // A client that cancels its call (notifications/cancelled), ends its session
 // (stdio closed, HTTP DELETE) or stops answering pings while the call waits
 // (Config.ClientPing) cancels the call's request: its decision is
-// cancelled.
+// cancelled, and its reason says which (ErrClientCancelled with the
+// client's own reason, ErrClientGone with how it went, ErrStopped).
 //
 // # Asking the user in the client
 //
