@@ -65,6 +65,10 @@ func (g *Gateway) call(ctx context.Context, req *mcp.CallToolRequest, u *upstrea
 			return nil, err
 		}
 		log.Warn("no decision", zap.Error(err))
+		if errors.Is(err, ErrNoBroker) {
+			return notRun(t, offered, Verdict{RequestID: r.ID, Error: err.Error()},
+				fmt.Sprintf("Not run: %v, so the call to %s could not be approved, and did not run. Tell the user; it can be called again once Assent is back. (Assent request %s.)", err, offered, r.ID)), nil
+		}
 		return notRun(t, offered, Verdict{RequestID: r.ID, Error: err.Error()},
 			fmt.Sprintf("Not run: Assent did not decide the call to %s (%v). Request %s.", offered, err, r.ID)), nil
 	}
@@ -207,7 +211,16 @@ func cut(s string, n int) string {
 
 // ask asks Assent about r and waits for the decision. Meanwhile it asks the
 // client's user too (elicitation, when configured) and watches the client.
+//
+// When no broker takes r up (see broker.go), the error wraps ErrNoBroker
+// and ask returns at once: the request's withdrawal, which may wait for
+// NATS, goes on in the background, which Close waits for.
 func (g *Gateway) ask(ctx context.Context, req *mcp.CallToolRequest, r handler.Request, log *zap.Logger) (handler.Decision, error) {
+	noDecision := handler.Decision{RequestID: r.ID}
+	up, err := g.brokerReady(ctx, r.ID)
+	if err != nil {
+		return noDecision, err
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -218,11 +231,35 @@ func (g *Gateway) ask(ctx context.Context, req *mcp.CallToolRequest, r handler.R
 	if g.cfg.ClientPing > 0 {
 		wg.Go(func() { g.watch(ctx, req, r.ID, cancel, log) })
 	}
-	d, err := g.client.Request(ctx, r)
-	if err != nil && ctx.Err() != nil {
-		return d, fmt.Errorf("%w: %w", errEnded, context.Cause(ctx))
+	if g.cfg.BrokerWait > 0 {
+		wg.Go(func() { g.awaitBroker(ctx, r.ID, up, cancel) })
 	}
-	return d, err
+	type answer struct {
+		d   handler.Decision
+		err error
+	}
+	answered := make(chan answer, 1)
+	g.wg.Go(func() {
+		d, err := g.client.Request(ctx, r)
+		answered <- answer{d, err}
+	})
+	var a answer
+	select {
+	case a = <-answered:
+	case <-ctx.Done():
+		if cause := context.Cause(ctx); errors.Is(cause, ErrNoBroker) {
+			return noDecision, cause
+		}
+		a = <-answered
+	}
+	if a.err != nil && ctx.Err() != nil {
+		cause := context.Cause(ctx)
+		if errors.Is(cause, ErrNoBroker) {
+			return noDecision, cause
+		}
+		return a.d, fmt.Errorf("%w: %w", errEnded, cause)
+	}
+	return a.d, a.err
 }
 
 // errEnded: the call ended before its decision, and its request was

@@ -27,7 +27,9 @@ type Config struct {
 	// NATS says how to reach Assent.
 	NATS NATS `yaml:"nats"`
 	// Timeout is asked for each request; zero leaves it to the broker's
-	// default. The broker clamps it to its policy either way.
+	// default. The broker clamps it to its policy either way. Keep it below
+	// the client's own limit on a tool call (60s in the MCP TypeScript
+	// SDK), so that the call ends in Assent, on the record.
 	Timeout time.Duration `yaml:"timeout"`
 	// Elicitation asks the connected user in the client, too.
 	Elicitation Elicitation `yaml:"elicitation"`
@@ -36,6 +38,11 @@ type Config struct {
 	// a client that does not answer within that time is taken as gone and
 	// its request cancelled. Zero means DefaultClientPing; negative, never.
 	ClientPing time.Duration `yaml:"client_ping"`
+	// BrokerWait is how long a broker may take to take up (store) a call's
+	// request before the call fails as not run (ErrNoBroker), rather than
+	// waiting its whole timeout for a broker that is not there. Zero means
+	// DefaultBrokerWait; negative, as long as the request's timeout.
+	BrokerWait time.Duration `yaml:"broker_wait"`
 
 	// File is the file the configuration was read from; messages about it
 	// carry file:line.
@@ -115,6 +122,7 @@ type Elicitation struct {
 const (
 	DefaultNATSURL    = "nats://127.0.0.1:4222"
 	DefaultClientPing = 15 * time.Second
+	DefaultBrokerWait = 5 * time.Second
 )
 
 // WithDefaults returns c with every unset field at its default.
@@ -124,6 +132,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ClientPing == 0 {
 		c.ClientPing = DefaultClientPing
+	}
+	if c.BrokerWait == 0 {
+		c.BrokerWait = DefaultBrokerWait
 	}
 	return c
 }

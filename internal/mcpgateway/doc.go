@@ -59,7 +59,10 @@
 // (IsError) whose text says what happened, who decided or which rule, the
 // reason, and what to do next, with the Verdict as structured content and in
 // _meta. A call that cannot be asked (arguments that are not an object, a
-// broker that does not answer) is a tool error too, and does not run.
+// broker that does not answer) is a tool error too, and does not run. With
+// no broker to answer (NATS unreachable, no broker ever run on it, or none
+// taking up the request within Config.BrokerWait) the call fails at once
+// with ErrNoBroker rather than waiting its timeout.
 //
 // A client that cancels its call (notifications/cancelled), ends its session
 // (stdio closed, HTTP DELETE) or stops answering pings while the call waits

@@ -37,6 +37,11 @@ var (
 	// ErrUpstreamEnded: an upstream server's session ended while the gateway
 	// ran (its process exited, say). Run returns it.
 	ErrUpstreamEnded = errors.New("upstream MCP server ended")
+	// ErrNoBroker: no Assent broker took up a call's request: NATS is
+	// unreachable, no broker has run on it, or none stored the request
+	// within Config.BrokerWait. The call does not run; its request, if
+	// published, is withdrawn.
+	ErrNoBroker = errors.New("no Assent broker answers")
 	// ErrToolConflict: two upstreams offer a tool under the same name. Give
 	// one of them a prefix.
 	ErrToolConflict = errors.New("tool offered twice")
