@@ -73,6 +73,12 @@ type Upstream struct {
 	// sees them ("fs__" offers delete_file as fs__delete_file). Requests to
 	// Assent name the tool as the server does, without it.
 	Prefix string `yaml:"prefix"`
+	// AutoName says Name was not given but made up (ParseArgs, for the
+	// upstream on the command line, by CommandName or from the URL's
+	// host): once connected, the upstream is named as the server names
+	// itself (its initialize result's serverInfo.name, as a subject
+	// token), unless another upstream has that name.
+	AutoName bool `yaml:"-"`
 }
 
 // Identity is who the gateway asks as. Empty fields are taken from the

@@ -14,7 +14,11 @@
 // upstream's Prefix, if any), description, title, input and output schemas
 // and annotations. When an upstream says its tools changed, the gateway lists
 // them again and tells its own clients. Only tools are passed on, not
-// resources or prompts.
+// resources or prompts. What a stdio upstream writes on its stderr is
+// logged, a warning a line, and its last lines end the error when it fails
+// to start or exits. An upstream whose name was made up (Upstream.AutoName:
+// the command line's, without --name) takes the name the server gives
+// itself.
 //
 // # What each call asks
 //

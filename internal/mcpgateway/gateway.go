@@ -167,6 +167,10 @@ func (g *Gateway) Start(ctx context.Context) error {
 			continue
 		}
 		g.mu.Lock()
+		if name := u.serverName(); cfg.AutoName && name != "" && name != cfg.Name && !g.named(name) {
+			g.log.Info("upstream named as it names itself", zap.String("upstream", name), zap.String("instead_of", cfg.Name))
+			u.cfg.Name = name
+		}
 		g.upstreams = append(g.upstreams, u)
 		g.mu.Unlock()
 		if err := g.sync(ctx, u, true); err != nil {
@@ -175,6 +179,34 @@ func (g *Gateway) Start(ctx context.Context) error {
 		g.wg.Go(func() { g.follow(u) })
 	}
 	return errors.Join(errs...)
+}
+
+// named reports whether an upstream is, or is to be, called name; g.mu is
+// held.
+func (g *Gateway) named(name string) bool {
+	for _, u := range g.upstreams {
+		if u.cfg.Name == name {
+			return true
+		}
+	}
+	for _, c := range g.cfg.Upstreams {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Upstreams lists the names of the upstreams connected, in the order of
+// the configuration.
+func (g *Gateway) Upstreams() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	names := make([]string, len(g.upstreams))
+	for i, u := range g.upstreams {
+		names[i] = u.cfg.Name
+	}
+	return names
 }
 
 // follow offers u's tools anew each time u says they changed, and reports
@@ -190,7 +222,8 @@ func (g *Gateway) follow(u *upstream) {
 			}
 		case err := <-ended:
 			if g.bg.Err() == nil {
-				g.ended <- fmt.Errorf("%w: %s: %v", ErrUpstreamEnded, u.cfg.Name, err)
+				u.stderr.settle()
+				g.ended <- fmt.Errorf("%w: %s: %v%s", ErrUpstreamEnded, u.cfg.Name, err, u.stderr.tail())
 			}
 			return
 		case <-g.bg.Done():
@@ -347,7 +380,7 @@ func (g *Gateway) Close() error {
 		g.mu.Unlock()
 		var errs []error
 		for _, u := range ups {
-			if e := u.session.Close(); e != nil && !errors.Is(e, io.EOF) {
+			if e := u.close(); e != nil && !errors.Is(e, io.EOF) {
 				errs = append(errs, fmt.Errorf("close upstream %s: %w", u.cfg.Name, e))
 			}
 		}

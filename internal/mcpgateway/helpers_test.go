@@ -42,13 +42,15 @@ const patience = 30 * time.Second
 const workerEnv = "ASSENT_TEST_MCP_WORKER_SANDBOX"
 
 // quitterEnv makes the test binary an MCP server over stdio with one tool,
-// quit, which ends the process: an upstream that goes away.
+// quit, which ends the process, saying so on stderr: an upstream that goes
+// away.
 const quitterEnv = "ASSENT_TEST_MCP_QUITTER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(quitterEnv) != "" {
 		s := mcp.NewServer(&mcp.Implementation{Name: "quitter", Version: "v0"}, nil)
 		s.AddTool(&mcp.Tool{Name: "quit", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			fmt.Fprintln(os.Stderr, "quitter: bye")
 			os.Exit(0)
 			return nil, nil
 		})
