@@ -219,6 +219,9 @@ func (g *Gateway) ask(ctx context.Context, req *mcp.CallToolRequest, r handler.R
 	noDecision := handler.Decision{RequestID: r.ID}
 	up, err := g.brokerReady(ctx, r.ID)
 	if err != nil {
+		if ctx.Err() != nil { // nothing was asked: nothing to withdraw
+			return noDecision, fmt.Errorf("%w: %w", errEnded, context.Cause(ctx))
+		}
 		return noDecision, err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)

@@ -319,7 +319,10 @@ func (g *Gateway) track(ctx context.Context, ss *mcp.ServerSession, rpc string) 
 		cancel(nil)
 		g.smu.Lock()
 		delete(st.calls, key)
-		if len(st.calls) == 0 && !st.served {
+		switch cur := g.clients[ss]; {
+		case cur != nil && cur != st: // Serve took the call over (Serve)
+			delete(cur.calls, key)
+		case cur == st && len(st.calls) == 0 && !st.served:
 			delete(g.clients, ss)
 		}
 		g.smu.Unlock()
