@@ -32,8 +32,8 @@ type takenUp func(ctx context.Context, id string) (bool, error)
 // to tell that the broker took the request up, or an error wrapping
 // ErrNoBroker.
 func (g *Gateway) brokerReady(ctx context.Context, id string) (takenUp, error) {
-	if !g.nc.IsConnected() {
-		return nil, fmt.Errorf("%w: NATS is unreachable (the connection is %s)", ErrNoBroker, g.nc.Status())
+	if err := g.unreachable(); err != nil {
+		return nil, err
 	}
 	if g.cfg.NATS.Private {
 		up := func(ctx context.Context, id string) (bool, error) { return g.lookup(ctx, id) }
@@ -49,6 +49,9 @@ func (g *Gateway) brokerReady(ctx context.Context, id string) (takenUp, error) {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return nil, fmt.Errorf("%w: no broker has run on this NATS server (it has no bucket %s)", ErrNoBroker, events.StateBucket)
 	case err != nil && ctx.Err() == nil:
+		if err := g.unreachable(); err != nil { // it went while we asked
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: JetStream does not answer: %v", ErrNoBroker, err)
 	case err != nil:
 		return nil, err
@@ -62,6 +65,15 @@ func (g *Gateway) brokerReady(ctx context.Context, id string) (takenUp, error) {
 		}
 		return err == nil, err
 	}, nil
+}
+
+// unreachable is an error wrapping ErrNoBroker when the gateway is not
+// connected to NATS, else nil.
+func (g *Gateway) unreachable() error {
+	if g.nc.IsConnected() {
+		return nil
+	}
+	return fmt.Errorf("%w: NATS is unreachable (the connection is %s)", ErrNoBroker, g.nc.Status())
 }
 
 // lookup asks the brokers about request id (private credentials): whether
@@ -102,8 +114,8 @@ func (g *Gateway) awaitBroker(ctx context.Context, id string, up takenUp, cancel
 			return
 		case <-tick.C:
 		}
-		if !g.nc.IsConnected() {
-			cancel(fmt.Errorf("%w: NATS is unreachable (the connection is %s)", ErrNoBroker, g.nc.Status()))
+		if err := g.unreachable(); err != nil {
+			cancel(err)
 			return
 		}
 		ok, err := up(ctx, id)

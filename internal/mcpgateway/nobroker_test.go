@@ -59,10 +59,17 @@ func TestNoBroker(t *testing.T) {
 			if tt.private {
 				opts = append(opts, nats.CustomInboxPrefix(handler.PrivateInbox("desk")))
 			}
-			gw := startGateway(t, ns, cfg, opts...)
+			gw, gwNC := startGateway(t, ns, cfg, opts...)
 			cs, _ := memoryFrontend.connect(t, gw, "desk", nil, nil, nil)
 			if tt.down {
+				// NATS is down, and the gateway knows it, as before a
+				// call that comes while NATS is away.
 				ns.Stop()
+				for deadline := time.Now().Add(patience); gwNC.IsConnected(); time.Sleep(10 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatal("the gateway's connection still says connected")
+					}
+				}
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), patience)
 			defer cancel()
@@ -95,8 +102,9 @@ func TestNoBroker(t *testing.T) {
 	}
 }
 
-// startGateway starts a gateway on ns with cfg until the test ends.
-func startGateway(t *testing.T, ns *testenv.NATS, cfg mcpgateway.Config, opts ...nats.Option) *mcpgateway.Gateway {
+// startGateway starts a gateway on ns with cfg until the test ends, on a
+// connection of its own made with opts.
+func startGateway(t *testing.T, ns *testenv.NATS, cfg mcpgateway.Config, opts ...nats.Option) (*mcpgateway.Gateway, *nats.Conn) {
 	t.Helper()
 	nc, err := nats.Connect(ns.ClientURL(), append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond),
 		nats.RetryOnFailedConnect(true)}, opts...)...)
@@ -118,5 +126,5 @@ func startGateway(t *testing.T, ns *testenv.NATS, cfg mcpgateway.Config, opts ..
 	if err := gw.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return gw
+	return gw, nc
 }
