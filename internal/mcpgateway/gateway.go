@@ -320,7 +320,7 @@ func (g *Gateway) track(ctx context.Context, ss *mcp.ServerSession, rpc string) 
 		g.smu.Lock()
 		delete(st.calls, key)
 		switch cur := g.clients[ss]; {
-		case cur != nil && cur != st: // Serve took the call over (Serve)
+		case cur != nil && cur != st: // Serve registered the session after the call began, and took it over
 			delete(cur.calls, key)
 		case cur == st && len(st.calls) == 0 && !st.served:
 			delete(g.clients, ss)
