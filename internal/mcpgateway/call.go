@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,7 +44,7 @@ const ElicitChannel = "mcp"
 // call is one tools/call: ask Assent, then run the decided call upstream or
 // say why it did not run.
 func (g *Gateway) call(ctx context.Context, req *mcp.CallToolRequest, u *upstream, t *mcp.Tool) (*mcp.CallToolResult, error) {
-	ctx, done, ok := g.track(ctx, req.Session)
+	ctx, done, ok := g.track(ctx, req.Session, rpcOf(req))
 	defer done()
 	offered := req.Params.Name
 	if !ok {
@@ -64,6 +65,10 @@ func (g *Gateway) call(ctx context.Context, req *mcp.CallToolRequest, u *upstrea
 			return nil, err
 		}
 		log.Warn("no decision", zap.Error(err))
+		if errors.Is(err, ErrNoBroker) {
+			return notRun(t, offered, Verdict{RequestID: r.ID, Error: err.Error()},
+				fmt.Sprintf("Not run: %v, so the call to %s could not be approved, and did not run. Tell the user; it can be called again once Assent is back. (Assent request %s.)", err, offered, r.ID)), nil
+		}
 		return notRun(t, offered, Verdict{RequestID: r.ID, Error: err.Error()},
 			fmt.Sprintf("Not run: Assent did not decide the call to %s (%v). Request %s.", offered, err, r.ID)), nil
 	}
@@ -105,13 +110,7 @@ func (g *Gateway) request(req *mcp.CallToolRequest, u *upstream, t *mcp.Tool) (h
 		}
 		agent = AgentName(name)
 	}
-	labels := map[string]string{"mcp_server": u.cfg.Name, "mcp_read_only": "false", "mcp_destructive": "true"}
-	if a := t.Annotations; a != nil {
-		labels["mcp_read_only"] = fmt.Sprint(a.ReadOnlyHint)
-		if a.DestructiveHint != nil {
-			labels["mcp_destructive"] = fmt.Sprint(*a.DestructiveHint)
-		}
-	}
+	labels := labelsOf(u.cfg.Name, t.Annotations)
 	args := json.RawMessage(bytes.TrimSpace(req.Params.Arguments))
 	if string(args) == "null" {
 		args = nil
@@ -122,6 +121,24 @@ func (g *Gateway) request(req *mcp.CallToolRequest, u *upstream, t *mcp.Tool) (h
 		Hint: hint(req.Params.Name, u.cfg.Name, t, schema != nil), InputSchema: schema, Labels: labels,
 	}}
 	return r, r.Validate()
+}
+
+// labelsOf are the labels of a request to call a tool of server with
+// annotations a: mcp_server, and mcp_read_only and mcp_destructive as the
+// MCP specification reads the hints. readOnlyHint defaults to false;
+// destructiveHint defaults to true, but only for a tool that is not
+// read-only: a read-only tool changes nothing, so it is not destructive
+// unless it says destructiveHint: true, which is taken as said.
+func labelsOf(server string, a *mcp.ToolAnnotations) map[string]string {
+	readOnly, destructive := false, true
+	if a != nil {
+		readOnly = a.ReadOnlyHint
+		destructive = !readOnly
+		if a.DestructiveHint != nil {
+			destructive = *a.DestructiveHint
+		}
+	}
+	return map[string]string{"mcp_server": server, "mcp_read_only": strconv.FormatBool(readOnly), "mcp_destructive": strconv.FormatBool(destructive)}
 }
 
 // AgentName makes a client's name (its initialize clientInfo.name) into the
@@ -194,7 +211,19 @@ func cut(s string, n int) string {
 
 // ask asks Assent about r and waits for the decision. Meanwhile it asks the
 // client's user too (elicitation, when configured) and watches the client.
+//
+// When no broker takes r up (see broker.go), the error wraps ErrNoBroker
+// and ask returns at once: the request's withdrawal, which may wait for
+// NATS, goes on in the background, which Close waits for.
 func (g *Gateway) ask(ctx context.Context, req *mcp.CallToolRequest, r handler.Request, log *zap.Logger) (handler.Decision, error) {
+	noDecision := handler.Decision{RequestID: r.ID}
+	up, err := g.brokerReady(ctx, r.ID)
+	if err != nil {
+		if ctx.Err() != nil { // nothing was asked: nothing to withdraw
+			return noDecision, fmt.Errorf("%w: %w", errEnded, context.Cause(ctx))
+		}
+		return noDecision, err
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -205,11 +234,35 @@ func (g *Gateway) ask(ctx context.Context, req *mcp.CallToolRequest, r handler.R
 	if g.cfg.ClientPing > 0 {
 		wg.Go(func() { g.watch(ctx, req, r.ID, cancel, log) })
 	}
-	d, err := g.client.Request(ctx, r)
-	if err != nil && ctx.Err() != nil {
-		return d, fmt.Errorf("%w: %w", errEnded, context.Cause(ctx))
+	if g.cfg.BrokerWait > 0 {
+		wg.Go(func() { g.awaitBroker(ctx, r.ID, up, cancel) })
 	}
-	return d, err
+	type answer struct {
+		d   handler.Decision
+		err error
+	}
+	answered := make(chan answer, 1)
+	g.wg.Go(func() {
+		d, err := g.client.Request(ctx, r)
+		answered <- answer{d, err}
+	})
+	var a answer
+	select {
+	case a = <-answered:
+	case <-ctx.Done():
+		if cause := context.Cause(ctx); errors.Is(cause, ErrNoBroker) {
+			return noDecision, cause
+		}
+		a = <-answered
+	}
+	if a.err != nil && ctx.Err() != nil {
+		cause := context.Cause(ctx)
+		if errors.Is(cause, ErrNoBroker) {
+			return noDecision, cause
+		}
+		return a.d, fmt.Errorf("%w: %w", errEnded, cause)
+	}
+	return a.d, a.err
 }
 
 // errEnded: the call ended before its decision, and its request was

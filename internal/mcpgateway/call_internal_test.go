@@ -108,3 +108,29 @@ func TestRefusal(t *testing.T) {
 		}
 	}
 }
+
+// The labels read the tool's hints as the MCP specification does: a
+// read-only tool is not destructive unless it says so.
+func TestLabelsOf(t *testing.T) {
+	yes, no := true, false
+	tests := []struct {
+		name                  string
+		a                     *mcp.ToolAnnotations
+		readOnly, destructive string
+	}{
+		{"no annotations", nil, "false", "true"},
+		{"no hints", &mcp.ToolAnnotations{Title: "T"}, "false", "true"},
+		{"read-only", &mcp.ToolAnnotations{ReadOnlyHint: true}, "true", "false"},
+		{"read-only, says not destructive", &mcp.ToolAnnotations{ReadOnlyHint: true, DestructiveHint: &no}, "true", "false"},
+		{"read-only, says destructive", &mcp.ToolAnnotations{ReadOnlyHint: true, DestructiveHint: &yes}, "true", "true"},
+		{"writes, destructive by default", &mcp.ToolAnnotations{OpenWorldHint: &no}, "false", "true"},
+		{"writes, additive only", &mcp.ToolAnnotations{DestructiveHint: &no}, "false", "false"},
+		{"writes, destructive", &mcp.ToolAnnotations{DestructiveHint: &yes}, "false", "true"},
+	}
+	for _, tt := range tests {
+		l := labelsOf("fs", tt.a)
+		if l["mcp_server"] != "fs" || l["mcp_read_only"] != tt.readOnly || l["mcp_destructive"] != tt.destructive || len(l) != 3 {
+			t.Errorf("%s: labels %v, want mcp_read_only %s, mcp_destructive %s", tt.name, l, tt.readOnly, tt.destructive)
+		}
+	}
+}

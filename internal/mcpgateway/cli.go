@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -168,10 +169,14 @@ func ParseArgs(args []string, env envflag.Env, stderr io.Writer) (Command, error
 	if rest := fs.Args(); len(rest) > 0 {
 		if u, err := url.Parse(rest[0]); err == nil && (u.Scheme == "http" || u.Scheme == "https") && len(rest) == 1 {
 			up.URL = rest[0]
-			up.Name = cmp(up.Name, tokenOf(u.Hostname(), "upstream"))
+			if up.Name == "" {
+				up.Name, up.AutoName = tokenOf(u.Hostname(), "upstream"), true
+			}
 		} else {
 			up.Command, up.Args = rest[0], rest[1:]
-			up.Name = cmp(up.Name, tokenOf(filepath.Base(rest[0]), "upstream"))
+			if up.Name == "" {
+				up.Name, up.AutoName = CommandName(rest[0], rest[1:]), true
+			}
 		}
 		cfg.Upstreams = append(cfg.Upstreams, up)
 	} else if set["name"] || set["prefix"] {
@@ -205,12 +210,64 @@ func overlay[T any](dst *T, v T, given bool) {
 	}
 }
 
-// cmp is a, or b when a is empty.
-func cmp(a, b string) string {
-	if a != "" {
-		return a
+// launchers are commands that run what their arguments name: a script, a
+// package, a module, an image.
+var launchers = map[string]bool{
+	"node": true, "nodejs": true, "npx": true, "npm": true, "pnpm": true, "yarn": true, "bun": true, "bunx": true, "deno": true,
+	"tsx": true, "ts-node": true, "python": true, "python3": true, "py": true, "uv": true, "uvx": true, "pipx": true,
+	"ruby": true, "php": true, "java": true, "sh": true, "bash": true, "docker": true, "podman": true,
+}
+
+// launcherWords are a launcher's subcommands, before what it runs.
+var launcherWords = map[string]bool{"run": true, "exec": true, "x": true, "dlx": true, "tool": true, "start": true}
+
+// scriptExts are left out of a script's name.
+var scriptExts = map[string]bool{".js": true, ".mjs": true, ".cjs": true, ".ts": true, ".mts": true, ".py": true, ".rb": true, ".php": true, ".jar": true, ".sh": true}
+
+// CommandName is the name an upstream started as command with args gets
+// when none is given, until the server names itself (Upstream.AutoName):
+// the command's base name, or, for a launcher (node, npx, python, uvx,
+// docker, ...), the name of what it runs, its first argument that is not a
+// flag, a subcommand or a setting: "node /srv/notes/server.js" is server,
+// "node /srv/notes/index.js" notes, "npx -y @modelcontextprotocol/server-filesystem@1.0 /tmp"
+// server-filesystem, "docker run -i --rm -e A=b mcp/fetch:latest" fetch.
+func CommandName(command string, args []string) string {
+	base := strings.TrimSuffix(strings.ToLower(filepath.Base(command)), ".exe")
+	name := base
+	if launchers[base] || strings.HasPrefix(base, "python") {
+		for _, a := range args {
+			if strings.HasPrefix(a, "-") || strings.Contains(a, "=") || launcherWords[a] {
+				continue
+			}
+			name = runName(a)
+			break
+		}
 	}
-	return b
+	return tokenOf(name, tokenOf(base, "upstream"))
+}
+
+// runName is the name of what a launcher runs: a script's name without its
+// extension (its directory's for index and main), a package's or image's
+// last part without its version or tag.
+func runName(a string) string {
+	a = filepath.ToSlash(a)
+	if at := strings.LastIndexByte(a, '@'); at > 0 { // @scope/pkg@1.2, not @scope/pkg
+		a = a[:at]
+	}
+	if colon := strings.LastIndexByte(a, ':'); colon > strings.LastIndexByte(a, '/') { // image:tag
+		a = a[:colon]
+	}
+	a = strings.TrimRight(a, "/")
+	base := path.Base(a)
+	if ext := path.Ext(base); scriptExts[strings.ToLower(ext)] {
+		base = strings.TrimSuffix(base, ext)
+		if base == "index" || base == "main" || base == "__main__" {
+			if dir := path.Base(path.Dir(a)); dir != "." && dir != "/" {
+				base = dir
+			}
+		}
+	}
+	return base
 }
 
 // Execute runs the command. serve speaks MCP on stdin and stdout (with
@@ -276,11 +333,10 @@ func check(ctx context.Context, nc *nats.Conn, cfg Config, log *zap.Logger, stdo
 	for name, up := range g.Tools() {
 		byUpstream[up] = append(byUpstream[up], name)
 	}
-	for _, u := range cfg.Upstreams {
-		if tools, ok := byUpstream[u.Name]; ok {
-			slices.Sort(tools)
-			fmt.Fprintf(stdout, "upstream %s: %d tool(s): %s\n", u.Name, len(tools), strings.Join(tools, ", "))
-		}
+	for _, name := range g.Upstreams() {
+		tools := byUpstream[name]
+		slices.Sort(tools)
+		fmt.Fprintf(stdout, "upstream %s: %d tool(s): %s\n", name, len(tools), strings.Join(tools, ", "))
 	}
 	return err
 }

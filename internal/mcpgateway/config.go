@@ -27,7 +27,9 @@ type Config struct {
 	// NATS says how to reach Assent.
 	NATS NATS `yaml:"nats"`
 	// Timeout is asked for each request; zero leaves it to the broker's
-	// default. The broker clamps it to its policy either way.
+	// default. The broker clamps it to its policy either way. Keep it below
+	// the client's own limit on a tool call (60s in the MCP TypeScript
+	// SDK), so that the call ends in Assent, on the record.
 	Timeout time.Duration `yaml:"timeout"`
 	// Elicitation asks the connected user in the client, too.
 	Elicitation Elicitation `yaml:"elicitation"`
@@ -36,6 +38,11 @@ type Config struct {
 	// a client that does not answer within that time is taken as gone and
 	// its request cancelled. Zero means DefaultClientPing; negative, never.
 	ClientPing time.Duration `yaml:"client_ping"`
+	// BrokerWait is how long a broker may take to take up (store) a call's
+	// request before the call fails as not run (ErrNoBroker), rather than
+	// waiting its whole timeout for a broker that is not there. Zero means
+	// DefaultBrokerWait; negative, as long as the request's timeout.
+	BrokerWait time.Duration `yaml:"broker_wait"`
 
 	// File is the file the configuration was read from; messages about it
 	// carry file:line.
@@ -66,6 +73,12 @@ type Upstream struct {
 	// sees them ("fs__" offers delete_file as fs__delete_file). Requests to
 	// Assent name the tool as the server does, without it.
 	Prefix string `yaml:"prefix"`
+	// AutoName says Name was not given but made up (ParseArgs, for the
+	// upstream on the command line, by CommandName or from the URL's
+	// host): once connected, the upstream is named as the server names
+	// itself (its initialize result's serverInfo.name, as a subject
+	// token), unless another upstream has that name.
+	AutoName bool `yaml:"-"`
 }
 
 // Identity is who the gateway asks as. Empty fields are taken from the
@@ -115,6 +128,7 @@ type Elicitation struct {
 const (
 	DefaultNATSURL    = "nats://127.0.0.1:4222"
 	DefaultClientPing = 15 * time.Second
+	DefaultBrokerWait = 5 * time.Second
 )
 
 // WithDefaults returns c with every unset field at its default.
@@ -124,6 +138,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ClientPing == 0 {
 		c.ClientPing = DefaultClientPing
+	}
+	if c.BrokerWait == 0 {
+		c.BrokerWait = DefaultBrokerWait
 	}
 	return c
 }

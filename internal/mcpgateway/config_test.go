@@ -100,7 +100,7 @@ colour: blue
 			"gw.yaml:13: nats.trusted_decision_keys:",
 			"gw.yaml:14: timeout: -1s: want 0",
 			"gw.yaml:16: elicitation.over_http: without elicitation.principal",
-			"gw.yaml:17: colour: unknown setting (known here: upstreams, identity, nats, timeout, elicitation, client_ping)",
+			"gw.yaml:17: colour: unknown setting (known here: upstreams, identity, nats, timeout, elicitation, client_ping, broker_wait)",
 		}},
 		{"no upstream", "identity: {user: carol}\n", []string{"gw.yaml: upstreams: none: name at least one MCP server"}},
 		{"empty file", "", []string{"upstreams: none"}},
@@ -179,19 +179,24 @@ func TestParseArgs(t *testing.T) {
 			}
 		}},
 		{"a command upstream", []string{"--agent", "claude", "--prefix", "fs__", "--", "/usr/bin/agent-worker", "mcp", "--sandbox", "/x"}, nil, func(t *testing.T, c mcpgateway.Command) {
-			want := mcpgateway.Upstream{Name: "agent-worker", Command: "/usr/bin/agent-worker", Args: []string{"mcp", "--sandbox", "/x"}, Prefix: "fs__"}
+			want := mcpgateway.Upstream{Name: "agent-worker", Command: "/usr/bin/agent-worker", Args: []string{"mcp", "--sandbox", "/x"}, Prefix: "fs__", AutoName: true}
 			if len(c.Config.Upstreams) != 1 || !reflect.DeepEqual(c.Config.Upstreams[0], want) || !c.Stdio || c.Config.NATS.URL != mcpgateway.DefaultNATSURL {
 				t.Errorf("%+v", c)
 			}
 		}},
 		{"a URL upstream over HTTP", []string{"--http", "127.0.0.1:0", "--name", "tix", "https://Tickets.example.com/mcp"}, nil, func(t *testing.T, c mcpgateway.Command) {
-			if u := c.Config.Upstreams; len(u) != 1 || u[0].URL != "https://Tickets.example.com/mcp" || u[0].Name != "tix" || c.Stdio || c.HTTP != "127.0.0.1:0" {
+			if u := c.Config.Upstreams; len(u) != 1 || u[0].URL != "https://Tickets.example.com/mcp" || u[0].Name != "tix" || u[0].AutoName || c.Stdio || c.HTTP != "127.0.0.1:0" {
 				t.Errorf("%+v", c)
 			}
 		}},
 		{"a URL names its upstream", []string{"--stdio", "--http", "127.0.0.1:0", "https://Tickets.example.com/mcp"}, nil, func(t *testing.T, c mcpgateway.Command) {
-			if u := c.Config.Upstreams; u[0].Name != "tickets-example-com" || !c.Stdio {
+			if u := c.Config.Upstreams; u[0].Name != "tickets-example-com" || !u[0].AutoName || !c.Stdio {
 				t.Errorf("%+v", c)
+			}
+		}},
+		{"a script names its upstream, not its interpreter", []string{"--", "node", "/srv/notes/build/index.js", "--root", "/x"}, nil, func(t *testing.T, c mcpgateway.Command) {
+			if u := c.Config.Upstreams; u[0].Name != "build" || !u[0].AutoName {
+				t.Errorf("%+v", u)
 			}
 		}},
 		{"check", []string{"check", "--config", file}, nil, func(t *testing.T, c mcpgateway.Command) {
@@ -231,7 +236,9 @@ func TestParseArgs(t *testing.T) {
 }
 
 // check connects to NATS and the upstreams and lists what the gateway
-// would offer; it fails, saying why, where there is no broker.
+// would offer, each upstream under the name it gives itself when the
+// command line gave it none; it fails, saying why, where there is no
+// broker.
 func TestCheck(t *testing.T) {
 	ns := testenv.Server(t)
 	_, url := newNotes(t)
@@ -251,7 +258,7 @@ func TestCheck(t *testing.T) {
 	if err := cmd.Execute(ctx, testenv.Logger(t), nil, &out, &bytes.Buffer{}); err != nil {
 		t.Fatalf("check: %v\n%s", err, &out)
 	}
-	for _, want := range []string{"config: ok, 1 upstream(s)", "stream ASSENT found", "upstream 127-0-0-1: 2 tool(s): n_delete_file, n_list_files"} {
+	for _, want := range []string{"config: ok, 1 upstream(s)", "stream ASSENT found", "upstream notes: 2 tool(s): n_delete_file, n_list_files"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, &out)
 		}
@@ -335,9 +342,37 @@ func TestCheckFromEnvironment(t *testing.T) {
 	if err := cmd.Execute(ctx, testenv.Logger(t), nil, &out, &bytes.Buffer{}); err != nil {
 		t.Fatalf("check: %v\n%s", err, &out)
 	}
-	for _, want := range []string{"connected to " + ns.ClientURL(), "stream ASSENT found", "upstream 127-0-0-1: 2 tool(s): e_delete_file, e_list_files"} {
+	for _, want := range []string{"connected to " + ns.ClientURL(), "stream ASSENT found", "upstream notes: 2 tool(s): e_delete_file, e_list_files"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, &out)
+		}
+	}
+}
+
+// An upstream named on the command line by its command alone is named
+// after what the command runs, not the interpreter that runs it.
+func TestCommandName(t *testing.T) {
+	tests := []struct {
+		command string
+		args    []string
+		want    string
+	}{
+		{"/usr/bin/agent-worker", []string{"mcp", "--sandbox", "/x"}, "agent-worker"},
+		{"node", []string{"/srv/notes/server.js"}, "server"},
+		{"node", []string{"--enable-source-maps", "/srv/notes/index.js"}, "notes"},
+		{"/usr/local/bin/node", nil, "node"},
+		{"npx", []string{"-y", "@modelcontextprotocol/server-filesystem", "/Users/carol"}, "server-filesystem"},
+		{"npx", []string{"-y", "@modelcontextprotocol/server-filesystem@2025.8.21", "/tmp"}, "server-filesystem"},
+		{"uvx", []string{"mcp-server-fetch"}, "mcp-server-fetch"},
+		{"uv", []string{"run", "weather.py"}, "weather"},
+		{"python3.12", []string{"-m", "mcp_server_git", "--repository", "."}, "mcp_server_git"},
+		{"docker", []string{"run", "-i", "--rm", "-e", "TOKEN=x", "mcp/github:latest"}, "github"},
+		{"/opt/nodejs/node.exe", []string{"/mcp/Tickets Server.js"}, "tickets-server"},
+		{"bash", []string{"-c", "--"}, "bash"},
+	}
+	for _, tt := range tests {
+		if got := mcpgateway.CommandName(tt.command, tt.args); got != tt.want {
+			t.Errorf("CommandName(%q, %q) = %q, want %q", tt.command, tt.args, got, tt.want)
 		}
 	}
 }

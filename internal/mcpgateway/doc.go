@@ -14,7 +14,11 @@
 // upstream's Prefix, if any), description, title, input and output schemas
 // and annotations. When an upstream says its tools changed, the gateway lists
 // them again and tells its own clients. Only tools are passed on, not
-// resources or prompts.
+// resources or prompts. What a stdio upstream writes on its stderr is
+// logged, a warning a line, and its last lines end the error when it fails
+// to start or exits. An upstream whose name was made up (Upstream.AutoName:
+// the command line's, without --name) takes the name the server gives
+// itself.
 //
 // # What each call asks
 //
@@ -38,9 +42,11 @@
 //     for approvers; left out (and the hint says so) when over
 //     events.MaxInputSchemaSize.
 //   - labels: mcp_server, and the upstream's annotations mcp_read_only
-//     ("true" or "false") and mcp_destructive ("true" unless the tool says
-//     false). Annotations are the upstream's claims: base policy on them
-//     only for upstreams you trust.
+//     ("true" or "false") and mcp_destructive, read as the MCP
+//     specification does: destructive unless the tool says
+//     destructiveHint: false, or says readOnlyHint: true and no
+//     destructiveHint. Annotations are the upstream's claims: base policy
+//     on them only for upstreams you trust.
 //   - timeout: Config.Timeout, else the broker's default.
 //
 // The broker's policy decides before anyone is asked: an allow rule
@@ -57,12 +63,16 @@
 // (IsError) whose text says what happened, who decided or which rule, the
 // reason, and what to do next, with the Verdict as structured content and in
 // _meta. A call that cannot be asked (arguments that are not an object, a
-// broker that does not answer) is a tool error too, and does not run.
+// broker that does not answer) is a tool error too, and does not run. With
+// no broker to answer (NATS unreachable, no broker ever run on it, or none
+// taking up the request within Config.BrokerWait) the call fails at once
+// with ErrNoBroker rather than waiting its timeout.
 //
 // A client that cancels its call (notifications/cancelled), ends its session
 // (stdio closed, HTTP DELETE) or stops answering pings while the call waits
 // (Config.ClientPing) cancels the call's request: its decision is
-// cancelled.
+// cancelled, and its reason says which (ErrClientCancelled with the
+// client's own reason, ErrClientGone with how it went, ErrStopped).
 //
 // # Asking the user in the client
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"runtime/debug"
@@ -22,15 +23,25 @@ import (
 
 // Errors that end calls and gateways; branch on them with errors.Is.
 var (
-	// ErrClientGone: the client closed its session, or stopped answering
-	// pings, while its call waited. The call's request is cancelled.
+	// ErrClientGone: the client closed its connection or its session, or
+	// stopped answering pings, while its call waited. The call's request is
+	// cancelled, with what happened as the reason.
 	ErrClientGone = errors.New("the MCP client went away")
+	// ErrClientCancelled: the client cancelled its call
+	// (notifications/cancelled) while it waited. The call's request is
+	// cancelled, with the client's reason.
+	ErrClientCancelled = errors.New("the MCP client cancelled the call")
 	// ErrStopped: the gateway stopped while the call waited. The call's
 	// request is cancelled.
 	ErrStopped = errors.New("the gateway stopped")
 	// ErrUpstreamEnded: an upstream server's session ended while the gateway
 	// ran (its process exited, say). Run returns it.
 	ErrUpstreamEnded = errors.New("upstream MCP server ended")
+	// ErrNoBroker: no Assent broker took up a call's request: NATS is
+	// unreachable, no broker has run on it, or none stored the request
+	// within Config.BrokerWait. The call does not run; its request, if
+	// published, is withdrawn.
+	ErrNoBroker = errors.New("no Assent broker answers")
 	// ErrToolConflict: two upstreams offer a tool under the same name. Give
 	// one of them a prefix.
 	ErrToolConflict = errors.New("tool offered twice")
@@ -79,7 +90,15 @@ type clientState struct {
 	// served: the session is Serve's, which forgets it when it ends; others
 	// (HTTP) are forgotten when they have no call left.
 	served bool
-	calls  map[*int]context.CancelCauseFunc
+	calls  map[*int]tracked
+}
+
+// tracked is a call in flight.
+type tracked struct {
+	cancel context.CancelCauseFunc
+	// rpc is the key (rpcKey) of the call's JSON-RPC id, when known: a
+	// notifications/cancelled names the call by it.
+	rpc string
 }
 
 // New returns a gateway that asks through nc, which stays the caller's.
@@ -148,6 +167,10 @@ func (g *Gateway) Start(ctx context.Context) error {
 			continue
 		}
 		g.mu.Lock()
+		if name := u.serverName(); cfg.AutoName && name != "" && name != cfg.Name && !g.named(name) {
+			g.log.Info("upstream named as it names itself", zap.String("upstream", name), zap.String("instead_of", cfg.Name))
+			u.cfg.Name = name
+		}
 		g.upstreams = append(g.upstreams, u)
 		g.mu.Unlock()
 		if err := g.sync(ctx, u, true); err != nil {
@@ -156,6 +179,34 @@ func (g *Gateway) Start(ctx context.Context) error {
 		g.wg.Go(func() { g.follow(u) })
 	}
 	return errors.Join(errs...)
+}
+
+// named reports whether an upstream is, or is to be, called name; g.mu is
+// held.
+func (g *Gateway) named(name string) bool {
+	for _, u := range g.upstreams {
+		if u.cfg.Name == name {
+			return true
+		}
+	}
+	for _, c := range g.cfg.Upstreams {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Upstreams lists the names of the upstreams connected, in the order of
+// the configuration.
+func (g *Gateway) Upstreams() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	names := make([]string, len(g.upstreams))
+	for i, u := range g.upstreams {
+		names[i] = u.cfg.Name
+	}
+	return names
 }
 
 // follow offers u's tools anew each time u says they changed, and reports
@@ -171,7 +222,8 @@ func (g *Gateway) follow(u *upstream) {
 			}
 		case err := <-ended:
 			if g.bg.Err() == nil {
-				g.ended <- fmt.Errorf("%w: %s: %v", ErrUpstreamEnded, u.cfg.Name, err)
+				u.stderr.settle()
+				g.ended <- fmt.Errorf("%w: %s: %v%s", ErrUpstreamEnded, u.cfg.Name, err, u.stderr.tail())
 			}
 			return
 		case <-g.bg.Done():
@@ -195,12 +247,16 @@ func (g *Gateway) Tools() map[string]string {
 // Serve serves one client over t (stdio, say) until it goes away, which is
 // a clean end, or ctx ends, which cancels its calls in flight.
 func (g *Gateway) Serve(ctx context.Context, t mcp.Transport) error {
-	ss, err := g.server.Connect(ctx, t, nil)
+	st := &clientState{session: events.NewID(), served: true, calls: map[*int]tracked{}}
+	ss, err := g.server.Connect(ctx, &noting{Transport: t, g: g, st: st}, nil)
 	if err != nil {
 		return err
 	}
 	g.smu.Lock()
-	g.clients[ss] = &clientState{session: events.NewID(), served: true, calls: map[*int]context.CancelCauseFunc{}}
+	if early := g.clients[ss]; early != nil { // a call came before Connect returned
+		maps.Copy(st.calls, early.calls)
+	}
+	g.clients[ss] = st
 	g.smu.Unlock()
 	defer func() {
 		g.smu.Lock()
@@ -228,19 +284,26 @@ func (g *Gateway) Serve(ctx context.Context, t mcp.Transport) error {
 func (g *Gateway) Handler() http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, nil)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// The SDK closes the session only once its calls return: end them
-		// first.
-		if id := r.Header.Get("Mcp-Session-Id"); r.Method == http.MethodDelete && id != "" {
-			g.cancel(func(s *mcp.ServerSession) bool { return s.ID() == id }, ErrClientGone)
+		id := r.Header.Get("Mcp-Session-Id")
+		switch {
+		case r.Method == http.MethodDelete && id != "":
+			// The SDK closes the session only once its calls return: end
+			// them first.
+			g.cancel(func(s *mcp.ServerSession) bool { return s.ID() == id }, fmt.Errorf("%w: the client ended its session", ErrClientGone))
+		case r.Method == http.MethodPost:
+			if !g.noteHTTP(w, r, id) {
+				return
+			}
 		}
 		h.ServeHTTP(w, r)
 	})
 }
 
-// track registers a call of ss: the returned context ends when ctx does,
-// when ss goes away, or when the gateway stops; done unregisters it. ok is
+// track registers a call of ss, whose JSON-RPC id has the key rpc (or ""):
+// the returned context ends when ctx does, when ss goes away, when the client
+// cancels the call, or when the gateway stops; done unregisters it. ok is
 // false once the gateway is closed.
-func (g *Gateway) track(ctx context.Context, ss *mcp.ServerSession) (_ context.Context, done func(), ok bool) {
+func (g *Gateway) track(ctx context.Context, ss *mcp.ServerSession, rpc string) (_ context.Context, done func(), ok bool) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	key := new(int)
 	g.smu.Lock()
@@ -250,13 +313,16 @@ func (g *Gateway) track(ctx context.Context, ss *mcp.ServerSession) (_ context.C
 		return ctx, func() {}, false
 	}
 	st := g.state(ss)
-	st.calls[key] = cancel
+	st.calls[key] = tracked{cancel: cancel, rpc: rpc}
 	g.inFlight.Add(1)
 	return ctx, func() {
 		cancel(nil)
 		g.smu.Lock()
 		delete(st.calls, key)
-		if len(st.calls) == 0 && !st.served {
+		switch cur := g.clients[ss]; {
+		case cur != nil && cur != st: // Serve registered the session after the call began, and took it over
+			delete(cur.calls, key)
+		case cur == st && len(st.calls) == 0 && !st.served:
 			delete(g.clients, ss)
 		}
 		g.smu.Unlock()
@@ -268,7 +334,7 @@ func (g *Gateway) track(ctx context.Context, ss *mcp.ServerSession) (_ context.C
 func (g *Gateway) state(ss *mcp.ServerSession) *clientState {
 	st := g.clients[ss]
 	if st == nil {
-		st = &clientState{calls: map[*int]context.CancelCauseFunc{}}
+		st = &clientState{calls: map[*int]tracked{}}
 		g.clients[ss] = st
 	}
 	return st
@@ -295,7 +361,7 @@ func (g *Gateway) cancel(match func(*mcp.ServerSession) bool, cause error) {
 	for ss, st := range g.clients {
 		if match(ss) {
 			for _, c := range st.calls {
-				c(cause)
+				c.cancel(cause)
 			}
 		}
 	}
@@ -317,7 +383,7 @@ func (g *Gateway) Close() error {
 		g.mu.Unlock()
 		var errs []error
 		for _, u := range ups {
-			if e := u.session.Close(); e != nil && !errors.Is(e, io.EOF) {
+			if e := u.close(); e != nil && !errors.Is(e, io.EOF) {
 				errs = append(errs, fmt.Errorf("close upstream %s: %w", u.cfg.Name, e))
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
@@ -149,19 +150,40 @@ var scenarios = []struct {
 		if r := await(t, ch); !errors.Is(r.err, context.Canceled) {
 			t.Errorf("the cancelled call returned %+v, %v", r.res, r.err)
 		}
-		if d := f.decision(t, p.RequestID); d.Outcome != events.Cancelled {
-			t.Errorf("decision %+v, want cancelled", d)
+		// The Go SDK's reason is its context's error.
+		if d := f.decision(t, p.RequestID); d.Outcome != events.Cancelled || d.Reason != "requester stopped waiting: the MCP client cancelled the call: context canceled" {
+			t.Errorf("decision %+v, want cancelled by the client", d)
 		}
 		if !f.files.exists(t, "ca.txt") {
 			t.Error("the cancelled call ran")
 		}
 	}},
+	{"cancelled by the client with a reason", func(t *testing.T, f *fixture) {
+		// The TypeScript SDK's abort("user pressed stop") sends that
+		// reason; its own timeout sends the timeout error's text.
+		for i, reason := range []string{"user pressed stop", "McpError: MCP error -32001: Request timed out"} {
+			agent := fmt.Sprintf("cancel-reason-%d", i)
+			cs, _ := f.front.connect(t, f.gw, agent, nil, nil, func(tr mcp.Transport) mcp.Transport { return reasonTransport{tr, reason} })
+			ctx, cancel := context.WithCancel(t.Context())
+			file := agent + ".txt"
+			ch, p := f.deleteWaiting(t, ctx, cs, agent, file)
+			cancel()
+			await(t, ch)
+			if d := f.decision(t, p.RequestID); d.Outcome != events.Cancelled || d.Reason != "requester stopped waiting: the MCP client cancelled the call: "+reason {
+				t.Errorf("decision %+v, want cancelled with the client's reason %q", d, reason)
+			}
+			if !f.files.exists(t, file) {
+				t.Error("the cancelled call ran")
+			}
+		}
+	}},
 	{"client disconnects", func(t *testing.T, f *fixture) {
-		cs, disconnect := f.front.connect(t, f.gw, "disconnect", nil, nil)
+		cs, disconnect := f.front.connect(t, f.gw, "disconnect", nil, nil, nil)
 		ch, p := f.deleteWaiting(t, t.Context(), cs, "disconnect", "qa.txt")
 		disconnect()
-		if d := f.decision(t, p.RequestID); d.Outcome != events.Cancelled {
-			t.Errorf("decision %+v, want cancelled", d)
+		want := map[string]string{"memory": "client disconnected", "http": "the client ended its session"}[f.front.name]
+		if d := f.decision(t, p.RequestID); d.Outcome != events.Cancelled || d.Reason != "requester stopped waiting: the MCP client went away: "+want {
+			t.Errorf("decision %+v, want cancelled: %s", d, want)
 		}
 		if r := await(t, ch); r.err == nil {
 			t.Errorf("the call of a client gone returned %+v", r.res)
@@ -264,7 +286,7 @@ var scenarios = []struct {
 func TestClientGoneSilently(t *testing.T) {
 	f := newFixture(t, notesBackend, httpFrontend, mcpgateway.Config{ClientPing: 100 * time.Millisecond})
 	cut := newCuttable()
-	cs, _ := f.front.connect(t, f.gw, "vanish", nil, &http.Client{Transport: cut})
+	cs, _ := f.front.connect(t, f.gw, "vanish", nil, &http.Client{Transport: cut}, nil)
 	_, p := f.deleteWaiting(t, t.Context(), cs, "vanish", "va.txt")
 	cut.cut()
 	if d := f.decision(t, p.RequestID); d.Outcome != events.Cancelled {

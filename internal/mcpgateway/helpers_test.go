@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,13 +42,15 @@ const patience = 30 * time.Second
 const workerEnv = "ASSENT_TEST_MCP_WORKER_SANDBOX"
 
 // quitterEnv makes the test binary an MCP server over stdio with one tool,
-// quit, which ends the process: an upstream that goes away.
+// quit, which ends the process, saying so on stderr: an upstream that goes
+// away.
 const quitterEnv = "ASSENT_TEST_MCP_QUITTER"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(quitterEnv) != "" {
 		s := mcp.NewServer(&mcp.Implementation{Name: "quitter", Version: "v0"}, nil)
 		s.AddTool(&mcp.Tool{Name: "quit", InputSchema: map[string]any{"type": "object"}}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			fmt.Fprintln(os.Stderr, "quitter: bye")
 			os.Exit(0)
 			return nil, nil
 		})
@@ -231,13 +234,14 @@ func connectAs(t *testing.T, name string, tr mcp.Transport, opts *mcp.ClientOpti
 type frontend struct {
 	name string
 	// connect connects a client called name to g, with hc as its HTTP
-	// client if set (HTTP only). disconnect ends the client's side of the
-	// connection without waiting for its calls, as a client that quits does.
-	connect func(t *testing.T, g *mcpgateway.Gateway, name string, opts *mcp.ClientOptions, hc *http.Client) (cs *mcp.ClientSession, disconnect func())
+	// client if set (HTTP only), over its transport as wrap makes it if set.
+	// disconnect ends the client's side of the connection without waiting
+	// for its calls, as a client that quits does.
+	connect func(t *testing.T, g *mcpgateway.Gateway, name string, opts *mcp.ClientOptions, hc *http.Client, wrap func(mcp.Transport) mcp.Transport) (cs *mcp.ClientSession, disconnect func())
 }
 
 // memoryFrontend serves each client over a pipe, as on stdio.
-var memoryFrontend = frontend{"memory", func(t *testing.T, g *mcpgateway.Gateway, name string, opts *mcp.ClientOptions, _ *http.Client) (*mcp.ClientSession, func()) {
+var memoryFrontend = frontend{"memory", func(t *testing.T, g *mcpgateway.Gateway, name string, opts *mcp.ClientOptions, _ *http.Client, wrap func(mcp.Transport) mcp.Transport) (*mcp.ClientSession, func()) {
 	t.Helper()
 	server, client := net.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -249,15 +253,15 @@ var memoryFrontend = frontend{"memory", func(t *testing.T, g *mcpgateway.Gateway
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return connectAs(t, name, &mcp.IOTransport{Reader: client, Writer: client}, opts), func() { _ = client.Close() }
+	return connectAs(t, name, wrapped(&mcp.IOTransport{Reader: client, Writer: client}, wrap), opts), func() { _ = client.Close() }
 }}
 
 // httpFrontend serves clients over streamable HTTP.
-var httpFrontend = frontend{"http", func(t *testing.T, g *mcpgateway.Gateway, name string, opts *mcp.ClientOptions, hc *http.Client) (*mcp.ClientSession, func()) {
+var httpFrontend = frontend{"http", func(t *testing.T, g *mcpgateway.Gateway, name string, opts *mcp.ClientOptions, hc *http.Client, wrap func(mcp.Transport) mcp.Transport) (*mcp.ClientSession, func()) {
 	t.Helper()
 	srv := httptest.NewServer(g.Handler())
 	t.Cleanup(srv.Close)
-	cs := connectAs(t, name, &mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc}, opts)
+	cs := connectAs(t, name, wrapped(&mcp.StreamableClientTransport{Endpoint: srv.URL, HTTPClient: hc}, wrap), opts)
 	return cs, func() {
 		// What a client sends when it ends its session.
 		req, err := http.NewRequest(http.MethodDelete, srv.URL, nil)
@@ -277,6 +281,51 @@ var httpFrontend = frontend{"http", func(t *testing.T, g *mcpgateway.Gateway, na
 		}
 	}
 }}
+
+// wrapped is tr as wrap makes it, or tr without wrap.
+func wrapped(tr mcp.Transport, wrap func(mcp.Transport) mcp.Transport) mcp.Transport {
+	if wrap == nil {
+		return tr
+	}
+	return wrap(tr)
+}
+
+// reasonTransport is a client transport whose notifications/cancelled give
+// reason, as the TypeScript SDK's do (abort(reason), or its own timeout);
+// the Go SDK's give their context's error.
+type reasonTransport struct {
+	mcp.Transport
+	reason string
+}
+
+func (r reasonTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := r.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &reasonConn{Connection: c, reason: r.reason}, nil
+}
+
+type reasonConn struct {
+	mcp.Connection
+	reason string
+}
+
+func (c *reasonConn) Write(ctx context.Context, m jsonrpc.Message) error {
+	if req, ok := m.(*jsonrpc.Request); ok && req.Method == "notifications/cancelled" {
+		var p map[string]any
+		if err := json.Unmarshal(req.Params, &p); err != nil {
+			return err
+		}
+		p["reason"] = c.reason
+		raw, err := json.Marshal(p)
+		if err != nil {
+			return err
+		}
+		req.Params = raw
+	}
+	return c.Connection.Write(ctx, m)
+}
 
 // fixture is a NATS server with a broker under testPolicy, a gateway in
 // front of one backend, and what the tests check with.
@@ -336,7 +385,7 @@ func newFixture(t *testing.T, be backend, fe frontend, cfg mcpgateway.Config) *f
 // gateway.
 func (f *fixture) client(t *testing.T, name string, opts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
-	cs, _ := f.front.connect(t, f.gw, name, opts, nil)
+	cs, _ := f.front.connect(t, f.gw, name, opts, nil, nil)
 	return cs
 }
 

@@ -127,7 +127,8 @@ func TestRun(t *testing.T) {
 		if res := await(t, ch); res.err == nil && (!res.res.IsError || !strings.Contains(text(t, res.res), "could not reach its server quitter")) {
 			t.Errorf("the call that ended its upstream returned %+v", res.res)
 		}
-		if err := r.ended(t); !errors.Is(err, mcpgateway.ErrUpstreamEnded) {
+		// The error says what the upstream said last.
+		if err := r.ended(t); !errors.Is(err, mcpgateway.ErrUpstreamEnded) || !strings.Contains(err.Error(), "its stderr ended with: quitter: bye") {
 			t.Errorf("Run after its upstream ended: %v", err)
 		}
 	})

@@ -1,6 +1,7 @@
 package mcpgateway
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
@@ -21,6 +24,16 @@ type upstream struct {
 	session *mcp.ClientSession
 	// changed is signalled when the server says its tools changed.
 	changed chan struct{}
+	// stderr is what a stdio server writes on its stderr; nil for a URL.
+	stderr *stderrLog
+}
+
+// close ends the session with u (a stdio server is stopped) and stops
+// reading its stderr.
+func (u *upstream) close() error {
+	err := u.session.Close()
+	u.stderr.close()
+	return err
 }
 
 // offer is a tool the gateway offers: whose it is, and the JSON the
@@ -43,6 +56,7 @@ func connect(ctx context.Context, cfg Upstream, log *zap.Logger) (*upstream, err
 		},
 	})
 	var t mcp.Transport
+	var stderr *os.File // the server's end of its stderr pipe
 	where := cfg.URL
 	if cfg.Command != "" {
 		cmd := exec.Command(cfg.Command, cfg.Args...)
@@ -51,18 +65,45 @@ func connect(ctx context.Context, cfg Upstream, log *zap.Logger) (*upstream, err
 		for k, v := range cfg.Env {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
-		cmd.Stderr = &lineLog{log: log.With(zap.String("upstream", cfg.Name))}
+		// A pipe of our own, not a writer exec copies into, so that the
+		// end of the server's stderr is known: EOF once it exits.
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("upstream %s: %w", cfg.Name, err)
+		}
+		cmd.Stderr, stderr = w, w
+		u.stderr = readStderr(r, log.With(zap.String("upstream", cfg.Name)))
 		t = &mcp.CommandTransport{Command: cmd}
 		where = strings.Join(append([]string{cfg.Command}, cfg.Args...), " ")
 	} else {
 		t = &mcp.StreamableClientTransport{Endpoint: cfg.URL, HTTPClient: &http.Client{Transport: headers{cfg.Headers, http.DefaultTransport}}}
 	}
 	cs, err := client.Connect(ctx, t, nil)
+	if stderr != nil {
+		// The server has its own copy once started (or none, if it could
+		// not be): its stderr ends when it does.
+		_ = stderr.Close()
+	}
 	if err != nil {
-		return nil, fmt.Errorf("upstream %s (%s): connect: %w", cfg.Name, where, err)
+		err = fmt.Errorf("upstream %s (%s): connect: %w", cfg.Name, where, err)
+		if u.stderr != nil {
+			// The SDK has stopped the server.
+			u.stderr.close()
+			err = fmt.Errorf("%w%s", err, u.stderr.tail())
+		}
+		return nil, err
 	}
 	u.session = cs
 	return u, nil
+}
+
+// serverName is the name the server gives itself (serverInfo.name), as a
+// subject token; "" if it gives none.
+func (u *upstream) serverName() string {
+	if r := u.session.InitializeResult(); r != nil && r.ServerInfo != nil {
+		return tokenOf(r.ServerInfo.Name, "")
+	}
+	return ""
 }
 
 // sync offers u's tools as u lists them now: new and changed ones are
@@ -153,27 +194,97 @@ func (h headers) RoundTrip(r *http.Request) (*http.Response, error) {
 	return h.next.RoundTrip(r)
 }
 
-// lineLog logs what a stdio upstream writes on its stderr, a line at a time.
-type lineLog struct {
-	log     *zap.Logger
-	partial []byte
+// stderrLog logs what a stdio upstream writes on its stderr, a line at a
+// time at warn level (a server says there what went wrong, and stdout is the
+// protocol's), and keeps the last lines for the error when the server fails
+// to start or exits.
+type stderrLog struct {
+	r    *os.File
+	log  *zap.Logger
+	done chan struct{} // closed when r is read to its end
+
+	mu   sync.Mutex
+	last []string // the last stderrLines lines
 }
 
-func (l *lineLog) Write(p []byte) (int, error) {
-	l.partial = append(l.partial, p...)
-	for {
-		i := bytes.IndexByte(l.partial, '\n')
-		if i < 0 {
-			break
+// Bounds of what stderrLog keeps.
+const (
+	stderrLines    = 20
+	stderrLineSize = 512
+	// stderrWait bounds the wait for the rest of a server's stderr once
+	// it stopped: a child of its own may keep the pipe open.
+	stderrWait = time.Second
+)
+
+// readStderr reads r, a stdio server's stderr, until its end.
+func readStderr(r *os.File, log *zap.Logger) *stderrLog {
+	l := &stderrLog{r: r, log: log, done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 4096), 64*1024)
+		sc.Split(scanLines)
+		for sc.Scan() {
+			if line := strings.TrimSpace(sc.Text()); line != "" {
+				l.add(line)
+			}
 		}
-		if line := strings.TrimSpace(string(l.partial[:i])); line != "" {
-			l.log.Info("upstream stderr", zap.String("line", line))
-		}
-		l.partial = l.partial[i+1:]
+	}()
+	return l
+}
+
+// scanLines is bufio.ScanLines that also ends a line at 4096 bytes: a line
+// that never ends is logged in pieces.
+func scanLines(data []byte, atEOF bool) (int, []byte, error) {
+	if i := bytes.IndexByte(data, '\n'); i < 0 && len(data) >= 4096 {
+		return 4096, data[:4096], nil
 	}
-	if len(l.partial) > 4096 { // a line that never ends is logged in pieces
-		l.log.Info("upstream stderr", zap.String("line", string(l.partial)))
-		l.partial = nil
+	return bufio.ScanLines(data, atEOF)
+}
+
+func (l *stderrLog) add(line string) {
+	l.log.Warn("upstream stderr", zap.String("line", line))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.last) == stderrLines {
+		l.last = l.last[1:]
 	}
-	return len(p), nil
+	l.last = append(l.last, cut(line, stderrLineSize))
+}
+
+// settle waits stderrWait at most for the rest of the stderr of a server
+// that stopped. It is safe to call on nil.
+func (l *stderrLog) settle() {
+	if l == nil {
+		return
+	}
+	select {
+	case <-l.done:
+	case <-time.After(stderrWait):
+	}
+}
+
+// close settles, then stops reading. It is safe to call twice, and on nil.
+func (l *stderrLog) close() {
+	if l == nil {
+		return
+	}
+	l.settle()
+	_ = l.r.Close() // ends a read that waits still
+	<-l.done
+}
+
+// tail is the last lines of the server's stderr, for an error message, on
+// one line as commands print errors: "; its stderr ended with: a | b"; ""
+// if it wrote none.
+func (l *stderrLog) tail() string {
+	if l == nil {
+		return ""
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.last) == 0 {
+		return ""
+	}
+	return "; its stderr ended with: " + strings.Join(l.last, " | ")
 }

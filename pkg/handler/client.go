@@ -275,7 +275,7 @@ func (c *Client) request(ctx context.Context, req Request) (Decision, error) {
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawTimeout)
 		defer cancel()
-		if err := c.cancel(cctx, req.Agent, source, req.ID, "requester stopped waiting: "+ctx.Err().Error()); err != nil {
+		if err := c.cancel(cctx, req.Agent, source, req.ID, "requester stopped waiting: "+context.Cause(ctx).Error()); err != nil {
 			log().Warn("publish cancel", zap.Error(err))
 		}
 		return ctx.Err()

@@ -116,6 +116,37 @@ func TestCancelOnContext(t *testing.T) {
 	}
 }
 
+// TestCancelReasonIsCause: a caller that stops waiting with a cause
+// (context.WithCancelCause) has that cause recorded as the cancel's reason.
+func TestCancelReasonIsCause(t *testing.T) {
+	ns := testenv.Server(t)
+	nc := testenv.Conn(t, ns)
+	b, _ := brokertest.Run(t, nc, broker.Config{})
+	c, _ := handler.NewClient(testenv.Conn(t, ns), handler.Config{Agent: "a1"})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	id := events.NewID()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Request(ctx, handler.Request{ID: id, Requested: events.Requested{Tool: "rm", Timeout: events.Duration(time.Minute)}})
+		done <- err
+	}()
+	for {
+		r, err := b.Get(testCtx(t), id)
+		if err == nil && r.State == broker.StatePending {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel(errors.New("user pressed stop"))
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+	d, err := c.Request(testCtx(t), handler.Request{ID: id, Requested: events.Requested{Tool: "rm", Timeout: events.Duration(time.Minute)}})
+	if err != nil || d.Outcome != events.Cancelled || d.Reason != "requester stopped waiting: user pressed stop" {
+		t.Fatalf("decision %+v, %v; want cancelled with the cause as its reason", d, err)
+	}
+}
+
 // TestKeepOnContext: a request asked with Keep stays pending when its
 // caller stops waiting; asking again with the same id, as an agent does
 // after a restart, returns the decision made meanwhile.
