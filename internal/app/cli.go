@@ -176,19 +176,22 @@ pending, escalation and decision events, with the stream sequence and time.
 			},
 		},
 		{
-			name: "token create", synopsis: "NAME [--principal P] [--agent A] --auth FILE", args: []string{"NAME"},
+			name: "token create", synopsis: "NAME [--principal P] [--agent A] [--admin] --auth FILE", args: []string{"NAME"},
 			summary:  "make an API token",
 			required: []string{"auth"},
 			about: `Makes a new API token called NAME, records its hash (never the token) in the
 auth file, and prints the token once: keep it, it cannot be shown again. The
-token answers as --principal P and/or asks (and cancels) for --agent A. A
-running broker accepts it within seconds, without a restart.`,
+token answers as --principal P and/or asks (and cancels) for --agent A;
+with --admin it also reads and follows every request, cancels any, and
+revokes any remembered choice (docs/web.md, "Who sees what"). A running
+broker accepts it within seconds, without a restart.`,
 			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
 				file := fs.String("auth", "", "the auth `FILE` (made if missing)")
 				principal := fs.String("principal", "", "the `principal` the token answers as")
 				agent := fs.String("agent", "", "the `agent` the token asks for")
+				admin := fs.Bool("admin", false, "the token reads and cancels every request and revokes any remembered choice")
 				return func(_ context.Context, c CLI, args []string) error {
-					tok, err := auth.CreateToken(*file, args[0], *principal, *agent, time.Now())
+					tok, err := auth.CreateToken(*file, args[0], *principal, *agent, *admin, time.Now())
 					if err != nil {
 						return err
 					}
@@ -232,13 +235,17 @@ within seconds, without a restart (or at once on SIGHUP).`,
 						return err
 					}
 					tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "NAME\tPRINCIPAL\tAGENT\tCREATED")
+					fmt.Fprintln(tw, "NAME\tPRINCIPAL\tAGENT\tADMIN\tCREATED")
 					for _, t := range cfg.Tokens {
 						created := "-"
 						if !t.Created.IsZero() {
 							created = t.Created.UTC().Format(time.RFC3339)
 						}
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, dash(t.Principal), dash(t.Agent), created)
+						admin := "-"
+						if t.Admin {
+							admin = "yes"
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, dash(t.Principal), dash(t.Agent), admin, created)
 					}
 					return tw.Flush()
 				}
