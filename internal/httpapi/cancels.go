@@ -38,7 +38,7 @@ func (s *Server) cancelMany(w http.ResponseWriter, r *http.Request) {
 		problems = append(problems, `want "ids", or "agent" and/or "session", not both`)
 	case len(body.IDs) > MaxBatch:
 		problems = append(problems, fmt.Sprintf("ids: %d ids, at most %d", len(body.IDs), MaxBatch))
-	case len(body.IDs) == 0 && body.Agent == "" && body.Session == "" && (c.all() || c.Agent == ""):
+	case len(body.IDs) == 0 && body.Agent == "" && body.Session == "" && c.all():
 		problems = append(problems, `want "agent" (every pending request of an agent), "session" (of a session), or "ids"`)
 	}
 	for field, v := range map[string]string{"agent": body.Agent, "session": body.Session, "by": body.By} {
