@@ -248,7 +248,9 @@ func open200() map[string]int {
 // own): the status each role gets. A route added without cases here fails.
 func TestRoutesPerRole(t *testing.T) {
 	e := newAuthzEnv(t)
-	victim := func(t *testing.T, e *authzEnv, _ string) string { return e.submit(t, "victim", "delete_db", "s-victim") }
+	victim := func(t *testing.T, e *authzEnv, _ string) string {
+		return e.submit(t, "victim", "delete_db", "s-victim")
+	}
 	own := map[string]string{roleAgent: "coder", roleGateway: "desktop"}
 	cases := map[string][]authzCase{
 		"POST /v1/approvals": {
@@ -313,7 +315,9 @@ func TestRoutesPerRole(t *testing.T) {
 			{"all", func(*testing.T, *authzEnv, string) (string, any) { return "/v1/remembered", nil }, everyone(200)},
 		},
 		"DELETE /v1/remembered/{id}": {
-			{"alice's rule's", func(t *testing.T, e *authzEnv, _ string) (string, any) { return "/v1/remembered/" + e.remembered(t), nil },
+			{"alice's rule's", func(t *testing.T, e *authzEnv, _ string) (string, any) {
+				return "/v1/remembered/" + e.remembered(t), nil
+			},
 				only(200, 403, roleApprover, roleAdmin)},
 		},
 		"GET /v1/openapi.json": {{"", func(*testing.T, *authzEnv, string) (string, any) { return "/v1/openapi.json", nil }, open200()}},
