@@ -526,3 +526,141 @@ func (e *authzEnv) follow(t *testing.T, role, path, until string, ids []string) 
 	}
 	return requestsOf(evs, ids)
 }
+
+// errorCode reads the code of a JSON error body.
+func errorCode(t *testing.T, body []byte) string {
+	t.Helper()
+	var e struct {
+		Error httpapi.Error `json:"error"`
+	}
+	if err := json.Unmarshal(body, &e); err != nil {
+		t.Fatalf("not a JSON error: %s", body)
+	}
+	return e.Error.Code
+}
+
+// TestCancelWhoAndCodes: a cancel is the request's agent's or an admin's,
+// recorded as who asked; everyone else is told agent_mismatch, and a body
+// "by" naming someone else principal_mismatch. POST /v1/cancels applies the
+// same to each request it selects.
+func TestCancelWhoAndCodes(t *testing.T) {
+	e := newAuthzEnv(t)
+	refused := []struct {
+		name, role, agent string
+		body              any
+		code              string
+	}{
+		{"an agent, another agent's request", roleAgent, "victim", nil, "agent_mismatch"},
+		{"the approver who may answer it", roleApprover, "victim", nil, "agent_mismatch"},
+		{"a gateway, another agent's request", roleGateway, "coder", nil, "agent_mismatch"},
+		{"an agent naming a principal", roleAgent, "coder", map[string]string{"by": "alice"}, "principal_mismatch"},
+		{"an admin naming someone", roleAdmin, "coder", map[string]string{"by": "alice"}, "principal_mismatch"},
+	}
+	for _, tc := range refused {
+		id := e.submit(t, tc.agent, "delete_x", "")
+		status, body := e.call(t, tc.role, "POST", "/v1/approvals/"+id+"/cancel", tc.body)
+		if status != http.StatusForbidden || errorCode(t, body) != tc.code {
+			t.Errorf("%s: %d %s, want 403 %s", tc.name, status, body, tc.code)
+		}
+		if rec, err := e.b.Get(context.Background(), id); err != nil || rec.State != broker.StatePending {
+			t.Errorf("%s: a refused cancel changed the request: %v %s", tc.name, err, rec.State)
+		}
+	}
+	recorded := func(id string) string {
+		t.Helper()
+		rec, err := e.b.Get(context.Background(), id)
+		if err != nil || rec.State != broker.StateCancelled || rec.Decision == nil || len(rec.Decision.DecidedBy) != 1 {
+			t.Fatalf("%s: %v %+v", id, err, rec)
+		}
+		return rec.Decision.DecidedBy[0].Principal
+	}
+	for role, want := range map[string]string{roleAgent: "agent/coder", roleGateway: "agent/desktop", roleAdmin: "admin/admin"} {
+		id := e.submit(t, cmpOr(map[string]string{roleGateway: "desktop"}[role], "coder"), "delete_x", "")
+		if status, body := e.call(t, role, "POST", "/v1/approvals/"+id+"/cancel", map[string]string{"reason": "done"}); status != http.StatusOK {
+			t.Fatalf("%s cancels: %d %s", role, status, body)
+		}
+		if got := recorded(id); got != want {
+			t.Errorf("%s's cancel recorded as %q, want %q", role, got, want)
+		}
+	}
+
+	// Many at once: an agent's session, its own requests only.
+	a1, a2 := e.submit(t, "coder", "delete_a", "s-9"), e.submit(t, "coder", "delete_b", "s-9")
+	other := e.submit(t, "victim", "delete_c", "s-9")
+	elsewhere := e.submit(t, "coder", "delete_d", "s-10")
+	var out struct {
+		Results []httpapi.Result `json:"results"`
+		Total   int              `json:"total"`
+		Done    int              `json:"cancelled"`
+	}
+	status, body := e.call(t, roleAgent, "POST", "/v1/cancels", map[string]string{"session": "s-9", "reason": "the user stopped"})
+	if err := json.Unmarshal(body, &out); status != http.StatusOK || err != nil || out.Done != 2 || out.Total != 2 {
+		t.Fatalf("an agent cancels its session: %d %s", status, body)
+	}
+	for _, id := range []string{a1, a2} {
+		if got := recorded(id); got != "agent/coder" {
+			t.Errorf("%s recorded as %q", id, got)
+		}
+	}
+	for _, id := range []string{other, elsewhere} {
+		if rec, _ := e.b.Get(context.Background(), id); rec.State != broker.StatePending {
+			t.Errorf("%s (not the agent's, or another session) was cancelled", id)
+		}
+	}
+	// By ids: each one the agent's own or refused.
+	mine := e.submit(t, "coder", "delete_e", "")
+	status, body = e.call(t, roleAgent, "POST", "/v1/cancels", map[string]any{"ids": []string{mine, other, "no-such"}})
+	if err := json.Unmarshal(body, &out); status != http.StatusOK || err != nil || out.Done != 1 || out.Total != 3 {
+		t.Fatalf("an agent cancels by ids: %d %s", status, body)
+	}
+	for i, want := range []string{"cancelled", "agent_mismatch", "not_found"} {
+		if out.Results[i].Status != want {
+			t.Errorf("result %d: %+v, want %s", i, out.Results[i], want)
+		}
+	}
+	// Another agent's, by name: refused whole. An admin's: done.
+	if status, body := e.call(t, roleAgent, "POST", "/v1/cancels", map[string]string{"agent": "victim"}); status != http.StatusForbidden || errorCode(t, body) != "agent_mismatch" {
+		t.Errorf("an agent cancels another agent's: %d %s", status, body)
+	}
+	status, body = e.call(t, roleAdmin, "POST", "/v1/cancels", map[string]string{"agent": "victim", "session": "s-9"})
+	if err := json.Unmarshal(body, &out); status != http.StatusOK || err != nil || out.Done != 1 || recorded(other) != "admin/admin" {
+		t.Fatalf("an admin cancels another agent's session: %d %s", status, body)
+	}
+}
+
+// TestEventsFromTheStart: after=0 replays the stream from its start;
+// without after, only the events from now on come.
+func TestEventsFromTheStart(t *testing.T) {
+	e := newAuthzEnv(t)
+	old := e.submit(t, "coder", "delete_old", "")
+	if got := e.follow(t, roleAdmin, "/v1/events?after=0", old, []string{old}); !slices.Equal(got, []string{old}) {
+		t.Fatalf("after=0: events of %v, want %s's", got, old)
+	}
+	// Live only: the first request event that comes is a new one's.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", e.url+"/v1/events?type=requested", nil)
+	req.Header.Set("Authorization", "Bearer "+e.tokens[roleAdmin])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() && sc.Text() != ": connected" {
+	}
+	fresh := e.submit(t, "coder", "delete_new", "")
+	for sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			var ev broker.Event
+			if err := json.Unmarshal([]byte(data), &ev); err != nil {
+				t.Fatal(err)
+			}
+			if ev.RequestID != fresh {
+				t.Fatalf("without after, the first event is %s's, want %s's (live only)", ev.RequestID, fresh)
+			}
+			return
+		}
+	}
+	t.Fatalf("no event: %v", sc.Err())
+}
