@@ -217,3 +217,40 @@ func TestAuthThroughTheApp(t *testing.T) {
 		t.Fatalf("%d failed authentications in /metrics, want at least 10:\n%s", total, metrics)
 	}
 }
+
+// TestCancelCommand: "broker cancel" cancels every pending request of an
+// agent's session with the agent's token, or an agent's with an admin's,
+// each recorded as theirs, and is refused another agent's.
+func TestCancelCommand(t *testing.T) {
+	a := startAuthApp(t)
+	ask := func(session string) string {
+		t.Helper()
+		req := events.Requested{Agent: "deployer", Tool: "delete_repo", Session: session, Args: []byte(`{"repo":"x"}`)}
+		return approvalOf(t, a.as(t, "deployer", http.MethodPost, "/v1/approvals", req), http.StatusCreated).ID
+	}
+	s1, s2, other := ask("s-1"), ask("s-1"), ask("s-2")
+	cancelledBy := func(id string) string {
+		t.Helper()
+		got := approvalOf(t, a.as(t, "ops", http.MethodGet, "/v1/approvals/"+id, nil), http.StatusOK)
+		if got.State != broker.StateCancelled {
+			return ""
+		}
+		return got.Decision.DecidedBy[0].Principal
+	}
+
+	t.Setenv(app.TokenEnv, a.tokens["intruder"])
+	out := cli(t, app.ExitFailed, "cancel", "--agent", "deployer", "--http", a.api)
+	if cancelledBy(s1) != "" {
+		t.Fatalf("another agent's token cancelled: %s", out)
+	}
+	t.Setenv(app.TokenEnv, a.tokens["deployer"])
+	out = cli(t, app.ExitOK, "cancel", "--session", "s-1", "--reason", "the user stopped", "--http", a.api)
+	if !strings.Contains(out, "cancelled 2 of 2") || cancelledBy(s1) != "agent/deployer" || cancelledBy(s2) != "agent/deployer" || cancelledBy(other) != "" {
+		t.Fatalf("the agent cancels its session: %s", out)
+	}
+	t.Setenv(app.TokenEnv, a.tokens["ops"])
+	out = cli(t, app.ExitOK, "cancel", "--agent", "deployer", "--http", a.api)
+	if !strings.Contains(out, "cancelled 1 of 1") || cancelledBy(other) != "admin/ops" {
+		t.Fatalf("an admin cancels an agent's: %s", out)
+	}
+}

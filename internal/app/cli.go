@@ -31,6 +31,7 @@ const (
 //	broker policy test --policy FILE --request FILE
 //	broker remembered [--http URL]
 //	broker remembered revoke ID [--http URL]
+//	broker cancel [--agent A] [--session S] [--reason TEXT] [--http URL]
 //	broker backup --out DIR [--nats-url URL]
 //	broker restore --from DIR [--nats-url URL | --data DIR] [--force]
 //	broker version
@@ -172,6 +173,27 @@ pending, escalation and decision events, with the stream sequence and time.
 				fs.IntVar(&q.Limit, "limit", 0, "at most `N` events (0: all)")
 				return func(ctx context.Context, c CLI, _ []string) error {
 					return Audit(ctx, c.Stdout, apiURL(*base), q)
+				}
+			},
+		},
+		{
+			name: "cancel", synopsis: "[--agent A] [--session S] [--reason TEXT] [--http URL]",
+			summary: "cancel every pending request of an agent or a session",
+			about: `Cancels every pending request of agent A, of session S, or of both, on a
+running broker (POST /v1/cancels), and prints each request's id and what
+became of it. With authentication on, set ` + TokenEnv + ` to the agent's own token
+(which may leave out --agent) or an admin's; each cancel is recorded as
+theirs. The exit status is 1 if any request could not be cancelled.`,
+			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
+				base := httpFlag(fs)
+				var q CancelQuery
+				fs.StringVar(&q.Agent, "agent", "", "every pending request of this `agent`")
+				fs.StringVar(&q.Session, "session", "", "every pending request of this `session`")
+				fs.StringVar(&q.Reason, "reason", "", "`TEXT` saying why, recorded with each cancel")
+				return func(ctx context.Context, c CLI, _ []string) error {
+					ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+					defer cancel()
+					return Cancel(ctx, c.Stdout, apiURL(*base), q)
 				}
 			},
 		},
@@ -426,7 +448,7 @@ func (c CLI) Run(ctx context.Context, args []string) int {
 		return c.group(ctx, "decision-key", "new", rest)
 	case "creds":
 		return c.group(ctx, "creds", "init, agent, approver, bot, broker or server-config", rest)
-	case "backup", "restore", "health":
+	case "backup", "restore", "health", "cancel":
 		return c.run(ctx, lookup(name), rest)
 	case "version":
 		return c.run(ctx, lookup("version"), rest)
