@@ -148,4 +148,3 @@ func apiCall(ctx context.Context, method, u string, body []byte, out any) error 
 	}
 	return json.Unmarshal(data, out)
 }
-
