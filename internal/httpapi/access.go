@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/recent"
@@ -56,8 +57,27 @@ func (s *Server) sees(c caller, rec broker.Record) bool {
 		return true // asked on their behalf (self-approval aside)
 	case answered(rec, c.Principal):
 		return true
+	case !s.forPeople(rec):
+		return false // the policy decided it: nobody was asked
 	}
 	return s.b.Eligible(rec, c.Principal) == nil
+}
+
+// forPeople reports whether rec went to people to answer: its rule is an
+// approval rule, or it fell to the manual mode. One an allow or deny rule or
+// an automatic mode decided was nobody's to answer.
+func (s *Server) forPeople(rec broker.Record) bool {
+	if mode, ok := strings.CutPrefix(rec.Rule, "mode:"); ok {
+		return policy.Mode(mode) == policy.ModeManual
+	}
+	if p := s.b.Policy(); p != nil {
+		for _, r := range p.Rules {
+			if r.Name == rec.Rule {
+				return r.Action == policy.RequireApproval
+			}
+		}
+	}
+	return true // a rule gone since: as the broker judges answers to it
 }
 
 // answered reports whether principal voted on rec or took part in its

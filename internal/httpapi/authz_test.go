@@ -26,9 +26,10 @@ import (
 	"github.com/assent-dev/assent/pkg/policy"
 )
 
-// authzPolicy: alice answers deletes, bob (the approver bot's principal)
-// answers payments, carol (the MCP gateway's elicitation principal) answers
-// nothing.
+// authzPolicy: reads are allowed without anyone; alice answers deletes,
+// bob (the approver bot's principal) answers payments, carol (the MCP
+// gateway's elicitation principal) answers nothing of a rule, and anyone what
+// falls to the manual mode.
 const authzPolicy = `version: 1
 mode: manual
 principals:
@@ -36,6 +37,9 @@ principals:
   bob: {}
   carol: {}
 rules:
+  - name: reads
+    tools: ["read_*"]
+    action: allow
   - name: deletes
     tools: ["delete_*"]
     action: require_approval
@@ -465,6 +469,18 @@ func TestWhoSeesWhat(t *testing.T) {
 		}
 	}
 
+	// A request the policy decided was nobody's to answer: only its agent
+	// and an admin see it.
+	rec, err := e.b.Submit(context.Background(), "authz-auto", "test", events.Requested{Agent: "victim", Tool: "read_db", Args: []byte(`{}`)})
+	if err != nil || rec.State != broker.StateApproved {
+		t.Fatalf("an allowed request: %v %s", err, rec.State)
+	}
+	for role, want := range map[string]int{roleAgent: 404, roleApprover: 404, roleBot: 404, roleGateway: 404, roleAdmin: 200} {
+		if status, body := e.call(t, role, "GET", "/v1/approvals/authz-auto", nil); status != want {
+			t.Errorf("%s reads a request an allow rule decided: %d %s, want %d", role, status, body, want)
+		}
+	}
+
 	// Remembered choices: the ones a role may revoke.
 	for role, want := range map[string]bool{roleAgent: false, roleApprover: true, roleBot: false, roleGateway: false, roleAdmin: true} {
 		_, body := e.call(t, role, "GET", "/v1/remembered", nil)
@@ -649,15 +665,32 @@ func TestEventsFromTheStart(t *testing.T) {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() && sc.Text() != ": connected" {
 	}
-	fresh := e.submit(t, "coder", "delete_new", "")
+	// New requests until one's event comes (the stream may begin following
+	// a moment after it says it is connected).
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	defer func() { close(stop); <-done }()
+	go func() {
+		defer close(done)
+		for {
+			if _, err := e.b.Submit(ctx, fmt.Sprintf("fresh-%d", e.n.Add(1)), "test", events.Requested{Agent: "coder", Tool: "delete_new"}); err != nil {
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
 	for sc.Scan() {
 		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
 			var ev broker.Event
 			if err := json.Unmarshal([]byte(data), &ev); err != nil {
 				t.Fatal(err)
 			}
-			if ev.RequestID != fresh {
-				t.Fatalf("without after, the first event is %s's, want %s's (live only)", ev.RequestID, fresh)
+			if !strings.HasPrefix(ev.RequestID, "fresh-") {
+				t.Fatalf("without after, the first event is %s's, want a new request's (live only)", ev.RequestID)
 			}
 			return
 		}

@@ -37,6 +37,8 @@ type Broker interface {
 	RequestContext(ctx context.Context, id string) context.Context
 	Cancel(ctx context.Context, id, by, reason string) (broker.Record, error)
 	Eligible(r broker.Record, principal string) error
+	// Policy is the policy in force.
+	Policy() *policy.Policy
 	RuleOf(r broker.Record) broker.RuleInfo
 	Subscribe(ctx context.Context, after uint64, f broker.EventFilter, deliver func([]*broker.Event) error) error
 	Audit(ctx context.Context, q broker.AuditQuery) (broker.AuditPage, error)
