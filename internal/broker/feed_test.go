@@ -257,7 +257,7 @@ func TestFeedReadsOnlyWhileSubscribed(t *testing.T) {
 		return ids, last
 	}
 	var want []string
-	got, last := follow(0, 3, func() {
+	got, last := follow(broker.Live, 3, func() {
 		// Published at once after subscribing, while the feed starts.
 		for range 3 {
 			want = append(want, submit())
