@@ -3,7 +3,8 @@
 // reverse proxy, CSRF protection, and a rate limit on failed attempts.
 //
 // Identities resolve to the principals of the policy (DESIGN section 6): a
-// token names its principal (and the agent it may ask for); a person signing
+// token names its principal (and the agent it may ask for, and whether it is
+// an admin, who reads and cancels everything); a person signing
 // in is mapped through the policy's principals by OIDC subject or verified
 // email, or by the header a trusted proxy sets. The auth file is read at start
 // and again when it changes, so a revoked token stops working without a
