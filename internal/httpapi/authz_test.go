@@ -488,6 +488,25 @@ func TestWhoSeesWhat(t *testing.T) {
 			t.Errorf("%s sees remembered choice %s: %v, want %v (%s)", role, grant, got, want, body)
 		}
 	}
+
+	// What a principal answered stays its to see when the policy no longer
+	// lets it answer; what it did not answer does not.
+	var answered string
+	for _, g := range e.b.Remembered() {
+		if g.ID == grant {
+			answered = g.RequestID
+		}
+	}
+	moved, err := policy.Parse([]byte(strings.Replace(authzPolicy, "approvers: [alice]", "approvers: [bob]", 1)), "policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.b.SetPolicy(moved)
+	for id, want := range map[string]int{answered: 200, del: 404} {
+		if status, body := e.call(t, roleApprover, "GET", "/v1/approvals/"+id, nil); status != want {
+			t.Errorf("alice, no longer an approver of deletes, reads %s: %d %s, want %d", id, status, body, want)
+		}
+	}
 }
 
 // requestsOf lists the requests among ids that evs are about, sorted.
