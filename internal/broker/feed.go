@@ -460,6 +460,17 @@ var ErrFellBehind = errors.New("event subscriber fell behind")
 // Live, as Subscribe's after, follows the events stored from now on.
 const Live = ^uint64(0)
 
+// LastSeq returns the stream sequence of the last event stored: a
+// subscription after it follows what is stored from this moment on, which a
+// caller can say has begun before Subscribe is called.
+func (b *Broker) LastSeq(ctx context.Context) (uint64, error) {
+	info, err := b.res.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("stream info: %w", err)
+	}
+	return info.State.LastSeq, nil
+}
+
 // Subscribe calls deliver with the events matching f stored after stream
 // sequence after (0: from the stream's start; Live: from now on), in stream order, with no gap and no
 // duplicate, until ctx ends or deliver returns an error. Events after a

@@ -664,7 +664,8 @@ func TestCancelWhoAndCodes(t *testing.T) {
 }
 
 // TestEventsFromTheStart: after=0 replays the stream from its start;
-// without after, only the events from now on come.
+// without after, only the events stored since the stream said it is
+// connected come, and every one of them.
 func TestEventsFromTheStart(t *testing.T) {
 	e := newAuthzEnv(t)
 	old := e.submit(t, "coder", "delete_old", "")
@@ -684,32 +685,17 @@ func TestEventsFromTheStart(t *testing.T) {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() && sc.Text() != ": connected" {
 	}
-	// New requests until one's event comes (the stream may begin following
-	// a moment after it says it is connected).
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	defer func() { close(stop); <-done }()
-	go func() {
-		defer close(done)
-		for {
-			if _, err := e.b.Submit(ctx, fmt.Sprintf("fresh-%d", e.n.Add(1)), "test", events.Requested{Agent: "coder", Tool: "delete_new"}); err != nil {
-				return
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}()
+	// Connected means following: a request made at once is the first
+	// event.
+	fresh := e.submit(t, "coder", "delete_new", "")
 	for sc.Scan() {
 		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
 			var ev broker.Event
 			if err := json.Unmarshal([]byte(data), &ev); err != nil {
 				t.Fatal(err)
 			}
-			if !strings.HasPrefix(ev.RequestID, "fresh-") {
-				t.Fatalf("without after, the first event is %s's, want a new request's (live only)", ev.RequestID)
+			if ev.RequestID != fresh {
+				t.Fatalf("without after, the first event is %s's, want %s's (live only, from when it said connected)", ev.RequestID, fresh)
 			}
 			return
 		}

@@ -41,6 +41,8 @@ type Broker interface {
 	Policy() *policy.Policy
 	RuleOf(r broker.Record) broker.RuleInfo
 	Subscribe(ctx context.Context, after uint64, f broker.EventFilter, deliver func([]*broker.Event) error) error
+	// LastSeq is the stream sequence of the last event stored.
+	LastSeq(ctx context.Context) (uint64, error)
 	Audit(ctx context.Context, q broker.AuditQuery) (broker.AuditPage, error)
 	Remembered() []policy.Grant
 	Forget(ctx context.Context, id string) (policy.Grant, error)

@@ -37,11 +37,20 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		from = q.Get("after")
 		resume = from != ""
 	}
-	after := broker.Live // no after=: the events from now on
+	var after uint64
 	if resume {
 		n, err := strconv.ParseUint(from, 10, 64)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("Last-Event-ID/after: %q is not an event id (a stream sequence)", from))
+			return
+		}
+		after = n
+	} else {
+		// No after=: the events from now on, fixed before the client is
+		// told it is connected, so none stored after that is missed.
+		n, err := s.b.LastSeq(r.Context())
+		if err != nil {
+			s.fail(w, err)
 			return
 		}
 		after = n
