@@ -461,6 +461,7 @@ func TestAPIConformsToOpenAPI(t *testing.T) {
 		decide   = "POST /v1/approvals/{id}/decision"
 		cancel   = "POST /v1/approvals/{id}/cancel"
 		many     = "POST /v1/decisions"
+		cancels  = "POST /v1/cancels"
 		audit    = "GET /v1/audit"
 		remember = "GET /v1/remembered"
 		revoke   = "DELETE /v1/remembered/{id}"
@@ -494,6 +495,10 @@ func TestAPIConformsToOpenAPI(t *testing.T) {
 	check(cancel, call(t, http.MethodPost, e.api+"/v1/approvals/"+third.ID+"/cancel", map[string]string{"reason": "done"}), http.StatusOK)
 	check(cancel, call(t, http.MethodPost, e.api+"/v1/approvals/"+third.ID+"/cancel", nil), http.StatusConflict)
 	check(cancel, call(t, http.MethodPost, e.api+"/v1/approvals/"+third.ID+"/cancel", map[string]string{"by": "a b"}), http.StatusBadRequest)
+	submit(t, e, events.Requested{Agent: "doc", Tool: "write_file", Session: "to-cancel"})
+	check(cancels, call(t, http.MethodPost, e.api+"/v1/cancels", map[string]string{"session": "to-cancel", "reason": "the user stopped"}), http.StatusOK)
+	check(cancels, call(t, http.MethodPost, e.api+"/v1/cancels", map[string]any{"ids": []string{third.ID, "nope"}}), http.StatusOK)
+	check(cancels, call(t, http.MethodPost, e.api+"/v1/cancels", map[string]string{}), http.StatusBadRequest)
 	check(audit, call(t, http.MethodGet, e.api+"/v1/audit?request="+a.ID, nil), http.StatusOK)
 	check(audit, call(t, http.MethodGet, e.api+"/v1/audit?limit=0", nil), http.StatusBadRequest)
 	check(audit, call(t, http.MethodGet, e.api+"/v1/audit?request=nope", nil), http.StatusNotFound)

@@ -47,7 +47,7 @@ func startAuthApp(t *testing.T) *authApp {
 	if err := os.WriteFile(pol, []byte(authPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	proxy := "proxy:\n  header: X-Forwarded-Email\n  trusted: [127.0.0.1]\n"
+	proxy := "proxy:\n  header: X-Forwarded-Email\n  trusted: [127.0.0.1]\nadmins: [carol]\n"
 	if err := os.WriteFile(file, []byte(proxy), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +56,9 @@ func startAuthApp(t *testing.T) *authApp {
 		"deployer": {"--agent", "deployer"},
 		"alice":    {"--principal", "alice"},
 		"bob":      {"--principal", "bob"},
+		"intruder": {"--agent", "intruder"},
+		"ops":      {"--admin"},
+		"carol":    {"--principal", "carol"}, // an admin by the auth file's admins
 	} {
 		out := cli(t, app.ExitOK, append([]string{"token", "create", name, "--auth", file}, flags...)...)
 		a.tokens[name] = strings.TrimSpace(out)
@@ -133,8 +136,22 @@ func TestAuthThroughTheApp(t *testing.T) {
 	wantError(t, a.as(t, "alice", http.MethodPost, path, decisionBody{"bob", events.Responded{Decision: events.Deny}}), http.StatusForbidden, "principal_mismatch")
 	wantError(t, a.as(t, "deployer", http.MethodPost, path, events.Responded{Decision: events.Approve}), http.StatusForbidden, "no_principal")
 	wantError(t, a.as(t, "bob", http.MethodPost, "/v1/decisions", map[string]any{"ids": []string{rec.ID}, "decision": "approve", "principal": "alice"}), http.StatusForbidden, "principal_mismatch")
-	wantError(t, a.as(t, "deployer", http.MethodPost, "/v1/approvals/"+rec.ID+"/cancel", map[string]string{"by": "alice"}), http.StatusForbidden, "no_principal")
-	wantError(t, a.as(t, "bob", http.MethodPost, "/v1/approvals/"+rec.ID+"/cancel", nil), http.StatusForbidden, "not_eligible")
+	wantError(t, a.as(t, "deployer", http.MethodPost, "/v1/approvals/"+rec.ID+"/cancel", map[string]string{"by": "alice"}), http.StatusForbidden, "principal_mismatch")
+	wantError(t, a.as(t, "bob", http.MethodPost, "/v1/approvals/"+rec.ID+"/cancel", nil), http.StatusForbidden, "agent_mismatch")
+	wantError(t, a.as(t, "alice", http.MethodPost, "/v1/approvals/"+rec.ID+"/cancel", nil), http.StatusForbidden, "agent_mismatch")
+	wantError(t, a.as(t, "intruder", http.MethodPost, "/v1/approvals/"+rec.ID+"/cancel", nil), http.StatusForbidden, "agent_mismatch")
+
+	// Reading: an agent's token sees its own agent's requests, a principal
+	// what it may answer, an admin everything.
+	wantError(t, a.as(t, "intruder", http.MethodGet, "/v1/approvals/"+rec.ID, nil), http.StatusNotFound, "not_found")
+	wantError(t, a.as(t, "intruder", http.MethodGet, "/v1/approvals?agent=deployer", nil), http.StatusForbidden, "agent_mismatch")
+	wantError(t, a.as(t, "intruder", http.MethodGet, "/v1/audit?agent=deployer", nil), http.StatusForbidden, "agent_mismatch")
+	wantError(t, a.as(t, "bob", http.MethodGet, "/v1/approvals/"+rec.ID, nil), http.StatusNotFound, "not_found")
+	for _, who := range []string{"deployer", "alice", "ops", "carol"} {
+		if got := approvalOf(t, a.as(t, who, http.MethodGet, "/v1/approvals/"+rec.ID, nil), http.StatusOK); got.ID != rec.ID {
+			t.Fatalf("%s reads %s: %+v", who, rec.ID, got)
+		}
+	}
 	if got := approvalOf(t, a.as(t, "alice", http.MethodGet, "/v1/approvals/"+rec.ID, nil), http.StatusOK); got.State != broker.StatePending {
 		t.Fatalf("a refused answer changed the request: %+v", got)
 	}
@@ -198,5 +215,42 @@ func TestAuthThroughTheApp(t *testing.T) {
 	}
 	if total < 10 {
 		t.Fatalf("%d failed authentications in /metrics, want at least 10:\n%s", total, metrics)
+	}
+}
+
+// TestCancelCommand: "broker cancel" cancels every pending request of an
+// agent's session with the agent's token, or an agent's with an admin's,
+// each recorded as theirs, and is refused another agent's.
+func TestCancelCommand(t *testing.T) {
+	a := startAuthApp(t)
+	ask := func(session string) string {
+		t.Helper()
+		req := events.Requested{Agent: "deployer", Tool: "delete_repo", Session: session, Args: []byte(`{"repo":"x"}`)}
+		return approvalOf(t, a.as(t, "deployer", http.MethodPost, "/v1/approvals", req), http.StatusCreated).ID
+	}
+	s1, s2, other := ask("s-1"), ask("s-1"), ask("s-2")
+	cancelledBy := func(id string) string {
+		t.Helper()
+		got := approvalOf(t, a.as(t, "ops", http.MethodGet, "/v1/approvals/"+id, nil), http.StatusOK)
+		if got.State != broker.StateCancelled {
+			return ""
+		}
+		return got.Decision.DecidedBy[0].Principal
+	}
+
+	t.Setenv(app.TokenEnv, a.tokens["intruder"])
+	out := cli(t, app.ExitFailed, "cancel", "--agent", "deployer", "--http", a.api)
+	if cancelledBy(s1) != "" {
+		t.Fatalf("another agent's token cancelled: %s", out)
+	}
+	t.Setenv(app.TokenEnv, a.tokens["deployer"])
+	out = cli(t, app.ExitOK, "cancel", "--session", "s-1", "--reason", "the user stopped", "--http", a.api)
+	if !strings.Contains(out, "cancelled 2 of 2") || cancelledBy(s1) != "agent/deployer" || cancelledBy(s2) != "agent/deployer" || cancelledBy(other) != "" {
+		t.Fatalf("the agent cancels its session: %s", out)
+	}
+	t.Setenv(app.TokenEnv, a.tokens["ops"])
+	out = cli(t, app.ExitOK, "cancel", "--agent", "deployer", "--http", a.api)
+	if !strings.Contains(out, "cancelled 1 of 1") || cancelledBy(other) != "admin/ops" {
+		t.Fatalf("an admin cancels an agent's: %s", out)
 	}
 }

@@ -112,8 +112,8 @@ fi
 chmod 644 "$out/tls/ca.pem" "$out/tls/nats.pem"
 
 if [ ! -f "$out/auth/ops.token" ]; then
-  say "API token for principal ops in $out/auth/ops.token"
-  "$broker" token create ops --principal ops --auth "$out/auth/auth.yaml" >"$out/auth/ops.token" 2>/dev/null
+  say "API token for principal ops (an admin) in $out/auth/ops.token"
+  "$broker" token create ops --principal ops --admin --auth "$out/auth/auth.yaml" >"$out/auth/ops.token" 2>/dev/null
 fi
 
 if [ ! -f "$out/bot.env" ]; then

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -52,27 +53,6 @@ func RememberedRevoke(ctx context.Context, w io.Writer, base, id string) error {
 	return nil
 }
 
-func adminCall(ctx context.Context, method, u string, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, u, nil)
-	if err != nil {
-		return err
-	}
-	authorize(req)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return apiError(resp, method, u)
-	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(body, out)
-}
-
 // apiError reads the broker's JSON error from resp, escaped for a terminal
 // (the message may quote a request), with what to do about a missing token.
 func apiError(resp *http.Response, method, u string) error {
@@ -88,4 +68,83 @@ func apiError(resp *http.Response, method, u string) error {
 		err = fmt.Errorf("%w (set %s to an API token: broker token create)", err, TokenEnv)
 	}
 	return err
+}
+
+// CancelQuery selects the pending requests "broker cancel" cancels: every
+// one of Agent, of Session, or of both.
+type CancelQuery struct {
+	Agent, Session, Reason string
+}
+
+// Cancel cancels every pending request of an agent and/or a session on a
+// running broker, through POST /v1/cancels of its HTTP API at base, and
+// prints one line per request: its id and what became of it. With
+// authentication on, the token (TokenEnv) must be the agent's own or an
+// admin's; each cancel is recorded as theirs. It fails if any request could
+// not be cancelled.
+func Cancel(ctx context.Context, w io.Writer, base string, q CancelQuery) error {
+	body, err := json.Marshal(map[string]string{"agent": q.Agent, "session": q.Session, "reason": q.Reason})
+	if err != nil {
+		return err
+	}
+	var out struct {
+		Results []struct {
+			ID      string `json:"id"`
+			Status  string `json:"status"`
+			Message string `json:"message"`
+		} `json:"results"`
+		Cancelled int `json:"cancelled"`
+		Total     int `json:"total"`
+	}
+	if err := apiCall(ctx, http.MethodPost, base+"/v1/cancels", body, &out); err != nil {
+		return err
+	}
+	failed := 0
+	for _, r := range out.Results {
+		line := textsafe.Line(r.ID) + "\t" + textsafe.Line(r.Status)
+		if r.Status != "cancelled" {
+			failed++
+			line += "\t" + textsafe.Line(r.Message)
+		}
+		fmt.Fprintln(w, line)
+	}
+	fmt.Fprintf(w, "cancelled %d of %d\n", out.Cancelled, out.Total)
+	if failed > 0 {
+		return errReported
+	}
+	return nil
+}
+
+func adminCall(ctx context.Context, method, u string, out any) error {
+	return apiCall(ctx, method, u, nil, out)
+}
+
+// apiCall sends body (JSON, or nil for none) to the broker's API at u with
+// the API token, and reads its answer into out.
+func apiCall(ctx context.Context, method, u string, body []byte, out any) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	authorize(req)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return apiError(resp, method, u)
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, out)
 }

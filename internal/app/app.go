@@ -462,7 +462,7 @@ func (d *draining) gate(h http.Handler) http.Handler {
 // identify gives the gateway the identity the authentication attached.
 func identify(r *http.Request) (httpapi.Identity, bool) {
 	id, ok := auth.FromContext(r.Context())
-	return httpapi.Identity{Principal: id.Principal, Agent: id.Agent}, ok
+	return httpapi.Identity{Principal: id.Principal, Agent: id.Agent, Admin: id.Admin, Name: id.Name}, ok
 }
 
 func syncName(s string) string {

@@ -31,6 +31,7 @@ const (
 //	broker policy test --policy FILE --request FILE
 //	broker remembered [--http URL]
 //	broker remembered revoke ID [--http URL]
+//	broker cancel [--agent A] [--session S] [--reason TEXT] [--http URL]
 //	broker backup --out DIR [--nats-url URL]
 //	broker restore --from DIR [--nats-url URL | --data DIR] [--force]
 //	broker version
@@ -176,19 +177,43 @@ pending, escalation and decision events, with the stream sequence and time.
 			},
 		},
 		{
-			name: "token create", synopsis: "NAME [--principal P] [--agent A] --auth FILE", args: []string{"NAME"},
+			name: "cancel", synopsis: "[--agent A] [--session S] [--reason TEXT] [--http URL]",
+			summary: "cancel every pending request of an agent or a session",
+			about: `Cancels every pending request of agent A, of session S, or of both, on a
+running broker (POST /v1/cancels), and prints each request's id and what
+became of it. With authentication on, set ` + TokenEnv + ` to the agent's own token
+(which may leave out --agent) or an admin's; each cancel is recorded as
+theirs. The exit status is 1 if any request could not be cancelled.`,
+			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
+				base := httpFlag(fs)
+				var q CancelQuery
+				fs.StringVar(&q.Agent, "agent", "", "every pending request of this `agent`")
+				fs.StringVar(&q.Session, "session", "", "every pending request of this `session`")
+				fs.StringVar(&q.Reason, "reason", "", "`TEXT` saying why, recorded with each cancel")
+				return func(ctx context.Context, c CLI, _ []string) error {
+					ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+					defer cancel()
+					return Cancel(ctx, c.Stdout, apiURL(*base), q)
+				}
+			},
+		},
+		{
+			name: "token create", synopsis: "NAME [--principal P] [--agent A] [--admin] --auth FILE", args: []string{"NAME"},
 			summary:  "make an API token",
 			required: []string{"auth"},
 			about: `Makes a new API token called NAME, records its hash (never the token) in the
 auth file, and prints the token once: keep it, it cannot be shown again. The
-token answers as --principal P and/or asks (and cancels) for --agent A. A
-running broker accepts it within seconds, without a restart.`,
+token answers as --principal P and/or asks (and cancels) for --agent A;
+with --admin it also reads and follows every request, cancels any, and
+revokes any remembered choice (docs/web.md, "Who sees what"). A running
+broker accepts it within seconds, without a restart.`,
 			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
 				file := fs.String("auth", "", "the auth `FILE` (made if missing)")
 				principal := fs.String("principal", "", "the `principal` the token answers as")
 				agent := fs.String("agent", "", "the `agent` the token asks for")
+				admin := fs.Bool("admin", false, "the token reads and cancels every request and revokes any remembered choice")
 				return func(_ context.Context, c CLI, args []string) error {
-					tok, err := auth.CreateToken(*file, args[0], *principal, *agent, time.Now())
+					tok, err := auth.CreateToken(*file, args[0], *principal, *agent, *admin, time.Now())
 					if err != nil {
 						return err
 					}
@@ -232,13 +257,17 @@ within seconds, without a restart (or at once on SIGHUP).`,
 						return err
 					}
 					tw := tabwriter.NewWriter(c.Stdout, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "NAME\tPRINCIPAL\tAGENT\tCREATED")
+					fmt.Fprintln(tw, "NAME\tPRINCIPAL\tAGENT\tADMIN\tCREATED")
 					for _, t := range cfg.Tokens {
 						created := "-"
 						if !t.Created.IsZero() {
 							created = t.Created.UTC().Format(time.RFC3339)
 						}
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, dash(t.Principal), dash(t.Agent), created)
+						admin := "-"
+						if t.Admin {
+							admin = "yes"
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.Name, dash(t.Principal), dash(t.Agent), admin, created)
 					}
 					return tw.Flush()
 				}
@@ -419,7 +448,7 @@ func (c CLI) Run(ctx context.Context, args []string) int {
 		return c.group(ctx, "decision-key", "new", rest)
 	case "creds":
 		return c.group(ctx, "creds", "init, agent, approver, bot, broker or server-config", rest)
-	case "backup", "restore", "health":
+	case "backup", "restore", "health", "cancel":
 		return c.run(ctx, lookup(name), rest)
 	case "version":
 		return c.run(ctx, lookup("version"), rest)

@@ -197,7 +197,7 @@ func TestCLIHelp(t *testing.T) {
 		{"remembered --http URL revoke ID -h", []string{"usage: broker remembered revoke ID"}},
 		{"audit -h --http URL", []string{"usage: broker audit", "Prints the events", "-request ID"}},
 		{"audit --request x --http URL --help", []string{"usage: broker audit"}},
-		{"token create -h", []string{"usage: broker token create NAME [--principal P] [--agent A] --auth FILE\n", "shown again"}},
+		{"token create -h", []string{"usage: broker token create NAME [--principal P] [--agent A] [--admin] --auth FILE\n", "shown again"}},
 		{"token create ci --auth " + missing + " --principal a -h", []string{"usage: broker token create"}},
 		{"token revoke ci --auth " + missing + " -h", []string{"usage: broker token revoke NAME --auth FILE\n"}},
 		{"token list -h", []string{"usage: broker token list --auth FILE\n"}},
@@ -252,7 +252,7 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"remembered revoke --http URL", "broker remembered revoke: missing ID (want one argument, ID)", "usage: broker remembered revoke ID"},
 		{"remembered revoke a b --http URL", `broker remembered revoke: unexpected argument "b" (want one argument, ID)`, "usage: broker remembered revoke ID"},
 		{"version 2", `broker version: unexpected argument "2" (want no arguments)`, "usage: broker version"},
-		{"serve", `broker: unknown command "serve"; the commands are policy check, policy test, remembered, remembered revoke, audit, token create, token revoke, token list, decision-key new, `, ""},
+		{"serve", `broker: unknown command "serve"; the commands are policy check, policy test, remembered, remembered revoke, audit, cancel, token create, token revoke, token list, decision-key new, `, ""},
 		{"", "broker: missing command", "usage:\n"},
 	}
 	for _, tt := range tests {

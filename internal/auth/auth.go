@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,10 @@ type Identity struct {
 	Principal string
 	// Agent is the agent the credential may ask and cancel for; "" for none.
 	Agent string
+	// Admin may read, follow and cancel every request and revoke every
+	// remembered choice: an admin token, or a principal the auth file's
+	// admins list names.
+	Admin bool
 	// Method is how the caller was identified: "token", "oidc" or "proxy".
 	Method string
 	// Name is the token's name, the OIDC subject, or the proxy header's value.
@@ -258,7 +263,7 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 				unauthenticated(w, "the API token is not known (revoked, mistyped, or from another broker)")
 				return
 			}
-			id = Identity{Principal: t.Principal, Agent: t.Agent, Method: "token", Name: t.Name}
+			id = Identity{Principal: t.Principal, Agent: t.Agent, Admin: t.Admin, Method: "token", Name: t.Name}
 		case proxied:
 			value := r.Header.Get(cfg.Proxy.Header)
 			principal, ok := a.resolve(cfg.Proxy.Channel, value)
@@ -308,6 +313,7 @@ func (a *Authenticator) Middleware(next http.Handler) http.Handler {
 			}
 		}
 		if id.Method != "" {
+			id.Admin = id.Admin || id.Principal != "" && slices.Contains(cfg.Admins, id.Principal)
 			r = r.WithContext(WithIdentity(r.Context(), id))
 		}
 		next.ServeHTTP(w, r)

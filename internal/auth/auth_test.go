@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -72,6 +73,7 @@ func newHarness(t *testing.T, js jetstream.JetStream, file string, now func() ti
 			w.Header().Set("X-Who", "nobody")
 		} else {
 			w.Header().Set("X-Who", id.Method+":"+id.Principal+":"+id.Agent)
+			w.Header().Set("X-Admin", strconv.FormatBool(id.Admin))
 			w.Header().Set("X-CSRF", auth.CSRFToken(r.Context()))
 		}
 		w.WriteHeader(http.StatusOK)
@@ -101,13 +103,44 @@ func wantStatus(t *testing.T, w *httptest.ResponseRecorder, status int, code str
 	}
 }
 
+// TestAdmins: an admin token, and a principal the auth file's admins list
+// names (through any sign-in), are admin; no one else is.
+func TestAdmins(t *testing.T) {
+	h := newHarness(t, nil, "admins: [carol]\n", nil)
+	tokens := map[string]string{}
+	for _, tc := range []struct {
+		name, principal, agent string
+		admin                  bool
+	}{{"ops", "", "", true}, {"carol", "carol", "", false}, {"alice", "alice", "", false}, {"coder", "", "coder", false}} {
+		tok, err := auth.CreateToken(h.path, tc.name, tc.principal, tc.agent, tc.admin, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[tc.name] = tok
+	}
+	if err := h.a.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"ops": "true", "carol": "true", "alice": "false", "coder": "false"} {
+		w := h.do("GET", "/v1/approvals", "192.0.2.1:5000", map[string]string{"Authorization": "Bearer " + tokens[name]})
+		if got := w.Header().Get("X-Admin"); got != want {
+			t.Errorf("token %s: admin %s, want %s", name, got, want)
+		}
+	}
+	for _, bad := range []string{"admins: carol\n", "admins: [\"a b\"]\n", "admins: [carol, carol]\n", "tokens:\n  - {name: x, admin: maybe, hash: sha256:" + strings.Repeat("0", 64) + "}\n"} {
+		if _, err := auth.Parse([]byte(bad), "auth.yaml"); !errors.Is(err, auth.ErrBadValue) && !errors.Is(err, auth.ErrDuplicate) {
+			t.Errorf("%q: %v, want a bad value or duplicate", bad, err)
+		}
+	}
+}
+
 func TestTokens(t *testing.T) {
 	h := newHarness(t, nil, "# API tokens\ntokens: []\n", nil)
-	tok, err := auth.CreateToken(h.path, "alice-laptop", "alice", "", time.Now())
+	tok, err := auth.CreateToken(h.path, "alice-laptop", "alice", "", false, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	agentTok, err := auth.CreateToken(h.path, "fm", "", "file-manager", time.Now())
+	agentTok, err := auth.CreateToken(h.path, "fm", "", "file-manager", false, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +185,7 @@ func TestTokens(t *testing.T) {
 
 func TestRateLimit(t *testing.T) {
 	h := newHarness(t, nil, "", nil)
-	tok, err := auth.CreateToken(h.path, "ok", "alice", "", time.Now())
+	tok, err := auth.CreateToken(h.path, "ok", "alice", "", false, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,17 +372,17 @@ func TestEditTokens(t *testing.T) {
 	if err := os.WriteFile(path, []byte("# who may call the broker\nsessions:\n  ttl: 8h # a working day\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := auth.CreateToken(path, "ci", "", "deployer", time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	tok, err := auth.CreateToken(path, "ci", "", "deployer", false, time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(tok, "assent_") || len(tok) < 40 {
 		t.Fatalf("token %q", tok)
 	}
-	if _, err := auth.CreateToken(path, "ci", "alice", "", time.Now()); !errors.Is(err, auth.ErrTokenExists) {
+	if _, err := auth.CreateToken(path, "ci", "alice", "", false, time.Now()); !errors.Is(err, auth.ErrTokenExists) {
 		t.Fatalf("second token of a name: %v", err)
 	}
-	if _, err := auth.CreateToken(path, "x", "", "", time.Now()); err == nil {
+	if _, err := auth.CreateToken(path, "x", "", "", false, time.Now()); err == nil {
 		t.Fatal("a token for nobody")
 	}
 	data, _ := os.ReadFile(path)
@@ -374,7 +407,7 @@ func TestEditTokens(t *testing.T) {
 	}
 	// A new file is made with mode 0600.
 	fresh := filepath.Join(t.TempDir(), "new.yaml")
-	if _, err := auth.CreateToken(fresh, "a", "alice", "", time.Now()); err != nil {
+	if _, err := auth.CreateToken(fresh, "a", "alice", "", false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if fi, _ := os.Stat(fresh); fi.Mode().Perm() != 0o600 {

@@ -3,7 +3,8 @@
 // reverse proxy, CSRF protection, and a rate limit on failed attempts.
 //
 // Identities resolve to the principals of the policy (DESIGN section 6): a
-// token names its principal (and the agent it may ask for); a person signing
+// token names its principal (and the agent it may ask for, and whether it is
+// an admin, who reads and cancels everything); a person signing
 // in is mapped through the policy's principals by OIDC subject or verified
 // email, or by the header a trusted proxy sets. The auth file is read at start
 // and again when it changes, so a revoked token stops working without a
@@ -18,6 +19,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,17 +74,24 @@ type Config struct {
 	Proxy *Proxy
 	// Sessions configures browser sessions.
 	Sessions Sessions
+	// Admins are principals who may read, follow and cancel every request
+	// and revoke every remembered choice over HTTP, however they sign in
+	// (a token, OIDC, a proxy). Answering stays with the policy.
+	Admins []string
 	// File is the name given to Parse.
 	File string
 }
 
 // Token is an API token: only its hash is kept.
 type Token struct {
-	Name      string    `yaml:"name"`
-	Principal string    `yaml:"principal,omitempty"`
-	Agent     string    `yaml:"agent,omitempty"`
-	Hash      string    `yaml:"hash"`
-	Created   time.Time `yaml:"created,omitempty"`
+	Name      string `yaml:"name"`
+	Principal string `yaml:"principal,omitempty"`
+	Agent     string `yaml:"agent,omitempty"`
+	// Admin tokens may read, follow and cancel every request and revoke
+	// every remembered choice (docs/web.md, "Who sees what").
+	Admin   bool      `yaml:"admin,omitempty"`
+	Hash    string    `yaml:"hash"`
+	Created time.Time `yaml:"created,omitempty"`
 }
 
 // OIDC configures single sign-on with an OpenID provider.
@@ -155,6 +164,7 @@ func Parse(data []byte, name string) (*Config, error) {
 		"oidc":     func(n *yaml.Node) { c.OIDC = p.oidc(n) },
 		"proxy":    func(n *yaml.Node) { c.Proxy = p.proxy(n) },
 		"sessions": func(n *yaml.Node) { p.sessions(n, &c.Sessions) },
+		"admins":   func(n *yaml.Node) { c.Admins = p.admins(n) },
 	})
 	if len(p.problems) > 0 {
 		return nil, joinProblems(p.problems)
@@ -230,6 +240,11 @@ func (p *parser) tokens(n *yaml.Node) []Token {
 			"principal": func(v *yaml.Node) { t.Principal = p.str(v, path+".principal") },
 			"agent":     func(v *yaml.Node) { t.Agent = p.str(v, path+".agent") },
 			"hash":      func(v *yaml.Node) { t.Hash = p.str(v, path+".hash") },
+			"admin": func(v *yaml.Node) {
+				if err := v.Decode(&t.Admin); err != nil {
+					p.add(v, ErrBadValue, "%s.admin: want true or false", path)
+				}
+			},
 			"created": func(v *yaml.Node) {
 				if err := v.Decode(&t.Created); err != nil {
 					p.add(v, ErrBadValue, "%s.created: want an RFC 3339 time", path)
@@ -249,8 +264,8 @@ func (p *parser) tokens(n *yaml.Node) []Token {
 		default:
 			names[t.Name] = item.Line
 		}
-		if t.Principal == "" && t.Agent == "" {
-			p.add(item, ErrMissing, "%s (%s): want principal (who answers), agent (who asks), or both", path, t.Name)
+		if t.Principal == "" && t.Agent == "" && !t.Admin {
+			p.add(item, ErrMissing, "%s (%s): want principal (who answers), agent (who asks), admin: true (who reads and cancels everything), or a mix", path, t.Name)
 		}
 		for field, v := range map[string]string{"principal": t.Principal, "agent": t.Agent} {
 			if v != "" && !events.ValidToken(v) {
@@ -268,6 +283,28 @@ func (p *parser) tokens(n *yaml.Node) []Token {
 			hashes[t.Hash] = item.Line
 		}
 		out = append(out, t)
+	}
+	return out
+}
+
+// admins reads the list of admin principals.
+func (p *parser) admins(n *yaml.Node) []string {
+	var out []string
+	if n.Kind != yaml.SequenceNode {
+		p.add(n, ErrBadValue, "admins: want a list of principals")
+		return nil
+	}
+	for i, v := range n.Content {
+		s := p.str(v, fmt.Sprintf("admins[%d]", i))
+		switch {
+		case s == "":
+		case !events.ValidToken(s):
+			p.add(v, ErrBadValue, "admins[%d] %q: want a principal: 1-128 characters of A-Z a-z 0-9 _ -", i, s)
+		case slices.Contains(out, s):
+			p.add(v, ErrDuplicate, "admins[%d] %q: listed twice", i, s)
+		default:
+			out = append(out, s)
+		}
 	}
 	return out
 }

@@ -21,17 +21,18 @@ var (
 )
 
 // CreateToken makes a new API token called name, answering as principal
-// and/or asking for agent, records its hash in the auth file at path (made if
+// and/or asking for agent and/or, with admin, reading and cancelling
+// everything (Token.Admin), records its hash in the auth file at path (made if
 // missing), and returns the token. The file keeps its comments and other
 // content and is replaced at once, so a running broker never reads half of
 // it.
-func CreateToken(path, name, principal, agent string, now time.Time) (string, error) {
+func CreateToken(path, name, principal, agent string, admin bool, now time.Time) (string, error) {
 	var errs []error
 	if !events.ValidToken(name) {
 		errs = append(errs, fmt.Errorf("name %q: want 1-128 characters of A-Z a-z 0-9 _ -", name))
 	}
-	if principal == "" && agent == "" {
-		errs = append(errs, errors.New("want --principal (who answers), --agent (who asks), or both"))
+	if principal == "" && agent == "" && !admin {
+		errs = append(errs, errors.New("want --principal (who answers), --agent (who asks), --admin (who reads and cancels everything), or a mix"))
 	}
 	for what, v := range map[string]string{"principal": principal, "agent": agent} {
 		if v != "" && !events.ValidToken(v) {
@@ -58,6 +59,9 @@ func CreateToken(path, name, principal, agent string, now time.Time) (string, er
 		}
 		if agent != "" {
 			add("agent", agent)
+		}
+		if admin {
+			add("admin", "true")
 		}
 		add("hash", hash)
 		add("created", now.UTC().Format(time.RFC3339))

@@ -94,7 +94,7 @@ func newAuthFuzz(f *testing.F) *authFuzz {
 	}
 	e := &authFuzz{issuer: issuer, tokens: map[string]Identity{}, sessions: map[string]session{}, now: time.Now()}
 	for _, t := range []struct{ name, principal, agent string }{{"alice-laptop", "alice", ""}, {"coder", "", "coder"}} {
-		tok, err := CreateToken(path, t.name, t.principal, t.agent, e.now)
+		tok, err := CreateToken(path, t.name, t.principal, t.agent, false, e.now)
 		if err != nil {
 			f.Fatal(err)
 		}

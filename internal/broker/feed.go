@@ -457,15 +457,29 @@ func (b *Broker) retryAfter(ctx context.Context, what string, err error) {
 // subscribe again after its last event.
 var ErrFellBehind = errors.New("event subscriber fell behind")
 
+// Live, as Subscribe's after, follows the events stored from now on.
+const Live = ^uint64(0)
+
+// LastSeq returns the stream sequence of the last event stored: a
+// subscription after it follows what is stored from this moment on, which a
+// caller can say has begun before Subscribe is called.
+func (b *Broker) LastSeq(ctx context.Context) (uint64, error) {
+	info, err := b.res.stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("stream info: %w", err)
+	}
+	return info.State.LastSeq, nil
+}
+
 // Subscribe calls deliver with the events matching f stored after stream
-// sequence after (0: from now on), in stream order, with no gap and no
+// sequence after (0: from the stream's start; Live: from now on), in stream order, with no gap and no
 // duplicate, until ctx ends or deliver returns an error. Events after a
 // resumption point still in the stream come first, then the live ones. Each
 // call of deliver gets what is ready at once, at least one event, so a
 // writer can send them together. It returns ErrFellBehind if the caller fell
 // more than the feed's ring behind the live events.
 func (b *Broker) Subscribe(ctx context.Context, after uint64, f EventFilter, deliver func([]*Event) error) error {
-	if after == 0 {
+	if after == Live {
 		// From now on: after what the stream holds now.
 		info, err := b.res.stream.Info(ctx)
 		if err != nil {

@@ -37,7 +37,7 @@ func TestSubscriberFallsBehind(t *testing.T) {
 	var once sync.Once
 	errc := make(chan error, 1)
 	go func() {
-		errc <- b.Subscribe(ctx, 0, broker.EventFilter{}, func(batch []*broker.Event) error {
+		errc <- b.Subscribe(ctx, broker.Live, broker.EventFilter{}, func(batch []*broker.Event) error {
 			once.Do(func() { last0.Store(batch[0].Seq); close(subscribed) })
 			<-stuck
 			for _, e := range batch {
@@ -257,7 +257,7 @@ func TestFeedReadsOnlyWhileSubscribed(t *testing.T) {
 		return ids, last
 	}
 	var want []string
-	got, last := follow(0, 3, func() {
+	got, last := follow(broker.Live, 3, func() {
 		// Published at once after subscribing, while the feed starts.
 		for range 3 {
 			want = append(want, submit())

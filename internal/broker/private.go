@@ -34,7 +34,9 @@ func (b *Broker) copyToAgent(agent, kind, id string, msg *nats.Msg) {
 	}
 }
 
-// serveLookups answers assent-private.<agent>.lookup.<id> until ctx ends.
+// serveLookups answers assent-private.<agent>.lookup.<id>, and an agent's
+// list and cancel of its own requests (assent-private.<agent>.list and
+// .cancel, see agents.go), until ctx ends.
 func (b *Broker) serveLookups(ctx context.Context) error {
 	sub, err := b.nc.QueueSubscribe(events.PrivatePrefix+"*.lookup.*", lookupQueue, func(m *nats.Msg) {
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -44,8 +46,17 @@ func (b *Broker) serveLookups(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	agents, err := b.nc.QueueSubscribe(events.PrivatePrefix+"*.*", lookupQueue, func(m *nats.Msg) {
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		b.answerAgent(actx, m)
+	})
+	if err != nil {
+		_ = sub.Unsubscribe()
+		return err
+	}
 	<-ctx.Done()
-	return sub.Drain()
+	return errors.Join(sub.Drain(), agents.Drain())
 }
 
 // lookup answers one lookup: the stored decided event of the agent's request,

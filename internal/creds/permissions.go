@@ -156,10 +156,20 @@ func (p *perms) client() {
 	p.bucket(events.StateBucket, false)
 }
 
-// agent may publish its own requests and cancels only.
+// agent may publish its own requests and cancels only, and ask the broker
+// to list or cancel its own pending requests (events.AgentSubject).
 func (p *perms) agent(name string) {
 	p.client()
 	p.pub(events.RequestPrefix+name, events.CancelPrefix+name+".>")
+	p.ownRequests(name)
+}
+
+// ownRequests may ask the broker for agent name's pending requests, and to
+// cancel them.
+func (p *perms) ownRequests(name string) {
+	for _, kind := range []string{events.AgentList, events.AgentCancel} {
+		p.pub(events.PrivatePrefix + name + "." + kind)
+	}
 }
 
 // privateAgent may publish its own requests and cancels, and read only what
@@ -167,6 +177,7 @@ func (p *perms) agent(name string) {
 // and the broker's answers to its lookups, in its own inbox.
 func (p *perms) privateAgent(name string) {
 	p.pub(events.RequestPrefix+name, events.CancelPrefix+name+".>", events.PrivatePrefix+name+".lookup.>")
+	p.ownRequests(name)
 	p.sub(handler.PrivateInbox(name)+".>", events.PrivatePrefix+name+".>")
 }
 

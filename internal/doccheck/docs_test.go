@@ -225,7 +225,7 @@ var (
 	policyKeys  = []string{"version", "mode", "defaults", "principals", "rules", "limits"}
 	botKeys     = []string{"nats", "policy", "http", "web_ui", "remind", "agents", "trusted_decision_keys", "slack", "email", "webhooks"}
 	gatewayKeys = []string{"upstreams", "identity", "nats", "timeout", "elicitation", "client_ping"}
-	authKeys    = []string{"tokens", "oidc", "proxy", "sessions"}
+	authKeys    = []string{"tokens", "oidc", "proxy", "sessions", "admins"}
 )
 
 // yaml checks a YAML block with the loader of what it is.

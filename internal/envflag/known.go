@@ -5,6 +5,7 @@ package envflag
 // known holds the variable of every flag of every command of Assent's
 // programs.
 var known = map[string]bool{
+	"ASSENT_ADMIN":              true,
 	"ASSENT_AGENT":              true,
 	"ASSENT_ANSWER_AS":          true,
 	"ASSENT_ANY_STATUS":         true,
@@ -55,6 +56,7 @@ var known = map[string]bool{
 	"ASSENT_PRINCIPAL":          true,
 	"ASSENT_PRINCIPALS":         true,
 	"ASSENT_PRIVATE":            true,
+	"ASSENT_REASON":             true,
 	"ASSENT_REPLICAS":           true,
 	"ASSENT_REQUEST":            true,
 	"ASSENT_RETENTION":          true,

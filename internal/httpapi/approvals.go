@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -121,6 +122,11 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	if !s.sees(s.caller(r), rec) {
+		// As if there were none: ids of others' requests are not probed.
+		s.fail(w, fmt.Errorf("%w: %q", broker.ErrNotFound, rec.ID))
+		return
+	}
 	if wait > 0 && !rec.State.Terminal() {
 		rec = s.wait(r.Context(), rec, wait)
 	}
@@ -169,7 +175,19 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
-	page, err := s.b.List(r.Context(), f)
+	c := s.caller(r)
+	if c.agentOnly() {
+		var asked []string
+		if f.Agent != "" {
+			asked = []string{f.Agent}
+		}
+		agents, ok := agentScope(w, c, asked)
+		if !ok {
+			return
+		}
+		f.Agent = agents[0]
+	}
+	page, err := s.listFor(r.Context(), c, f)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -227,13 +245,23 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if !events.ValidToken(id) {
-		// No request has it; the eligibility check would fail reading it.
+		// No request has it.
 		s.fail(w, fmt.Errorf("%w: %q", broker.ErrNotFound, id))
 		return
 	}
 	if s.cfg.Identify != nil {
-		var ok bool
-		if by, ok = s.canceller(w, r, id, by); !ok {
+		rec, err := s.b.Get(r.Context(), id)
+		if err != nil {
+			s.fail(w, err)
+			return
+		}
+		if by, err = s.canceller(s.caller(r), rec, by); err != nil {
+			var refused *refusal
+			if errors.As(err, &refused) {
+				writeError(w, http.StatusForbidden, refused.code, refused.msg)
+				return
+			}
+			s.fail(w, err)
 			return
 		}
 	} else if by == "" {
@@ -247,30 +275,31 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.approval(rec))
 }
 
-// canceller returns who cancels request id with authentication on: the
-// request's own agent (as agent/<name>), or a principal who may answer it. A
-// body "by" must be that principal.
-func (s *Server) canceller(w http.ResponseWriter, r *http.Request, id, by string) (string, bool) {
-	who, _ := s.cfg.Identify(r)
-	if who.Agent != "" && by == "" {
-		rec, err := s.b.Get(r.Context(), id)
-		if err != nil {
-			s.fail(w, err)
-			return "", false
+// canceller returns who cancels rec with authentication on, as the cancel
+// records it: the request's own agent (agent/<name>), or an admin (its
+// principal, or admin/<credential name>). Anyone else gets 403
+// agent_mismatch (an approver denies instead), and a body "by" naming
+// someone else than who cancels 403 principal_mismatch: a *refusal.
+func (s *Server) canceller(c caller, rec broker.Record, by string) (string, error) {
+	var as string
+	switch {
+	case c.Agent != "" && c.Agent == rec.Request.Agent && (by == "" || !c.Admin):
+		as = "agent/" + c.Agent
+	case c.Admin && c.Principal != "":
+		as = c.Principal
+	case c.Admin:
+		as = "admin/" + c.Name
+	default:
+		msg := fmt.Sprintf("request %s is agent %q's; only its agent's credential or an admin cancels it (an approver denies instead); nothing was changed", rec.ID, rec.Request.Agent)
+		if !s.sees(c, rec) {
+			msg = fmt.Sprintf("request %s is not one of this credential's agent's; nothing was changed", rec.ID)
 		}
-		if rec.Request.Agent == who.Agent {
-			return "agent/" + who.Agent, true
-		}
+		return "", &refusal{"agent_mismatch", msg}
 	}
-	principal, ok := s.principal(w, r, by)
-	if !ok {
-		return "", false
+	if by != "" && by != as {
+		return "", &refusal{"principal_mismatch", fmt.Sprintf("by %q in the body, but the cancel is made as %q; nothing was changed", by, as)}
 	}
-	if err := s.b.CheckEligible(r.Context(), id, principal); err != nil {
-		s.fail(w, err)
-		return "", false
-	}
-	return principal, true
+	return as, nil
 }
 
 func (s *Server) waitParam(w http.ResponseWriter, r *http.Request) (time.Duration, bool) {
@@ -342,7 +371,10 @@ func (s *Server) decideMany(w http.ResponseWriter, r *http.Request) {
 	}
 	ids := body.IDs
 	if body.Session != "" {
-		page, err := s.b.List(r.Context(), broker.Filter{State: broker.StatePending, Session: body.Session, Agent: body.Agent, Limit: MaxBatch})
+		// Requests the caller may not see are left out, not answered
+		// not_eligible: their ids are not the caller's to learn.
+		c := s.caller(r)
+		page, err := s.listFor(r.Context(), c, broker.Filter{State: broker.StatePending, Session: body.Session, Agent: body.Agent, Limit: MaxBatch})
 		if err != nil {
 			s.fail(w, err)
 			return

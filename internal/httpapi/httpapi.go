@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -35,9 +36,13 @@ type Broker interface {
 	// RequestContext returns ctx carrying request id's trace context.
 	RequestContext(ctx context.Context, id string) context.Context
 	Cancel(ctx context.Context, id, by, reason string) (broker.Record, error)
-	CheckEligible(ctx context.Context, id, principal string) error
+	Eligible(r broker.Record, principal string) error
+	// Policy is the policy in force.
+	Policy() *policy.Policy
 	RuleOf(r broker.Record) broker.RuleInfo
 	Subscribe(ctx context.Context, after uint64, f broker.EventFilter, deliver func([]*broker.Event) error) error
+	// LastSeq is the stream sequence of the last event stored.
+	LastSeq(ctx context.Context) (uint64, error)
 	Audit(ctx context.Context, q broker.AuditQuery) (broker.AuditPage, error)
 	Remembered() []policy.Grant
 	Forget(ctx context.Context, id string) (policy.Grant, error)
@@ -51,6 +56,12 @@ type Identity struct {
 	Principal string
 	// Agent is the agent the credential may ask and cancel for; "" for none.
 	Agent string
+	// Admin may read, follow and cancel every request and revoke every
+	// remembered choice (docs/web.md, "Who sees what").
+	Admin bool
+	// Name names the credential (a token's name), for the record of what an
+	// admin without a principal cancels.
+	Name string
 }
 
 // Config configures the gateway.
@@ -124,6 +135,7 @@ func New(b Broker, cfg Config, log *zap.Logger) *Server {
 		{method: "POST", path: "/v1/approvals/{id}/decision", handle: s.decide},
 		{method: "POST", path: "/v1/approvals/{id}/cancel", handle: s.cancel},
 		{method: "POST", path: "/v1/decisions", handle: s.decideMany},
+		{method: "POST", path: "/v1/cancels", handle: s.cancelMany},
 		{method: "GET", path: "/v1/events", handle: s.events},
 		{method: "GET", path: "/v1/audit", handle: s.audit},
 		{method: "GET", path: "/v1/remembered", handle: s.remembered},
@@ -249,12 +261,40 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
-func (s *Server) remembered(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"remembered": s.b.Remembered()})
+// remembered lists the remembered choices the caller may revoke: all of
+// them for an admin, those of rules a principal may answer, none for an
+// agent.
+func (s *Server) remembered(w http.ResponseWriter, r *http.Request) {
+	c := s.caller(r)
+	out := []policy.Grant{}
+	for _, g := range s.b.Remembered() {
+		if s.mayRevoke(c, g) {
+			out = append(out, g)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"remembered": out})
 }
 
+// forget revokes a remembered choice: for an admin, or a principal the
+// policy lets answer its rule (who could have made it).
 func (s *Server) forget(w http.ResponseWriter, r *http.Request) {
-	g, err := s.b.Forget(r.Context(), r.PathValue("id"))
+	id := r.PathValue("id")
+	if c := s.caller(r); !c.all() {
+		grants := s.b.Remembered()
+		i := slices.IndexFunc(grants, func(g policy.Grant) bool { return g.ID == id })
+		switch {
+		case c.Principal == "":
+			writeError(w, http.StatusForbidden, "no_principal", "this credential names no principal, so it cannot revoke a remembered choice (docs/web.md)")
+			return
+		case i < 0:
+			s.fail(w, fmt.Errorf("%w: no remembered choice %q", broker.ErrNotFound, id))
+			return
+		case !s.mayRevoke(c, grants[i]):
+			writeError(w, http.StatusForbidden, "not_eligible", fmt.Sprintf("%s may not answer the rule this choice was remembered for, so may not revoke it; nothing was changed", c.Principal))
+			return
+		}
+	}
+	g, err := s.b.Forget(r.Context(), id)
 	if err != nil {
 		s.fail(w, err)
 		return

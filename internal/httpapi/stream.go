@@ -18,21 +18,39 @@ import (
 // not read is dropped, and resumes with Last-Event-ID when it reconnects.
 const writeTimeout = 10 * time.Second
 
-// events serves GET /v1/events: Server-Sent Events of every lifecycle event,
-// filtered by agent, session, type and request, resumable from the
-// Last-Event-ID header (or ?after=), which is the stream sequence.
+// events serves GET /v1/events: Server-Sent Events of every lifecycle event
+// of the requests the caller sees, filtered by agent, session, type and
+// request, resumable from the Last-Event-ID header (or ?after=), which is the
+// stream sequence: after=0 replays the stream from its start, no after=
+// follows the events from now on.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := broker.EventFilter{Types: splitList(q["type"]), Agents: splitList(q["agent"]), Sessions: splitList(q["session"]), RequestID: q.Get("request")}
-	from := r.Header.Get("Last-Event-ID")
+	c := s.caller(r)
+	agents, ok := agentScope(w, c, f.Agents)
+	if !ok {
+		return
+	}
+	f.Agents = agents
+	from, resume := r.Header.Get("Last-Event-ID"), true
 	if from == "" {
 		from = q.Get("after")
+		resume = from != ""
 	}
 	var after uint64
-	if from != "" {
+	if resume {
 		n, err := strconv.ParseUint(from, 10, 64)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("Last-Event-ID/after: %q is not an event id (a stream sequence)", from))
+			return
+		}
+		after = n
+	} else {
+		// No after=: the events from now on, fixed before the client is
+		// told it is connected, so none stored after that is missed.
+		n, err := s.b.LastSeq(r.Context())
+		if err != nil {
+			s.fail(w, err)
 			return
 		}
 		after = n
@@ -85,12 +103,19 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		}
 	})
 	var buf []byte
+	vis := s.visibility(c)
 	err := s.b.Subscribe(ctx, after, f, func(batch []*broker.Event) error {
 		buf = buf[:0]
 		for _, e := range batch {
+			if !vis.event(ctx, e) {
+				continue
+			}
 			buf = fmt.Appendf(buf, "id: %d\nevent: %s\ndata: ", e.Seq, e.ShortType())
 			buf = append(buf, e.JSON()...)
 			buf = append(buf, "\n\n"...)
+		}
+		if len(buf) == 0 {
+			return nil
 		}
 		return send(buf)
 	})
@@ -117,6 +142,15 @@ func splitList(vs []string) []string {
 // one event per line and the cursor for the next page in X-Next-After.
 func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	c := s.caller(r)
+	var asked []string
+	if a := q.Get("agent"); a != "" {
+		asked = []string{a}
+	}
+	agents, ok := agentScope(w, c, asked)
+	if !ok {
+		return
+	}
 	aq := broker.AuditQuery{RequestID: q.Get("request"), Agent: q.Get("agent"), Principal: q.Get("principal"),
 		Channel: q.Get("channel"), Rule: q.Get("rule"), Types: splitList(q["type"])}
 	var problems []string
@@ -147,10 +181,25 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request", strings.Join(problems, "; "))
 		return
 	}
+	if len(agents) > 0 {
+		aq.Agent = agents[0]
+	}
 	page, err := s.b.Audit(r.Context(), aq)
 	if err != nil {
 		s.fail(w, err)
 		return
+	}
+	if !c.all() {
+		// Only the events of requests the caller sees; next still continues
+		// the log where this page's read stopped.
+		vis := s.visibility(c)
+		seen := page.Events[:0]
+		for _, e := range page.Events {
+			if vis.event(r.Context(), e) {
+				seen = append(seen, e)
+			}
+		}
+		page.Events = seen
 	}
 	if q.Get("format") == "ndjson" || strings.Contains(r.Header.Get("Accept"), "application/x-ndjson") {
 		w.Header().Set("Content-Type", "application/x-ndjson")

@@ -719,3 +719,68 @@ func (c *Client) privateDecision(ctx context.Context, id string, want *sent) (De
 	}
 	return d, true, nil
 }
+
+// Pending lists the pending requests of this client's agent (Config.Agent),
+// of session if it is not "", oldest first, as the broker holds them: what
+// the agent is waiting for, without their args. It asks the broker on the
+// agent's own subject (events.AgentSubject), which agent credentials, private
+// ones too, may use for their own agent alone, so it reads no other agent's
+// requests.
+func (c *Client) Pending(ctx context.Context, session string) ([]events.AgentPending, error) {
+	out := []events.AgentPending{}
+	q := events.AgentQuery{Session: session}
+	for {
+		r, err := c.askAgent(ctx, events.AgentList, q)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, r.Pending...)
+		if !r.More || len(r.Pending) == 0 {
+			return out, nil
+		}
+		q.After = r.Pending[len(r.Pending)-1].ID
+	}
+}
+
+// CancelAll cancels every pending request of this client's agent
+// (Config.Agent), of session if it is not "", and returns the ids it
+// cancelled. The broker records each cancel as the agent's (agent/<agent>),
+// with reason. A request decided meanwhile is left as it is. If the broker
+// could not cancel them all, the ids it did cancel are returned with the
+// error.
+func (c *Client) CancelAll(ctx context.Context, session, reason string) ([]string, error) {
+	r, err := c.askAgent(ctx, events.AgentCancel, events.AgentQuery{Session: session, Reason: reason})
+	return r.Cancelled, err
+}
+
+// askAgent asks the broker about this client's agent's own requests.
+func (c *Client) askAgent(ctx context.Context, kind string, q events.AgentQuery) (events.AgentReply, error) {
+	var r events.AgentReply
+	if c.cfg.Agent == "" {
+		return r, errors.New("handler: listing or cancelling an agent's requests needs Config.Agent")
+	}
+	subj, err := events.AgentSubject(c.cfg.Agent, kind)
+	if err != nil {
+		return r, err
+	}
+	body, err := json.Marshal(q)
+	if err != nil {
+		return r, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, withdrawTimeout)
+		defer cancel()
+	}
+	m, err := c.nc.RequestWithContext(ctx, subj, body)
+	if err != nil {
+		return r, fmt.Errorf("handler: ask the broker (%s): %w", subj, err)
+	}
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return r, fmt.Errorf("handler: the broker's answer on %s: %w", subj, err)
+	}
+	if r.Error != "" {
+		return r, fmt.Errorf("handler: the broker on %s: %s", subj, r.Error)
+	}
+	return r, nil
+}

@@ -8,6 +8,11 @@
 //	if err != nil { /* no decision: do not run */ }
 //	if d.Approved() { run(d.Args) } // always the decided args: an approver may have edited them
 //
+// Client.Pending lists what the agent is waiting for (of one session, if
+// named), and Client.CancelAll withdraws those requests at once, as when its
+// user stops a session; the broker answers both for this agent's requests
+// alone.
+//
 // On a NATS server where anyone may publish on assent.decision.<id>, give the
 // client the broker's decision keys (Config.TrustedKeys, the public keys of
 // broker --decision-key): it then takes only a decision the broker signed.

@@ -72,3 +72,39 @@ func ExampleNewApprover() {
 	fmt.Println(d.Outcome+":", d.Reason)
 	// Output: denied: system files are off limits
 }
+
+// An agent looks at what it is waiting for, then withdraws a whole session's
+// requests at once, as when its user stops the session.
+func ExampleClient_CancelAll() {
+	nc, stop := brokertest.Example()
+	defer stop()
+	ctx := context.Background()
+
+	client, err := handler.NewClient(nc, handler.Config{Agent: "file-manager"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	done := make(chan handler.Decision)
+	go func() {
+		d, _ := client.Request(ctx, handler.Request{Requested: events.Requested{
+			Tool: "delete_file", Session: "s-42", Args: json.RawMessage(`{"path":"/srv/reports/q3.csv"}`)}})
+		done <- d
+	}()
+	var waiting []events.AgentPending
+	for len(waiting) == 0 { // until the broker has stored the request
+		time.Sleep(10 * time.Millisecond)
+		waiting, err = client.Pending(ctx, "s-42")
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Println("waiting for", waiting[0].Tool)
+	if _, err := client.CancelAll(ctx, "s-42", "the user stopped the session"); err != nil {
+		log.Fatal(err)
+	}
+	d := <-done
+	fmt.Println(d.Outcome, "by", d.DecidedBy[0].Principal)
+	// Output:
+	// waiting for delete_file
+	// cancelled by agent/file-manager
+}
