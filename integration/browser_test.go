@@ -256,13 +256,20 @@ func card(id string) string { return "#r-" + id }
 func TestBrowser(t *testing.T) {
 	e := newBrowserEnv(t)
 
+	ran := false
 	signedIn := t.Run("sign-in", func(t *testing.T) {
+		ran = true
 		if who := e.signIn(t); who != "alice" {
 			t.Fatalf("signed in as %q, want alice", who)
 		}
 	})
 	if !signedIn {
 		t.FailNow()
+	}
+	if !ran { // -run chose other subtests: they still need a session
+		if who := e.signIn(t); who != "alice" {
+			t.Fatalf("signed in as %q, want alice", who)
+		}
 	}
 
 	t.Run("arrives-live-and-edit-args", func(t *testing.T) {
@@ -469,6 +476,71 @@ func TestBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("long-args", func(t *testing.T) {
+		// The agent writes a long body first: the approver must still see
+		// every argument's name and the start of its value above Approve,
+		// and be told how much of the body is folded away.
+		body := strings.Repeat("Please find the quarterly invoice attached. ", 75) // 3,300 characters
+		args := `{"body":` + string(mustJSON(t, body)) + `,"subject":"Invoice Q3","to":"mallory@evil.example"}`
+		keys := []string{"body", "subject", "to"}
+		starts := []string{"Please find the quarterly invoice attached.", "Invoice Q3", "mallory@evil.example"}
+		id, got := e.ask(t, events.Requested{Tool: "send_email", Session: "s-long", Args: json.RawMessage(args)})
+		e.run(t, "see it", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery))
+		e.inSight(t, card(id), keys, starts)
+		e.shot(t, "long-args")
+		var more string
+		e.run(t, "find the folded body's control", chromedp.Text(card(id)+` button.arg-more`, &more, chromedp.ByQuery))
+		var n int
+		if _, err := fmt.Sscanf(strings.ReplaceAll(more, ",", ""), "%d more characters", &n); err != nil || n < 3000 || n >= len(body) {
+			t.Errorf("the fold says %q, want the count of characters folded away", more)
+		}
+		var shown string
+		e.run(t, "unfold it", chromedp.Click(card(id)+` button.arg-more`, chromedp.ByQuery),
+			chromedp.WaitVisible(card(id)+` button.arg-more[aria-expanded="true"]`, chromedp.ByQuery),
+			chromedp.Text(card(id)+` .arg:first-child .arg-val`, &shown, chromedp.ByQuery))
+		if !strings.Contains(shown, strings.TrimSpace(body)) {
+			t.Errorf("unfolded, the body shows %d characters, not all %d", len(shown), len(body))
+		}
+		e.inSight(t, card(id), keys, append(starts, strings.TrimSpace(body)))
+		e.shot(t, "long-args-open")
+		e.run(t, "fold it again", chromedp.Click(card(id)+` button.arg-more`, chromedp.ByQuery),
+			chromedp.WaitVisible(card(id)+` button.arg-more[aria-expanded="false"]`, chromedp.ByQuery))
+
+		// Phone, dark: the same, in a narrow window.
+		e.run(t, "a phone",
+			emulation.SetDeviceMetricsOverride(390, 844, 3, true),
+			emulation.SetEmulatedMedia().WithFeatures([]*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}),
+			chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery))
+		e.inSight(t, card(id), keys, starts)
+		e.shot(t, "long-args-phone-dark")
+		e.run(t, "back to a desktop", emulation.ClearDeviceMetricsOverride(), emulation.SetEmulatedMedia())
+
+		// Approved with an edited recipient: the decision shows the
+		// arguments approved the same way.
+		edited := `{"body":` + string(mustJSON(t, body)) + `,"subject":"Invoice Q3","to":"billing@example.com"}`
+		e.run(t, "see it again", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery), chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery))
+		e.run(t, "edit the recipient",
+			chromedp.Click(card(id)+` [data-act="edit"]`, chromedp.ByQuery),
+			chromedp.WaitVisible(card(id)+` .args-edit`, chromedp.ByQuery),
+			chromedp.SetValue(card(id)+` .args-edit`, edited, chromedp.ByQuery),
+			chromedp.Evaluate(fmt.Sprintf(`document.querySelector(%q).dispatchEvent(new Event("input", {bubbles: true}))`, card(id)+" .args-edit"), nil),
+			chromedp.WaitVisible(card(id)+` .diff .add`, chromedp.ByQuery))
+		e.inSight(t, card(id)+` .diff`, nil, []string{`"to": "billing@example.com"`, `"to": "mallory@evil.example"`})
+		e.shot(t, "long-args-edit")
+		e.run(t, "approve with the edits", chromedp.Click(card(id)+` .edit-panel button[type="submit"]`, chromedp.ByQuery))
+		e.run(t, "see it approved", chromedp.WaitVisible(card(id)+` .outcome.approved`, chromedp.ByQuery))
+		if d := decided(t, got); !d.Approved() || !d.Edited {
+			t.Fatalf("the agent got %+v", d)
+		}
+		e.inSight(t, card(id)+` .outcome`, keys, []string{"Please find the quarterly invoice attached.", "Invoice Q3", "billing@example.com"})
+
+		// The request's own page.
+		e.run(t, "its page", chromedp.Navigate(e.url+"/approvals/"+id), chromedp.WaitVisible(`.timeline`, chromedp.ByQuery))
+		e.inSight(t, card(id), keys, starts)
+		e.inSight(t, card(id)+` .outcome`, keys, []string{"Invoice Q3", "billing@example.com"})
+		e.shot(t, "long-args-detail")
+	})
+
 	t.Run("phone-and-dark", func(t *testing.T) {
 		id, _ := e.ask(t, events.Requested{Tool: "send_email", Session: "s-phone", Args: json.RawMessage(`{"to":"all@example.com","subject":"Quarterly results"}`)})
 		var overflow bool
@@ -593,4 +665,74 @@ func BenchmarkBrowserCard(b *testing.B) {
 		b.StopTimer()
 		lat.report(b, b.N)
 	})
+}
+
+// inSightJS finds, under the element root selects, the first rendered
+// occurrence of each string as a whole word (keys) or as written (values), in
+// document order, whatever the markup, and says which are not in sight: not
+// rendered, or outside the root's box or the visible box of a scroll or clip
+// container between them (independent of the window: a card taller than
+// the window is fine, a box that hides part of itself is not). It returns
+// one line per string out of sight; none when all are.
+const inSightJS = `((rootSel, wanted) => {
+	const root = document.querySelector(rootSel);
+	if (!root) return ["no element " + rootSel];
+	const inside = (r, box) => r.left >= box.left - 1 && r.right <= box.right + 1 && r.top >= box.top - 1 && r.bottom <= box.bottom + 1;
+	const esc = (s) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+	const out = [];
+	for (const [text, word] of wanted) {
+		const re = word ? new RegExp("(^|[^A-Za-z0-9_])(" + esc(text) + ")(?![A-Za-z0-9_])") : new RegExp("()(" + esc(text) + ")");
+		const walk = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+		let found = null;
+		for (let n = walk.nextNode(); n && !found; n = walk.nextNode()) {
+			const m = re.exec(n.data);
+			if (!m || !n.parentElement.checkVisibility({opacityProperty: true, visibilityProperty: true})) continue;
+			const range = document.createRange();
+			range.setStart(n, m.index + m[1].length);
+			range.setEnd(n, m.index + m[1].length + text.length);
+			const r = range.getBoundingClientRect();
+			if (r.width > 0 && r.height > 0) found = [n, r];
+		}
+		if (!found) { out.push(JSON.stringify(text) + ": not shown"); continue; }
+		const [n, r] = found;
+		for (let el = n.parentElement; el; el = el.parentElement) {
+			const cs = getComputedStyle(el);
+			const clips = el === root || cs.overflowX !== "visible" || cs.overflowY !== "visible";
+			if (clips && !inside(r, el.getBoundingClientRect())) {
+				const box = el.getBoundingClientRect();
+				out.push(JSON.stringify(text) + " at y " + Math.round(r.top) + ".." + Math.round(r.bottom) + " is outside " + el.tagName.toLowerCase() + "." + el.className + " (y " + Math.round(box.top) + ".." + Math.round(box.bottom) + ", overflow " + cs.overflowY + ")");
+				break;
+			}
+			if (el === root) break;
+		}
+	}
+	return out;
+})`
+
+// inSight fails the test unless every key (as a whole word) and every value
+// start (as written) is in sight under root; see inSightJS.
+func (e *browserEnv) inSight(t *testing.T, root string, keys, values []string) {
+	t.Helper()
+	var wanted [][2]any
+	for _, k := range keys {
+		wanted = append(wanted, [2]any{k, true})
+	}
+	for _, v := range values {
+		wanted = append(wanted, [2]any{v, false})
+	}
+	arg, _ := json.Marshal(wanted)
+	var out []string
+	e.run(t, "look at "+root, chromedp.Evaluate(fmt.Sprintf("%s(%q, %s)", inSightJS, root, arg), &out))
+	if len(out) > 0 {
+		t.Errorf("out of sight under %s:\n%s", root, strings.Join(out, "\n"))
+	}
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

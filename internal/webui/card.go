@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/assent-dev/assent/internal/argview"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/textsafe"
 	"github.com/assent-dev/assent/pkg/events"
@@ -27,10 +28,14 @@ type card struct {
 	Hint      string
 	CallID    string
 	Labels    [][2]string
-	// Args is the arguments as indented JSON, with control and invisible
-	// characters as \u escapes; NoArgs says there are none.
-	Args   string
-	NoArgs bool
+	// Args is the arguments laid out for reading: every key in the order
+	// the agent wrote, each value's start, and how much is folded away
+	// (internal/argview). ArgsJSON is them as indented JSON, to edit. Both
+	// have control and invisible characters as escapes; NoArgs says there
+	// are none.
+	Args     argview.View
+	ArgsJSON string
+	NoArgs   bool
 	// ArgsSchema is the request's input_schema, to read; nil without one.
 	ArgsSchema *argsSchema
 	// Hidden says the request held control or invisible characters, now
@@ -88,7 +93,7 @@ type decision struct {
 	Auto    bool
 	Rule    string
 	Edited  bool
-	Args    string // the approved arguments, when edited
+	Args    argview.View // the approved arguments, when edited
 	Payload string
 }
 
@@ -106,7 +111,8 @@ func (u *UI) makeCard(rec broker.Record, v viewer) card {
 		c.Hidden = c.Hidden || textsafe.Line(k) != k || textsafe.Line(val) != val
 	}
 	sort.Slice(c.Labels, func(i, j int) bool { return c.Labels[i][0] < c.Labels[j][0] })
-	c.Args, c.NoArgs = prettyJSON(req.Args)
+	c.Args = argview.Of(req.Args, argLimits)
+	c.ArgsJSON, c.NoArgs = prettyJSON(req.Args)
 	if hidden(req.Args) || hidden(req.InputSchema) {
 		c.Hidden = true
 	}
@@ -163,6 +169,12 @@ func eligibleReason(err error) string {
 	return textsafe.Line(msg)
 }
 
+// argLimits bound what a card shows of each argument before its "N more
+// characters" control: 160 characters or 3 lines, and with many arguments
+// about 2,000 characters in all (never under 24 each), so that every key is
+// in sight above the card's buttons.
+var argLimits = argview.Limits{Value: 160, Lines: 3, Total: 2000, MinValue: 24}
+
 func makeDecision(d *events.Decided) *decision {
 	out := &decision{Outcome: string(d.Outcome), Reason: textsafe.Text(d.Reason), At: d.DecidedAt, Auto: d.Auto,
 		Rule: textsafe.Line(d.Rule), Edited: d.Edited}
@@ -170,7 +182,7 @@ func makeDecision(d *events.Decided) *decision {
 		out.By = append(out.By, vote{Principal: textsafe.Line(b.Principal), Channel: textsafe.Line(b.Channel), At: b.At})
 	}
 	if d.Edited {
-		out.Args, _ = prettyJSON(d.Args)
+		out.Args = argview.Of(d.Args, argLimits)
 	}
 	if len(d.Payload) > 0 {
 		out.Payload, _ = prettyJSON(d.Payload)

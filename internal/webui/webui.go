@@ -132,6 +132,7 @@ func New(b Broker, cfg Config, log *zap.Logger) (*UI, error) {
 		"plural":   plural,
 		"query":    query,
 		"jsonattr": jsonAttr,
+		"count":    count,
 	}
 	sum, err := staticSum()
 	if err != nil {
@@ -615,6 +616,15 @@ func plural(n int, one, many string) string {
 		return "1 " + one
 	}
 	return strconv.Itoa(n) + " " + many
+}
+
+// count writes n with thousands separators: 3,140.
+func count(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // query builds ?k=v&... from pairs, skipping empty values.

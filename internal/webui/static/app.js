@@ -229,6 +229,14 @@
     return out;
   }
 
+  // fold shortens an unchanged line of the difference, so that a long value
+  // does not push the changes out of sight.
+  function fold(line) {
+    const chars = Array.from(line);
+    if (chars.length <= 120) return line;
+    return chars.slice(0, 100).join("") + "… (" + (chars.length - 100).toLocaleString("en-US") + " more characters, unchanged)";
+  }
+
   function checkEdit(panel) {
     const ta = panel.querySelector("textarea");
     const err = panel.querySelector(".error");
@@ -256,7 +264,7 @@
       if (kind !== "same") changed = true;
       const div = document.createElement("div");
       div.className = kind;
-      div.textContent = text;
+      div.textContent = kind === "same" ? fold(text) : text;
       diff.appendChild(div);
     }
     diff.hidden = !changed;
@@ -306,9 +314,21 @@
     if (ev.target.classList.contains("args-edit")) checkEdit(ev.target.closest("form"));
   });
 
+  // unfold shows a folded argument's whole value in place, or folds it
+  // again.
+  function unfold(btn) {
+    const val = btn.closest(".arg-val");
+    const open = btn.getAttribute("aria-expanded") !== "true";
+    val.querySelector(".arg-head").hidden = open;
+    val.querySelector(".arg-full").hidden = !open;
+    btn.setAttribute("aria-expanded", String(open));
+    btn.textContent = open ? "Show less" : btn.dataset.fold;
+  }
+
   document.addEventListener("click", async (ev) => {
     const btn = ev.target.closest("button");
     if (!btn) return;
+    if (btn.classList.contains("arg-more")) return unfold(btn);
     const card = cardOf(btn);
     if (card) select(card);
     switch (btn.dataset.act) {
