@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -539,6 +540,122 @@ func TestBrowser(t *testing.T) {
 		e.inSight(t, card(id), keys, starts)
 		e.inSight(t, card(id)+` .outcome`, keys, []string{"Invoice Q3", "billing@example.com"})
 		e.shot(t, "long-args-detail")
+	})
+
+	t.Run("times-tick", func(t *testing.T) {
+		// "Asked 0s ago" goes on counting, and what happens at the deadline
+		// is written out, not only in a tooltip a phone never shows.
+		id, _ := e.ask(t, events.Requested{Tool: "rotate_keys", Args: json.RawMessage(`{"service":"web"}`)})
+		var first, meta string
+		e.run(t, "see it", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery),
+			chromedp.Text(card(id)+` dl.meta time`, &first, chromedp.ByQuery), chromedp.Text(card(id)+` dl.meta`, &meta, chromedp.ByQuery))
+		if !strings.Contains(meta, "then denied if nobody answers") {
+			t.Errorf("the card does not say what happens at the deadline: %q", meta)
+		}
+		e.run(t, "wait for the time to move", chromedp.Poll(fmt.Sprintf(`(t => /^[1-9]\d*s ago$/.test(t) && t !== %q)(document.querySelector(%q).textContent)`, first, card(id)+" dl.meta time"), nil,
+			chromedp.WithPollingInterval(200*time.Millisecond), chromedp.WithPollingTimeout(6*time.Second)))
+		ctx, cancel := opCtx()
+		defer cancel()
+		if err := e.agent.Cancel(ctx, id, "test over"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("notice-covers-nothing", func(t *testing.T) {
+		// A request arrives while the approver edits another's arguments,
+		// the edit form's buttons at the bottom of the window: the notice of
+		// its arrival must not cover them.
+		a, _ := e.ask(t, events.Requested{Tool: "delete_file", Args: json.RawMessage(`{"path":"/srv/a"}`)})
+		e.run(t, "edit one", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(a), chromedp.ByQuery), chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery),
+			chromedp.Click(card(a)+` [data-act="edit"]`, chromedp.ByQuery), chromedp.WaitVisible(card(a)+` .edit-panel`, chromedp.ByQuery),
+			chromedp.Evaluate(fmt.Sprintf(`document.querySelector(%q).scrollIntoView({block: "end"}); true`, card(a)+" .edit-panel"), nil))
+		b, _ := e.ask(t, events.Requested{Tool: "delete_file", Args: json.RawMessage(`{"path":"/srv/b"}`)})
+		var covered []string
+		e.run(t, "another arrives", chromedp.WaitReady(card(b), chromedp.ByQuery),
+			chromedp.Poll(`document.getElementById("live").textContent !== ""`, nil, chromedp.WithPollingInterval(50*time.Millisecond)),
+			chromedp.Evaluate(fmt.Sprintf(`(() => {
+				const live = document.getElementById("live"), r = live.getBoundingClientRect();
+				if (r.width < 2 || r.height < 2 || !live.checkVisibility()) return [];
+				return Array.from(document.querySelectorAll(%q)).filter(el => {
+					const b = el.getBoundingClientRect();
+					return r.left < b.right && r.right > b.left && r.top < b.bottom && r.bottom > b.top;
+				}).map(el => el.textContent.trim());
+			})()`, card(a)+" .edit-panel button, "+card(a)+" .edit-panel textarea"), &covered))
+		e.shot(t, "notice")
+		if len(covered) > 0 {
+			t.Errorf("the notice of a new request covers %q", covered)
+		}
+		ctx, cancel := opCtx()
+		defer cancel()
+		for _, id := range []string{a, b} {
+			if err := e.agent.Cancel(ctx, id, "test over"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
+	t.Run("approve-with-comment", func(t *testing.T) {
+		id, got := e.ask(t, events.Requested{Tool: "restart_service", Args: json.RawMessage(`{"name":"queue"}`)})
+		e.run(t, "write a comment", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery),
+			chromedp.Click(card(id)+` [data-act="comment"]`, chromedp.ByQuery),
+			chromedp.WaitVisible(card(id)+` .comment-in`, chromedp.ByQuery),
+			chromedp.SendKeys(card(id)+` .comment-in`, "after the 14:00 deploy only", chromedp.ByQuery))
+		e.run(t, "approve", chromedp.Click(card(id)+` [data-act="approve"]`, chromedp.ByQuery))
+		e.run(t, "see it approved", chromedp.WaitVisible(card(id)+` .outcome.approved`, chromedp.ByQuery))
+		if d := decided(t, got); !d.Approved() || d.Reason != "after the 14:00 deploy only" {
+			t.Fatalf("the agent got %+v", d)
+		}
+	})
+
+	t.Run("unsent-reason-kept", func(t *testing.T) {
+		// Someone else decides while the approver is writing why to deny:
+		// what they wrote stays, and the card says it was not sent, and who
+		// decided instead.
+		id, got := e.ask(t, events.Requested{Tool: "drop_table", Args: json.RawMessage(`{"table":"audit"}`)})
+		e.run(t, "start writing why", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery), chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery),
+			chromedp.Click(card(id)+` [data-act="deny"]`, chromedp.ByQuery), chromedp.WaitVisible(card(id)+` .reason`, chromedp.ByQuery),
+			chromedp.SendKeys(card(id)+` .reason`, "the audit table is kept for", chromedp.ByQuery))
+		ctx, cancel := opCtx()
+		defer cancel()
+		if err := handler.Answer(ctx, e.js, "bob", id, events.Responded{Decision: events.Approve, Channel: "slack"}); err != nil {
+			t.Fatal(err)
+		}
+		decided(t, got)
+		var note, kept string
+		e.run(t, "see what was typed, not sent", chromedp.WaitVisible(card(id)+` .outcome.approved`, chromedp.ByQuery),
+			chromedp.WaitVisible(card(id)+` .unsent`, chromedp.ByQuery), chromedp.Text(card(id)+` .unsent p`, &note, chromedp.ByQuery),
+			chromedp.Value(card(id)+` .unsent textarea`, &kept, chromedp.ByQuery))
+		if kept != "the audit table is kept for" || !strings.Contains(note, "bob") || !strings.Contains(note, "not") {
+			t.Errorf("kept %q, note %q", kept, note)
+		}
+		e.shot(t, "unsent")
+		e.run(t, "dismiss it", chromedp.Click(card(id)+` .unsent [data-act="dismiss"]`, chromedp.ByQuery), chromedp.WaitNotPresent(card(id), chromedp.ByQuery))
+	})
+
+	t.Run("sign-in-page", func(t *testing.T) {
+		// The sign-in page sends the headers the other pages send, and names
+		// its icon (no request for /favicon.ico, no 404).
+		resp, err := http.Get(e.url + "/login")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		h := resp.Header
+		if csp := h.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") || h.Get("X-Frame-Options") != "DENY" || h.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("the sign-in page's headers: %v", h)
+		}
+		if !strings.Contains(string(body), `<link rel="icon" href="data:image/svg`) {
+			t.Errorf("the sign-in page names no icon:\n%s", body)
+		}
+		// Its own style is allowed by that policy: the button is laid out
+		// as a block.
+		var display string
+		e.run(t, "open it", chromedp.Navigate(e.url+"/login"), chromedp.WaitVisible(`main`, chromedp.ByQuery),
+			chromedp.Evaluate(`getComputedStyle(document.querySelector("a.button")).display`, &display))
+		if display != "block" {
+			t.Errorf("the sign-in page's style is refused: a.button is %q", display)
+		}
 	})
 
 	t.Run("phone-and-dark", func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -44,9 +45,13 @@ type card struct {
 	Received time.Time
 	Deadline time.Time
 
-	Rule      string
-	Limit     string
-	Approvers string
+	Rule  string
+	Limit string
+	// WhoMay says in plain words who may approve and how many must:
+	// "Anyone may approve", "Needs 2 of: alice, bob". RuleText names the
+	// rule, or says no rule matched.
+	WhoMay    string
+	RuleText  string
 	Quorum    int
 	Votes     []vote
 	Level     int
@@ -129,13 +134,10 @@ func (u *UI) makeCard(rec broker.Record, v viewer) card {
 	}
 	info := u.b.RuleOf(rec)
 	c.Rule, c.Limit, c.Quorum = info.Rule, info.Limit, max(info.Quorum, 1)
-	c.Approvers = "anyone"
-	if len(info.Approvers) > 0 {
-		c.Approvers = strings.Join(info.Approvers, ", ")
-	}
-	c.OnTimeout = "expires (denied)"
+	c.WhoMay, c.RuleText = whoMay(info.Approvers, c.Quorum), ruleText(info.Rule)
+	c.OnTimeout = "then denied if nobody answers"
 	if info.OnTimeout == events.Approve {
-		c.OnTimeout = "approved"
+		c.OnTimeout = "then approved if nobody answers"
 	}
 	c.CanEdit = c.Quorum == 1
 	switch {
@@ -158,6 +160,41 @@ func (u *UI) makeCard(rec broker.Record, v viewer) card {
 	}
 	c.Schema = makeSchemaForm(req.ResponseSchema)
 	return c
+}
+
+// whoMay says who may approve, and how many must, in words an approver
+// reads without knowing the policy's syntax.
+func whoMay(approvers []string, quorum int) string {
+	var names []string
+	for _, a := range approvers {
+		if role, ok := strings.CutPrefix(a, "role:"); ok {
+			names = append(names, "anyone with role "+textsafe.Line(role))
+		} else {
+			names = append(names, textsafe.Line(a))
+		}
+	}
+	switch {
+	case quorum > 1 && len(names) == 0:
+		return fmt.Sprintf("Needs %d approvals, from anyone", quorum)
+	case quorum > 1:
+		return fmt.Sprintf("Needs %d of: %s", quorum, strings.Join(names, ", "))
+	case len(names) == 0:
+		return "Anyone may approve"
+	case len(names) == 1 && strings.HasPrefix(approvers[0], "role:"):
+		return "Anyone with role " + textsafe.Line(strings.TrimPrefix(approvers[0], "role:")) + " may approve"
+	case len(names) == 1:
+		return "Only " + names[0] + " may approve"
+	}
+	return "Any one of " + strings.Join(names, ", ") + " may approve"
+}
+
+// ruleText names the rule a request falls under, or says that none matched
+// (the policy's mode, "mode:manual", decided to ask).
+func ruleText(rule string) string {
+	if _, ok := strings.CutPrefix(rule, "mode:"); ok || rule == "" {
+		return "No rule matched this call, so the policy asks a person."
+	}
+	return "Rule " + textsafe.Line(rule)
 }
 
 // eligibleReason is the part of an eligibility error that explains it.

@@ -40,6 +40,7 @@ import (
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/human"
 	"github.com/assent-dev/assent/internal/textsafe"
+	"github.com/assent-dev/assent/internal/webui/pagehead"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/policy"
 )
@@ -133,6 +134,9 @@ func New(b Broker, cfg Config, log *zap.Logger) (*UI, error) {
 		"query":    query,
 		"jsonattr": jsonAttr,
 		"count":    count,
+		"icon":     func() template.URL { return pagehead.Icon },
+		"namerule": func() string { return NameRule },
+		"namepat":  func() string { return namePattern },
 	}
 	sum, err := staticSum()
 	if err != nil {
@@ -270,10 +274,7 @@ func (u *UI) render(w http.ResponseWriter, name string, f frame) {
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "same-origin")
-	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+	pagehead.Set(h)
 	if p, ok := f.Page.(problemPage); ok {
 		w.WriteHeader(p.Status)
 	}
@@ -617,6 +618,14 @@ func plural(n int, one, many string) string {
 	}
 	return strconv.Itoa(n) + " " + many
 }
+
+// NameRule says which names the broker takes as a principal (a subject
+// token, events.ValidToken); the page says it where it asks for a name.
+var NameRule = fmt.Sprintf("1 to %d letters (A-Z, a-z), digits, _ or -: no spaces, dots or @", events.MaxTokenLength)
+
+// namePattern is NameRule as an <input pattern>: the page checks a name
+// before the broker would refuse it.
+var namePattern = fmt.Sprintf("[A-Za-z0-9_\\-]{1,%d}", events.MaxTokenLength)
 
 // count writes n with thousands separators: 3,140.
 func count(n int) string {
