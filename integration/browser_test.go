@@ -645,8 +645,16 @@ func TestBrowser(t *testing.T) {
 		if csp := h.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") || h.Get("X-Frame-Options") != "DENY" || h.Get("X-Content-Type-Options") != "nosniff" {
 			t.Errorf("the sign-in page's headers: %v", h)
 		}
-		if !strings.Contains(string(body), `<link rel="icon" href="data:image/svg`) {
+		if !strings.Contains(string(body), `<link rel="icon" href="/static/icon.svg" type="image/svg+xml">`) {
 			t.Errorf("the sign-in page names no icon:\n%s", body)
+		}
+		icon, err := http.Get(e.url + "/static/icon.svg")
+		if err != nil {
+			t.Fatal(err)
+		}
+		icon.Body.Close()
+		if icon.StatusCode != http.StatusOK || icon.Header.Get("Content-Type") != "image/svg+xml" {
+			t.Errorf("the icon, signed out: %d %s", icon.StatusCode, icon.Header.Get("Content-Type"))
 		}
 		// Its own style is allowed by that policy: the button is laid out
 		// as a block.

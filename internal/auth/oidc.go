@@ -228,7 +228,7 @@ type loginData struct {
 	Next, Provider, SignedIn string
 	Tokens, Proxy            bool
 	Title, Message, Hint     string
-	Icon                     template.URL
+	Icon                     string
 }
 
 // page writes a short page that says what went wrong and what to do.
@@ -263,7 +263,7 @@ var loginTemplate = template.Must(template.New("login").Parse(`<!doctype html>
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<link rel="icon" href="{{.Icon}}">
+<link rel="icon" href="{{.Icon}}" type="image/svg+xml">
 <title>{{if .Title}}{{.Title}}{{else}}Sign in{{end}} · Assent</title>
 <style>` + loginStyle + `</style>
 </head>

@@ -134,7 +134,6 @@ func New(b Broker, cfg Config, log *zap.Logger) (*UI, error) {
 		"query":    query,
 		"jsonattr": jsonAttr,
 		"count":    count,
-		"icon":     func() template.URL { return pagehead.Icon },
 		"namerule": func() string { return NameRule },
 		"namepat":  func() string { return namePattern },
 	}

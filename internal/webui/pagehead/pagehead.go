@@ -8,14 +8,14 @@ package pagehead
 import (
 	"crypto/sha256"
 	"encoding/base64"
-	"html/template"
 	"net/http"
 	"strings"
 )
 
-// Icon is the pages' icon, a data: URL (no request, so no 404 in the
-// console), for <link rel="icon" href="{{.}}">.
-const Icon template.URL = "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'%3E%3Crect width='16' height='16' rx='4' fill='%232f5bd3'/%3E%3Cpath d='M4 8.5l2.5 2.5L12 5.5' stroke='white' stroke-width='2' fill='none'/%3E%3C/svg%3E"
+// Icon is where the pages' icon is, among the web UI's static files, for
+// <link rel="icon" href="{{.}}"> (a page without one makes the browser ask
+// for /favicon.ico, a 404).
+const Icon = "/static/icon.svg"
 
 // Set sets the security headers of an HTML page on h: no sniffing, no
 // framing, the referrer only to this site, and a Content-Security-Policy
