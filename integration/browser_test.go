@@ -76,6 +76,13 @@ type browserEnv struct {
 
 func newBrowserEnv(t testing.TB) *browserEnv {
 	t.Helper()
+	return newBrowserEnvWith(t, true)
+}
+
+// newBrowserEnvWith is newBrowserEnv, without --auth when signIn is false:
+// the pages then ask for a name to answer as.
+func newBrowserEnvWith(t testing.TB, signIn bool) *browserEnv {
+	t.Helper()
 	exe := chromium(t)
 	// The broker's address is fixed before it starts: the provider must know
 	// where to send people back to.
@@ -86,12 +93,17 @@ func newBrowserEnv(t testing.TB) *browserEnv {
 	httpAddr := ln.Addr().String()
 	ln.Close()
 	ours := "http://" + httpAddr
-	issuer := startOP(t, ours+"/auth/callback")
 
 	dir := t.TempDir()
 	pol, authFile := filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "auth.yaml")
-	authYAML := "oidc:\n  issuer: " + issuer + "\n  client_id: assent\n  client_secret: s3cret\n  redirect_url: " + ours + "/auth/callback\n"
-	for file, data := range map[string]string{pol: browserPolicy, authFile: authYAML} {
+	files := map[string]string{pol: browserPolicy}
+	if signIn {
+		issuer := startOP(t, ours+"/auth/callback")
+		files[authFile] = "oidc:\n  issuer: " + issuer + "\n  client_id: assent\n  client_secret: s3cret\n  redirect_url: " + ours + "/auth/callback\n"
+	} else {
+		authFile = ""
+	}
+	for file, data := range files {
 		if err := os.WriteFile(file, []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -503,18 +515,26 @@ func TestBrowser(t *testing.T) {
 			t.Errorf("unfolded, the body shows %d characters, not all %d", len(shown), len(body))
 		}
 		e.inSight(t, card(id), keys, append(starts, strings.TrimSpace(body)))
-		e.shot(t, "long-args-open")
 		e.run(t, "fold it again", chromedp.Click(card(id)+` button.arg-more`, chromedp.ByQuery),
 			chromedp.WaitVisible(card(id)+` button.arg-more[aria-expanded="false"]`, chromedp.ByQuery))
 
-		// Phone, dark: the same, in a narrow window.
-		e.run(t, "a phone",
-			emulation.SetDeviceMetricsOverride(390, 844, 3, true),
-			emulation.SetEmulatedMedia().WithFeatures([]*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}),
-			chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery))
-		e.inSight(t, card(id), keys, starts)
-		e.shot(t, "long-args-phone-dark")
-		e.run(t, "back to a desktop", emulation.ClearDeviceMetricsOverride(), emulation.SetEmulatedMedia())
+		// The same on a phone, and in the dark.
+		for _, v := range []struct {
+			name   string
+			width  int64
+			scheme string
+		}{{"desktop-dark", 0, "dark"}, {"phone", 390, "light"}, {"phone-dark", 390, "dark"}} {
+			look := []chromedp.Action{emulation.SetEmulatedMedia().WithFeatures([]*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: v.scheme}})}
+			if v.width > 0 {
+				look = append(look, emulation.SetDeviceMetricsOverride(v.width, 844, 3, true))
+			}
+			e.run(t, v.name, append(look, chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery))...)
+			e.inSight(t, card(id), keys, starts)
+			if v.name == "phone-dark" {
+				e.shot(t, "long-args-"+v.name)
+			}
+			e.run(t, "back to a desktop", emulation.ClearDeviceMetricsOverride(), emulation.SetEmulatedMedia())
+		}
 
 		// Approved with an edited recipient: the decision shows the
 		// arguments approved the same way.
@@ -527,7 +547,6 @@ func TestBrowser(t *testing.T) {
 			chromedp.Evaluate(fmt.Sprintf(`document.querySelector(%q).dispatchEvent(new Event("input", {bubbles: true}))`, card(id)+" .args-edit"), nil),
 			chromedp.WaitVisible(card(id)+` .diff .add`, chromedp.ByQuery))
 		e.inSight(t, card(id)+` .diff`, nil, []string{`"to": "billing@example.com"`, `"to": "mallory@evil.example"`})
-		e.shot(t, "long-args-edit")
 		e.run(t, "approve with the edits", chromedp.Click(card(id)+` .edit-panel button[type="submit"]`, chromedp.ByQuery))
 		e.run(t, "see it approved", chromedp.WaitVisible(card(id)+` .outcome.approved`, chromedp.ByQuery))
 		if d := decided(t, got); !d.Approved() || !d.Edited {
@@ -539,7 +558,6 @@ func TestBrowser(t *testing.T) {
 		e.run(t, "its page", chromedp.Navigate(e.url+"/approvals/"+id), chromedp.WaitVisible(`.timeline`, chromedp.ByQuery))
 		e.inSight(t, card(id), keys, starts)
 		e.inSight(t, card(id)+` .outcome`, keys, []string{"Invoice Q3", "billing@example.com"})
-		e.shot(t, "long-args-detail")
 	})
 
 	t.Run("times-tick", func(t *testing.T) {
@@ -581,7 +599,6 @@ func TestBrowser(t *testing.T) {
 					return r.left < b.right && r.right > b.left && r.top < b.bottom && r.bottom > b.top;
 				}).map(el => el.textContent.trim());
 			})()`, card(a)+" .edit-panel button, "+card(a)+" .edit-panel textarea"), &covered))
-		e.shot(t, "notice")
 		if len(covered) > 0 {
 			t.Errorf("the notice of a new request covers %q", covered)
 		}
@@ -694,6 +711,34 @@ func TestBrowser(t *testing.T) {
 			t.Fatalf("after signing out, /history is at %s", loc)
 		}
 	})
+}
+
+// TestBrowserAnsweringAs: without sign-in, the page takes only a name the
+// broker takes as a principal, says the rule when it is not one, and sends
+// nothing until it is.
+func TestBrowserAnsweringAs(t *testing.T) {
+	e := newBrowserEnvWith(t, false)
+	id, got := e.ask(t, events.Requested{Tool: "restart_service", Args: json.RawMessage(`{"name":"web"}`)})
+	e.run(t, "see it", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery))
+	var notice string
+	e.run(t, "answer as a name with a space",
+		chromedp.SendKeys(`#as`, "alice smith", chromedp.ByQuery),
+		chromedp.Click(card(id)+` [data-act="approve"]`, chromedp.ByQuery),
+		chromedp.Poll(`document.getElementById("live").textContent !== ""`, nil, chromedp.WithPollingInterval(50*time.Millisecond)),
+		chromedp.Text(`#live`, &notice, chromedp.ByQuery))
+	if !strings.Contains(notice, "a space") || !strings.Contains(notice, "letters") || !strings.Contains(notice, "digits") {
+		t.Errorf("the page says %q, not which names it takes", notice)
+	}
+	select {
+	case d := <-got:
+		t.Fatalf("a name the broker refuses was sent: %+v", d)
+	case <-time.After(500 * time.Millisecond):
+	}
+	e.run(t, "answer as alice", chromedp.Evaluate(`document.getElementById("as").value = ""`, nil), chromedp.SendKeys(`#as`, "alice", chromedp.ByQuery),
+		chromedp.Click(card(id)+` [data-act="approve"]`, chromedp.ByQuery), chromedp.WaitVisible(card(id)+` .outcome.approved`, chromedp.ByQuery))
+	if d := decided(t, got); !d.Approved() || d.DecidedBy[0].Principal != "alice" {
+		t.Fatalf("the agent got %+v", d)
+	}
 }
 
 // BenchmarkBrowserCard measures how long a request takes from an agent's
