@@ -34,7 +34,7 @@ type card struct {
 	// (internal/argview). ArgsJSON is them as indented JSON, to edit. Both
 	// have control and invisible characters as escapes; NoArgs says there
 	// are none.
-	Args     argview.View
+	Args     argList
 	ArgsJSON string
 	NoArgs   bool
 	// ArgsSchema is the request's input_schema, to read; nil without one.
@@ -98,7 +98,7 @@ type decision struct {
 	Auto    bool
 	Rule    string
 	Edited  bool
-	Args    argview.View // the approved arguments, when edited
+	Args    argList // the approved arguments, when edited, marked where they differ from the request's
 	Payload string
 }
 
@@ -116,7 +116,7 @@ func (u *UI) makeCard(rec broker.Record, v viewer) card {
 		c.Hidden = c.Hidden || textsafe.Line(k) != k || textsafe.Line(val) != val
 	}
 	sort.Slice(c.Labels, func(i, j int) bool { return c.Labels[i][0] < c.Labels[j][0] })
-	c.Args = argview.Of(req.Args, argLimits)
+	c.Args = argList{View: argview.Of(req.Args, argLimits)}
 	c.ArgsJSON, c.NoArgs = prettyJSON(req.Args)
 	if hidden(req.Args) || hidden(req.InputSchema) {
 		c.Hidden = true
@@ -126,7 +126,7 @@ func (u *UI) makeCard(rec broker.Record, v viewer) card {
 		c.Votes = append(c.Votes, vote{Principal: textsafe.Line(d.Principal), Channel: textsafe.Line(d.Channel), At: d.At})
 	}
 	if rec.Decision != nil {
-		c.Decision = makeDecision(rec.Decision)
+		c.Decision = makeDecision(rec.Decision, c.Args.View)
 	}
 	if !c.Pending {
 		c.Rule = rec.Rule
@@ -212,14 +212,47 @@ func eligibleReason(err error) string {
 // in sight above the card's buttons.
 var argLimits = argview.Limits{Value: 160, Lines: 3, Total: 2000, MinValue: 24}
 
-func makeDecision(d *events.Decided) *decision {
+// argList is arguments as a card shows them; for edited arguments, Changed
+// marks each that is not in the request as it is here, and Removed names
+// the request's arguments the edit left out.
+type argList struct {
+	argview.View
+	Changed []bool
+	Removed []string
+}
+
+// edited lays out args, an approver's edit of the arguments in asked.
+func edited(args json.RawMessage, asked argview.View) argList {
+	l := argList{View: argview.Of(args, argLimits)}
+	was := map[string]string{}
+	for _, a := range asked.Args {
+		if _, ok := was[a.Key]; !ok {
+			was[a.Key] = a.Value
+		}
+	}
+	now := map[string]bool{}
+	for _, a := range l.Args {
+		v, ok := was[a.Key]
+		l.Changed = append(l.Changed, !ok || v != a.Value)
+		now[a.Key] = true
+	}
+	for _, a := range asked.Args {
+		if !now[a.Key] {
+			l.Removed = append(l.Removed, a.Key)
+			now[a.Key] = true
+		}
+	}
+	return l
+}
+
+func makeDecision(d *events.Decided, asked argview.View) *decision {
 	out := &decision{Outcome: string(d.Outcome), Reason: textsafe.Text(d.Reason), At: d.DecidedAt, Auto: d.Auto,
 		Rule: textsafe.Line(d.Rule), Edited: d.Edited}
 	for _, b := range d.DecidedBy {
 		out.By = append(out.By, vote{Principal: textsafe.Line(b.Principal), Channel: textsafe.Line(b.Channel), At: b.At})
 	}
 	if d.Edited {
-		out.Args = argview.Of(d.Args, argLimits)
+		out.Args = edited(d.Args, asked)
 	}
 	if len(d.Payload) > 0 {
 		out.Payload, _ = prettyJSON(d.Payload)

@@ -91,6 +91,28 @@ func TestHistoryMarksEditedApprovals(t *testing.T) {
 	if strings.Contains(row(plain.ID), "edited") {
 		t.Errorf("an approval as asked is marked edited:\n%s", row(plain.ID))
 	}
+	// Its page shows which argument the approver changed.
+	_, page, _ := s.get(t, "", "/approvals/"+edited.ID)
+	if text := visibleText(page); !strings.Contains(text, "Approved with edited arguments: path changed /tmp/passwd") {
+		t.Errorf("the page does not show the changed argument:\n%s", text)
+	}
+}
+
+// TestEditedArgumentsMarked: of edited arguments, those not as the agent
+// asked are marked changed, and those left out are named.
+func TestEditedArgumentsMarked(t *testing.T) {
+	s := newSite(t, false, 0)
+	rec := s.submit(t, events.Requested{Tool: "send_email", Args: json.RawMessage(`{"body":"hi","to":"mallory@evil.example","cc":"x@example.com"}`)})
+	if _, err := s.b.Respond(context.Background(), "alice", rec.ID, events.Responded{Decision: events.Approve, Args: json.RawMessage(`{"body":"hi","to":"billing@example.com","bcc":"audit@example.com"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	_, body, _ := s.get(t, "", "/ui/cards/"+rec.ID)
+	text := visibleText(body[strings.Index(body, `<div class="outcome`):])
+	for _, want := range []string{"bcc changed audit@example.com body hi to changed billing@example.com cc removed (left out by the approver)"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the decision does not say %q:\n%s", want, text)
+		}
+	}
 }
 
 // TestAnsweringAsTakesTheBrokersNames: without sign-in, the page's name
