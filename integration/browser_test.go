@@ -304,6 +304,7 @@ func TestBrowser(t *testing.T) {
 		e.shot(t, "edit-args")
 		e.run(t, "approve with the edits", chromedp.Click(card(id)+` .edit-panel button[type="submit"]`, chromedp.ByQuery))
 		e.run(t, "see it approved", chromedp.WaitVisible(card(id)+` .outcome.approved`, chromedp.ByQuery))
+		e.notUnsent(t, id)
 		d := decided(t, got)
 		if !d.Approved() || !d.Edited || string(d.Args) != `{"path":"/srv/releases/2026-10","recursive":false}` || d.DecidedBy[0].Principal != "alice" || d.DecidedBy[0].Channel != "web" {
 			t.Fatalf("the agent got %+v", d)
@@ -319,6 +320,7 @@ func TestBrowser(t *testing.T) {
 			chromedp.SetValue(card(id)+` .reason`, "not on a Friday", chromedp.ByQuery))
 		e.run(t, "deny", chromedp.Click(card(id)+` .deny-panel button[type="submit"]`, chromedp.ByQuery))
 		e.run(t, "see it denied", chromedp.WaitVisible(card(id)+` .outcome.denied`, chromedp.ByQuery))
+		e.notUnsent(t, id)
 		if d := decided(t, got); d.Approved() || d.Reason != "not on a Friday" {
 			t.Fatalf("the agent got %+v", d)
 		}
@@ -895,6 +897,19 @@ func (e *browserEnv) inSight(t *testing.T, root string, keys, values []string) {
 	e.run(t, "look at "+root, chromedp.Evaluate(fmt.Sprintf("%s(%q, %s)", inSightJS, root, arg), &out))
 	if len(out) > 0 {
 		t.Errorf("out of sight under %s:\n%s", root, strings.Join(out, "\n"))
+	}
+}
+
+// notUnsent fails the test if request id's card, answered from the page,
+// says what was typed was not sent (the answer's own decision arrives on
+// the event stream too, perhaps before the answer returns).
+func (e *browserEnv) notUnsent(t *testing.T, id string) {
+	t.Helper()
+	var note bool
+	e.run(t, "look for a note of unsent text", chromedp.Sleep(500*time.Millisecond),
+		chromedp.Evaluate(fmt.Sprintf(`document.querySelector(%q) !== null`, card(id)+" .unsent"), &note))
+	if note {
+		t.Error("the card says the answer just sent was not sent")
 	}
 }
 

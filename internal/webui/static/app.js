@@ -171,9 +171,15 @@
     return out;
   }
 
+  // sending holds the ids of requests whose answer from this page is on its
+  // way, answered those it answered: the event stream may show them
+  // decided before the answer returns, or as it does.
+  const sending = new Set(), answered = new Set();
+
   // keepTyped puts what was typed on the old version of a card on its new
   // one: into the same fields while it is still open; once it is decided,
-  // in a note that says it was not sent, and by whom it was decided.
+  // in a note that says it was not sent, and by whom it was decided (not
+  // while this page's own answer is on its way: it may be what decided).
   function keepTyped(fresh, kept) {
     if (!kept.length) return;
     if (fresh.dataset.state === "pending") {
@@ -193,6 +199,7 @@
       }
       return;
     }
+    if (sending.has(fresh.dataset.id) || answered.has(fresh.dataset.id)) return;
     const out = fresh.querySelector(".outcome");
     const by = out && out.dataset.by ? out.dataset.by : "";
     const word = fresh.dataset.state === "expired" ? "expired" : "was " + fresh.dataset.state;
@@ -316,17 +323,25 @@
     const err = card.querySelector(".card-error");
     const buttons = card.querySelectorAll("button");
     buttons.forEach((b) => { b.disabled = true; });
+    const id = card.dataset.id;
+    const mine = typed(card);
+    sending.add(id);
     try {
-      await api("POST", "/v1/approvals/" + encodeURIComponent(card.dataset.id) + "/decision", data);
-      const fresh = await refresh(card.dataset.id, true);
+      await api("POST", "/v1/approvals/" + encodeURIComponent(id) + "/decision", data);
+      answered.add(id);
+      sending.delete(id);
+      const fresh = await refresh(id, true);
       if (fresh) {
         say(fresh.querySelector(".tool").textContent + ": " + describeOutcome(fresh));
         resolved(fresh);
       }
     } catch (e) {
+      sending.delete(id);
       buttons.forEach((b) => { b.disabled = false; });
       if (e.code === "already_decided" || e.code === "expired") {
-        const fresh = await refresh(card.dataset.id);
+        // Someone else was first: what this answer carried was not sent.
+        const fresh = await refresh(id, true);
+        if (fresh && !fresh.querySelector(".unsent")) keepTyped(fresh, mine);
         say("Already decided: " + (fresh ? describeOutcome(fresh) : e.message), true);
         resolved(fresh);
         return;
