@@ -204,7 +204,9 @@ func (e *browserEnv) shot(t *testing.T, name string) {
 		return
 	}
 	var png []byte
-	e.run(t, "screenshot "+name, chromedp.Sleep(300*time.Millisecond), chromedp.FullScreenshot(&png, 100))
+	// From the top: a sticky header stays where a window scrolled down had
+	// it, in the middle of a screenshot of the whole page.
+	e.run(t, "screenshot "+name, chromedp.Evaluate(`window.scrollTo(0, 0)`, nil), chromedp.Sleep(300*time.Millisecond), chromedp.FullScreenshot(&png, 100))
 	if err := os.WriteFile(filepath.Join(*screenshots, name+".png"), png, 0o644); err != nil {
 		t.Fatal(err)
 	}
