@@ -181,7 +181,7 @@ func whoMay(approvers []string, quorum int) string {
 	case len(names) == 0:
 		return "Anyone may approve"
 	case len(names) == 1 && strings.HasPrefix(approvers[0], "role:"):
-		return "Anyone with role " + textsafe.Line(strings.TrimPrefix(approvers[0], "role:")) + " may approve"
+		return "A" + strings.TrimPrefix(names[0], "a") + " may approve" // Anyone with role …
 	case len(names) == 1:
 		return "Only " + names[0] + " may approve"
 	}
@@ -191,7 +191,7 @@ func whoMay(approvers []string, quorum int) string {
 // ruleText names the rule a request falls under, or says that none matched
 // (the policy's mode, "mode:manual", decided to ask).
 func ruleText(rule string) string {
-	if _, ok := strings.CutPrefix(rule, "mode:"); ok || rule == "" {
+	if strings.HasPrefix(rule, "mode:") || rule == "" {
 		return "No rule matched this call, so the policy asks a person."
 	}
 	return "Rule " + textsafe.Line(rule)

@@ -13,7 +13,10 @@
 // Everything an agent sent (tool, arguments, reasons, labels) is shown with
 // its control and invisible characters made visible (internal/textsafe), on
 // top of HTML escaping, so a bidirectional override cannot make one call look
-// like another.
+// like another. Arguments are laid out by internal/argview: every key in
+// sight with the start of its value, the rest behind a "N more characters"
+// control, so that the order and length an agent chose cannot push an
+// argument out of the approver's sight.
 package webui
 
 import (
@@ -619,12 +622,13 @@ func plural(n int, one, many string) string {
 }
 
 // NameRule says which names the broker takes as a principal (a subject
-// token, events.ValidToken); the page says it where it asks for a name.
-var NameRule = fmt.Sprintf("1 to %d letters (A-Z, a-z), digits, _ or -: no spaces, dots or @", events.MaxTokenLength)
+// token: events.ValidToken, up to events.MaxTokenLength); the page says it
+// where it asks for a name.
+const NameRule = "1 to 128 letters (A-Z, a-z), digits, _ or -: no spaces, dots or @"
 
 // namePattern is NameRule as an <input pattern>: the page checks a name
 // before the broker would refuse it.
-var namePattern = fmt.Sprintf("[A-Za-z0-9_\\-]{1,%d}", events.MaxTokenLength)
+const namePattern = `[A-Za-z0-9_\-]{1,128}`
 
 // count writes n with thousands separators: 3,140.
 func count(n int) string {

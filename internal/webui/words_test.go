@@ -93,7 +93,7 @@ func TestHistoryMarksEditedApprovals(t *testing.T) {
 	}
 	// Its page shows which argument the approver changed.
 	_, page, _ := s.get(t, "", "/approvals/"+edited.ID)
-	if text := visibleText(page); !strings.Contains(text, "Approved with edited arguments: path changed /tmp/passwd") {
+	if text := visibleText(page); !strings.Contains(text, "approved by alice with edited arguments") || !strings.Contains(text, "The arguments approved: path changed /tmp/passwd") {
 		t.Errorf("the page does not show the changed argument:\n%s", text)
 	}
 }

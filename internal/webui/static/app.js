@@ -305,7 +305,7 @@
   }
 
   function describeOutcome(card) {
-    const out = card.querySelector(".outcome");
+    const out = card.querySelector(".outcome .summary") || card.querySelector(".outcome");
     return out ? out.textContent.replace(/\s+/g, " ").trim() : "";
   }
 
