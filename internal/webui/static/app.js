@@ -355,6 +355,11 @@
     card.querySelectorAll("form.panel").forEach((f) => { f.hidden = !f.classList.contains(cls); });
     const panel = card.querySelector("form." + cls);
     if (!panel) return null;
+    // A comment written for an approval becomes the start of a denial's
+    // reason, rather than being dropped.
+    const comment = card.querySelector(".comment-in");
+    const reason = panel.querySelector(".reason");
+    if (reason && !reason.value && comment && comment.value.trim()) reason.value = comment.value.trim();
     const first = panel.querySelector("textarea, input, select");
     if (first) first.focus();
     return panel;
