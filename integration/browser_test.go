@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -75,6 +76,13 @@ type browserEnv struct {
 
 func newBrowserEnv(t testing.TB) *browserEnv {
 	t.Helper()
+	return newBrowserEnvWith(t, true)
+}
+
+// newBrowserEnvWith is newBrowserEnv, without --auth when signIn is false:
+// the pages then ask for a name to answer as.
+func newBrowserEnvWith(t testing.TB, signIn bool) *browserEnv {
+	t.Helper()
 	exe := chromium(t)
 	// The broker's address is fixed before it starts: the provider must know
 	// where to send people back to.
@@ -85,12 +93,17 @@ func newBrowserEnv(t testing.TB) *browserEnv {
 	httpAddr := ln.Addr().String()
 	ln.Close()
 	ours := "http://" + httpAddr
-	issuer := startOP(t, ours+"/auth/callback")
 
 	dir := t.TempDir()
 	pol, authFile := filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "auth.yaml")
-	authYAML := "oidc:\n  issuer: " + issuer + "\n  client_id: assent\n  client_secret: s3cret\n  redirect_url: " + ours + "/auth/callback\n"
-	for file, data := range map[string]string{pol: browserPolicy, authFile: authYAML} {
+	files := map[string]string{pol: browserPolicy}
+	if signIn {
+		issuer := startOP(t, ours+"/auth/callback")
+		files[authFile] = "oidc:\n  issuer: " + issuer + "\n  client_id: assent\n  client_secret: s3cret\n  redirect_url: " + ours + "/auth/callback\n"
+	} else {
+		authFile = ""
+	}
+	for file, data := range files {
 		if err := os.WriteFile(file, []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +204,9 @@ func (e *browserEnv) shot(t *testing.T, name string) {
 		return
 	}
 	var png []byte
-	e.run(t, "screenshot "+name, chromedp.Sleep(300*time.Millisecond), chromedp.FullScreenshot(&png, 100))
+	// From the top: a sticky header stays where a window scrolled down had
+	// it, in the middle of a screenshot of the whole page.
+	e.run(t, "screenshot "+name, chromedp.Evaluate(`window.scrollTo(0, 0)`, nil), chromedp.Sleep(300*time.Millisecond), chromedp.FullScreenshot(&png, 100))
 	if err := os.WriteFile(filepath.Join(*screenshots, name+".png"), png, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -256,13 +271,20 @@ func card(id string) string { return "#r-" + id }
 func TestBrowser(t *testing.T) {
 	e := newBrowserEnv(t)
 
+	ran := false
 	signedIn := t.Run("sign-in", func(t *testing.T) {
+		ran = true
 		if who := e.signIn(t); who != "alice" {
 			t.Fatalf("signed in as %q, want alice", who)
 		}
 	})
 	if !signedIn {
 		t.FailNow()
+	}
+	if !ran { // -run chose other subtests: they still need a session
+		if who := e.signIn(t); who != "alice" {
+			t.Fatalf("signed in as %q, want alice", who)
+		}
 	}
 
 	t.Run("arrives-live-and-edit-args", func(t *testing.T) {
@@ -284,6 +306,7 @@ func TestBrowser(t *testing.T) {
 		e.shot(t, "edit-args")
 		e.run(t, "approve with the edits", chromedp.Click(card(id)+` .edit-panel button[type="submit"]`, chromedp.ByQuery))
 		e.run(t, "see it approved", chromedp.WaitVisible(card(id)+` .outcome.approved`, chromedp.ByQuery))
+		e.notUnsent(t, id)
 		d := decided(t, got)
 		if !d.Approved() || !d.Edited || string(d.Args) != `{"path":"/srv/releases/2026-10","recursive":false}` || d.DecidedBy[0].Principal != "alice" || d.DecidedBy[0].Channel != "web" {
 			t.Fatalf("the agent got %+v", d)
@@ -299,6 +322,7 @@ func TestBrowser(t *testing.T) {
 			chromedp.SetValue(card(id)+` .reason`, "not on a Friday", chromedp.ByQuery))
 		e.run(t, "deny", chromedp.Click(card(id)+` .deny-panel button[type="submit"]`, chromedp.ByQuery))
 		e.run(t, "see it denied", chromedp.WaitVisible(card(id)+` .outcome.denied`, chromedp.ByQuery))
+		e.notUnsent(t, id)
 		if d := decided(t, got); d.Approved() || d.Reason != "not on a Friday" {
 			t.Fatalf("the agent got %+v", d)
 		}
@@ -469,6 +493,200 @@ func TestBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("long-args", func(t *testing.T) {
+		// The agent writes a long body first: the approver must still see
+		// every argument's name and the start of its value above Approve,
+		// and be told how much of the body is folded away.
+		body := strings.Repeat("Please find the quarterly invoice attached. ", 75) // 3,300 characters
+		args := `{"body":` + string(mustJSON(t, body)) + `,"subject":"Invoice Q3","to":"mallory@evil.example"}`
+		keys := []string{"body", "subject", "to"}
+		starts := []string{"Please find the quarterly invoice attached.", "Invoice Q3", "mallory@evil.example"}
+		id, got := e.ask(t, events.Requested{Tool: "send_email", Session: "s-long", Args: json.RawMessage(args)})
+		e.run(t, "see it", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery))
+		e.inSight(t, card(id), keys, starts)
+		e.shot(t, "long-args")
+		var more string
+		e.run(t, "find the folded body's control", chromedp.Text(card(id)+` button.arg-more`, &more, chromedp.ByQuery))
+		var n int
+		if _, err := fmt.Sscanf(strings.ReplaceAll(more, ",", ""), "%d more characters", &n); err != nil || n < 3000 || n >= len(body) {
+			t.Errorf("the fold says %q, want the count of characters folded away", more)
+		}
+		var shown string
+		e.run(t, "unfold it", chromedp.Click(card(id)+` button.arg-more`, chromedp.ByQuery),
+			chromedp.WaitVisible(card(id)+` button.arg-more[aria-expanded="true"]`, chromedp.ByQuery),
+			chromedp.Text(card(id)+` .arg:first-child .arg-val`, &shown, chromedp.ByQuery))
+		if !strings.Contains(shown, strings.TrimSpace(body)) {
+			t.Errorf("unfolded, the body shows %d characters, not all %d", len(shown), len(body))
+		}
+		e.inSight(t, card(id), keys, append(starts, strings.TrimSpace(body)))
+		e.run(t, "fold it again", chromedp.Click(card(id)+` button.arg-more`, chromedp.ByQuery),
+			chromedp.WaitVisible(card(id)+` button.arg-more[aria-expanded="false"]`, chromedp.ByQuery))
+
+		// The same on a phone, and in the dark.
+		for _, v := range []struct {
+			name   string
+			width  int64
+			scheme string
+		}{{"desktop-dark", 0, "dark"}, {"phone", 390, "light"}, {"phone-dark", 390, "dark"}} {
+			look := []chromedp.Action{emulation.SetEmulatedMedia().WithFeatures([]*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: v.scheme}})}
+			if v.width > 0 {
+				look = append(look, emulation.SetDeviceMetricsOverride(v.width, 844, 3, true))
+			}
+			e.run(t, v.name, append(look, chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery))...)
+			e.inSight(t, card(id), keys, starts)
+			if v.name == "phone-dark" {
+				e.shot(t, "long-args-"+v.name)
+			}
+			e.run(t, "back to a desktop", emulation.ClearDeviceMetricsOverride(), emulation.SetEmulatedMedia())
+		}
+
+		// Approved with an edited recipient: the decision shows the
+		// arguments approved the same way.
+		edited := `{"body":` + string(mustJSON(t, body)) + `,"subject":"Invoice Q3","to":"billing@example.com"}`
+		e.run(t, "see it again", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery), chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery))
+		e.run(t, "edit the recipient",
+			chromedp.Click(card(id)+` [data-act="edit"]`, chromedp.ByQuery),
+			chromedp.WaitVisible(card(id)+` .args-edit`, chromedp.ByQuery),
+			chromedp.SetValue(card(id)+` .args-edit`, edited, chromedp.ByQuery),
+			chromedp.Evaluate(fmt.Sprintf(`document.querySelector(%q).dispatchEvent(new Event("input", {bubbles: true}))`, card(id)+" .args-edit"), nil),
+			chromedp.WaitVisible(card(id)+` .diff .add`, chromedp.ByQuery))
+		e.inSight(t, card(id)+` .diff`, nil, []string{`"to": "billing@example.com"`, `"to": "mallory@evil.example"`})
+		e.run(t, "approve with the edits", chromedp.Click(card(id)+` .edit-panel button[type="submit"]`, chromedp.ByQuery))
+		e.run(t, "see it approved", chromedp.WaitVisible(card(id)+` .outcome.approved`, chromedp.ByQuery))
+		if d := decided(t, got); !d.Approved() || !d.Edited {
+			t.Fatalf("the agent got %+v", d)
+		}
+		e.inSight(t, card(id)+` .outcome`, keys, []string{"Please find the quarterly invoice attached.", "Invoice Q3", "billing@example.com"})
+
+		// The request's own page.
+		e.run(t, "its page", chromedp.Navigate(e.url+"/approvals/"+id), chromedp.WaitVisible(`.timeline`, chromedp.ByQuery))
+		e.inSight(t, card(id), keys, starts)
+		e.inSight(t, card(id)+` .outcome`, keys, []string{"Invoice Q3", "billing@example.com"})
+	})
+
+	t.Run("times-tick", func(t *testing.T) {
+		// "Asked 0s ago" goes on counting, and what happens at the deadline
+		// is written out, not only in a tooltip a phone never shows.
+		id, _ := e.ask(t, events.Requested{Tool: "rotate_keys", Args: json.RawMessage(`{"service":"web"}`)})
+		var first, meta string
+		e.run(t, "see it", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery),
+			chromedp.Text(card(id)+` dl.meta time`, &first, chromedp.ByQuery), chromedp.Text(card(id)+` dl.meta`, &meta, chromedp.ByQuery))
+		if !strings.Contains(meta, "then denied if nobody answers") {
+			t.Errorf("the card does not say what happens at the deadline: %q", meta)
+		}
+		e.run(t, "wait for the time to move", chromedp.Poll(fmt.Sprintf(`(t => /^[1-9]\d*s ago$/.test(t) && t !== %q)(document.querySelector(%q).textContent)`, first, card(id)+" dl.meta time"), nil,
+			chromedp.WithPollingInterval(200*time.Millisecond), chromedp.WithPollingTimeout(6*time.Second)))
+		ctx, cancel := opCtx()
+		defer cancel()
+		if err := e.agent.Cancel(ctx, id, "test over"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("notice-covers-nothing", func(t *testing.T) {
+		// A request arrives while the approver edits another's arguments,
+		// the edit form's buttons at the bottom of the window: the notice of
+		// its arrival must not cover them.
+		a, _ := e.ask(t, events.Requested{Tool: "delete_file", Args: json.RawMessage(`{"path":"/srv/a"}`)})
+		e.run(t, "edit one", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(a), chromedp.ByQuery), chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery),
+			chromedp.Click(card(a)+` [data-act="edit"]`, chromedp.ByQuery), chromedp.WaitVisible(card(a)+` .edit-panel`, chromedp.ByQuery),
+			chromedp.Evaluate(fmt.Sprintf(`document.querySelector(%q).scrollIntoView({block: "end"}); true`, card(a)+" .edit-panel"), nil))
+		b, _ := e.ask(t, events.Requested{Tool: "delete_file", Args: json.RawMessage(`{"path":"/srv/b"}`)})
+		var covered []string
+		e.run(t, "another arrives", chromedp.WaitReady(card(b), chromedp.ByQuery),
+			chromedp.Poll(`document.getElementById("live").textContent !== ""`, nil, chromedp.WithPollingInterval(50*time.Millisecond)),
+			chromedp.Evaluate(fmt.Sprintf(`(() => {
+				const live = document.getElementById("live"), r = live.getBoundingClientRect();
+				if (r.width < 2 || r.height < 2 || !live.checkVisibility()) return [];
+				return Array.from(document.querySelectorAll(%q)).filter(el => {
+					const b = el.getBoundingClientRect();
+					return r.left < b.right && r.right > b.left && r.top < b.bottom && r.bottom > b.top;
+				}).map(el => el.textContent.trim());
+			})()`, card(a)+" .edit-panel button, "+card(a)+" .edit-panel textarea"), &covered))
+		if len(covered) > 0 {
+			t.Errorf("the notice of a new request covers %q", covered)
+		}
+		ctx, cancel := opCtx()
+		defer cancel()
+		for _, id := range []string{a, b} {
+			if err := e.agent.Cancel(ctx, id, "test over"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
+	t.Run("approve-with-comment", func(t *testing.T) {
+		id, got := e.ask(t, events.Requested{Tool: "restart_service", Args: json.RawMessage(`{"name":"queue"}`)})
+		e.run(t, "write a comment", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery),
+			chromedp.Click(card(id)+` [data-act="comment"]`, chromedp.ByQuery),
+			chromedp.WaitVisible(card(id)+` .comment-in`, chromedp.ByQuery),
+			chromedp.SendKeys(card(id)+` .comment-in`, "after the 14:00 deploy only", chromedp.ByQuery))
+		e.run(t, "approve", chromedp.Click(card(id)+` [data-act="approve"]`, chromedp.ByQuery))
+		e.run(t, "see it approved", chromedp.WaitVisible(card(id)+` .outcome.approved`, chromedp.ByQuery))
+		if d := decided(t, got); !d.Approved() || d.Reason != "after the 14:00 deploy only" {
+			t.Fatalf("the agent got %+v", d)
+		}
+	})
+
+	t.Run("unsent-reason-kept", func(t *testing.T) {
+		// Someone else decides while the approver is writing why to deny:
+		// what they wrote stays, and the card says it was not sent, and who
+		// decided instead.
+		id, got := e.ask(t, events.Requested{Tool: "drop_table", Args: json.RawMessage(`{"table":"audit"}`)})
+		e.run(t, "start writing why", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery), chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery),
+			chromedp.Click(card(id)+` [data-act="deny"]`, chromedp.ByQuery), chromedp.WaitVisible(card(id)+` .reason`, chromedp.ByQuery),
+			chromedp.SendKeys(card(id)+` .reason`, "the audit table is kept for", chromedp.ByQuery))
+		ctx, cancel := opCtx()
+		defer cancel()
+		if err := handler.Answer(ctx, e.js, "bob", id, events.Responded{Decision: events.Approve, Channel: "slack"}); err != nil {
+			t.Fatal(err)
+		}
+		decided(t, got)
+		var note, kept string
+		e.run(t, "see what was typed, not sent", chromedp.WaitVisible(card(id)+` .outcome.approved`, chromedp.ByQuery),
+			chromedp.WaitVisible(card(id)+` .unsent`, chromedp.ByQuery), chromedp.Text(card(id)+` .unsent p`, &note, chromedp.ByQuery),
+			chromedp.Value(card(id)+` .unsent textarea`, &kept, chromedp.ByQuery))
+		if kept != "the audit table is kept for" || !strings.Contains(note, "bob") || !strings.Contains(note, "not") {
+			t.Errorf("kept %q, note %q", kept, note)
+		}
+		e.shot(t, "unsent")
+		e.run(t, "dismiss it", chromedp.Click(card(id)+` .unsent [data-act="dismiss"]`, chromedp.ByQuery), chromedp.WaitNotPresent(card(id), chromedp.ByQuery))
+	})
+
+	t.Run("sign-in-page", func(t *testing.T) {
+		// The sign-in page sends the headers the other pages send, and names
+		// its icon (no request for /favicon.ico, no 404).
+		resp, err := http.Get(e.url + "/login")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		h := resp.Header
+		if csp := h.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || !strings.Contains(csp, "frame-ancestors 'none'") || h.Get("X-Frame-Options") != "DENY" || h.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("the sign-in page's headers: %v", h)
+		}
+		if !strings.Contains(string(body), `<link rel="icon" href="/static/icon.svg" type="image/svg+xml">`) {
+			t.Errorf("the sign-in page names no icon:\n%s", body)
+		}
+		icon, err := http.Get(e.url + "/static/icon.svg")
+		if err != nil {
+			t.Fatal(err)
+		}
+		icon.Body.Close()
+		if icon.StatusCode != http.StatusOK || icon.Header.Get("Content-Type") != "image/svg+xml" {
+			t.Errorf("the icon, signed out: %d %s", icon.StatusCode, icon.Header.Get("Content-Type"))
+		}
+		// Its own style is allowed by that policy: the button is laid out
+		// as a block.
+		var display string
+		e.run(t, "open it", chromedp.Navigate(e.url+"/login"), chromedp.WaitVisible(`main`, chromedp.ByQuery),
+			chromedp.Evaluate(`getComputedStyle(document.querySelector("a.button")).display`, &display))
+		if display != "block" {
+			t.Errorf("the sign-in page's style is refused: a.button is %q", display)
+		}
+	})
+
 	t.Run("phone-and-dark", func(t *testing.T) {
 		id, _ := e.ask(t, events.Requested{Tool: "send_email", Session: "s-phone", Args: json.RawMessage(`{"to":"all@example.com","subject":"Quarterly results"}`)})
 		var overflow bool
@@ -497,6 +715,34 @@ func TestBrowser(t *testing.T) {
 			t.Fatalf("after signing out, /history is at %s", loc)
 		}
 	})
+}
+
+// TestBrowserAnsweringAs: without sign-in, the page takes only a name the
+// broker takes as a principal, says the rule when it is not one, and sends
+// nothing until it is.
+func TestBrowserAnsweringAs(t *testing.T) {
+	e := newBrowserEnvWith(t, false)
+	id, got := e.ask(t, events.Requested{Tool: "restart_service", Args: json.RawMessage(`{"name":"web"}`)})
+	e.run(t, "see it", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery))
+	var notice string
+	e.run(t, "answer as a name with a space",
+		chromedp.SendKeys(`#as`, "alice smith", chromedp.ByQuery),
+		chromedp.Click(card(id)+` [data-act="approve"]`, chromedp.ByQuery),
+		chromedp.Poll(`document.getElementById("live").textContent !== ""`, nil, chromedp.WithPollingInterval(50*time.Millisecond)),
+		chromedp.Text(`#live`, &notice, chromedp.ByQuery))
+	if !strings.Contains(notice, "a space") || !strings.Contains(notice, "letters") || !strings.Contains(notice, "digits") {
+		t.Errorf("the page says %q, not which names it takes", notice)
+	}
+	select {
+	case d := <-got:
+		t.Fatalf("a name the broker refuses was sent: %+v", d)
+	case <-time.After(500 * time.Millisecond):
+	}
+	e.run(t, "answer as alice", chromedp.Evaluate(`document.getElementById("as").value = ""`, nil), chromedp.SendKeys(`#as`, "alice", chromedp.ByQuery),
+		chromedp.Click(card(id)+` [data-act="approve"]`, chromedp.ByQuery), chromedp.WaitVisible(card(id)+` .outcome.approved`, chromedp.ByQuery))
+	if d := decided(t, got); !d.Approved() || d.DecidedBy[0].Principal != "alice" {
+		t.Fatalf("the agent got %+v", d)
+	}
 }
 
 // BenchmarkBrowserCard measures how long a request takes from an agent's
@@ -593,4 +839,87 @@ func BenchmarkBrowserCard(b *testing.B) {
 		b.StopTimer()
 		lat.report(b, b.N)
 	})
+}
+
+// inSightJS finds, under the element root selects, the first rendered
+// occurrence of each string as a whole word (keys) or as written (values), in
+// document order, whatever the markup, and says which are not in sight: not
+// rendered, or outside the root's box or the visible box of a scroll or clip
+// container between them (independent of the window: a card taller than
+// the window is fine, a box that hides part of itself is not). It returns
+// one line per string out of sight; none when all are.
+const inSightJS = `((rootSel, wanted) => {
+	const root = document.querySelector(rootSel);
+	if (!root) return ["no element " + rootSel];
+	const inside = (r, box) => r.left >= box.left - 1 && r.right <= box.right + 1 && r.top >= box.top - 1 && r.bottom <= box.bottom + 1;
+	const esc = (s) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+	const out = [];
+	for (const [text, word] of wanted) {
+		const re = word ? new RegExp("(^|[^A-Za-z0-9_])(" + esc(text) + ")(?![A-Za-z0-9_])") : new RegExp("()(" + esc(text) + ")");
+		const walk = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+		let found = null;
+		for (let n = walk.nextNode(); n && !found; n = walk.nextNode()) {
+			const m = re.exec(n.data);
+			if (!m || !n.parentElement.checkVisibility({opacityProperty: true, visibilityProperty: true})) continue;
+			const range = document.createRange();
+			range.setStart(n, m.index + m[1].length);
+			range.setEnd(n, m.index + m[1].length + text.length);
+			const r = range.getBoundingClientRect();
+			if (r.width > 0 && r.height > 0) found = [n, r];
+		}
+		if (!found) { out.push(JSON.stringify(text) + ": not shown"); continue; }
+		const [n, r] = found;
+		for (let el = n.parentElement; el; el = el.parentElement) {
+			const cs = getComputedStyle(el);
+			const clips = el === root || cs.overflowX !== "visible" || cs.overflowY !== "visible";
+			if (clips && !inside(r, el.getBoundingClientRect())) {
+				const box = el.getBoundingClientRect();
+				out.push(JSON.stringify(text) + " at y " + Math.round(r.top) + ".." + Math.round(r.bottom) + " is outside " + el.tagName.toLowerCase() + "." + el.className + " (y " + Math.round(box.top) + ".." + Math.round(box.bottom) + ", overflow " + cs.overflowY + ")");
+				break;
+			}
+			if (el === root) break;
+		}
+	}
+	return out;
+})`
+
+// inSight fails the test unless every key (as a whole word) and every value
+// start (as written) is in sight under root; see inSightJS.
+func (e *browserEnv) inSight(t *testing.T, root string, keys, values []string) {
+	t.Helper()
+	var wanted [][2]any
+	for _, k := range keys {
+		wanted = append(wanted, [2]any{k, true})
+	}
+	for _, v := range values {
+		wanted = append(wanted, [2]any{v, false})
+	}
+	arg, _ := json.Marshal(wanted)
+	var out []string
+	e.run(t, "look at "+root, chromedp.Evaluate(fmt.Sprintf("%s(%q, %s)", inSightJS, root, arg), &out))
+	if len(out) > 0 {
+		t.Errorf("out of sight under %s:\n%s", root, strings.Join(out, "\n"))
+	}
+}
+
+// notUnsent fails the test if request id's card, answered from the page,
+// says what was typed was not sent (the answer's own decision arrives on
+// the event stream too, perhaps before the answer returns).
+func (e *browserEnv) notUnsent(t *testing.T, id string) {
+	t.Helper()
+	var note bool
+	e.run(t, "look for a note of unsent text", chromedp.Sleep(500*time.Millisecond),
+		chromedp.Evaluate(fmt.Sprintf(`document.querySelector(%q) !== null`, card(id)+" .unsent"), &note))
+	if note {
+		t.Error("the card says the answer just sent was not sent")
+	}
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/coreos/go-oidc/v3/oidc"
 	"go.uber.org/zap"
 	"golang.org/x/oauth2"
+
+	"github.com/assent-dev/assent/internal/webui/pagehead"
 )
 
 // loginCookie binds a sign-in under way to the browser that started it.
@@ -206,7 +208,7 @@ func (a *Authenticator) logout(w http.ResponseWriter, r *http.Request) {
 
 func (a *Authenticator) loginPage(w http.ResponseWriter, r *http.Request) {
 	cfg := a.cfg.Load()
-	data := loginData{Next: localPath(r.URL.Query().Get("next")), Tokens: len(cfg.Tokens) > 0}
+	data := loginData{Next: localPath(r.URL.Query().Get("next")), Tokens: len(cfg.Tokens) > 0, Icon: pagehead.Icon}
 	if cfg.OIDC != nil {
 		if u, err := url.Parse(cfg.OIDC.Issuer); err == nil {
 			data.Provider = u.Host
@@ -218,6 +220,7 @@ func (a *Authenticator) loginPage(w http.ResponseWriter, r *http.Request) {
 	data.Proxy = cfg.Proxy != nil
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	pagehead.Set(w.Header(), loginStyle)
 	_ = loginTemplate.Execute(w, data)
 }
 
@@ -225,23 +228,21 @@ type loginData struct {
 	Next, Provider, SignedIn string
 	Tokens, Proxy            bool
 	Title, Message, Hint     string
+	Icon                     string
 }
 
 // page writes a short page that says what went wrong and what to do.
 func (a *Authenticator) page(w http.ResponseWriter, status int, title, msg, hint string) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	pagehead.Set(w.Header(), loginStyle)
 	w.WriteHeader(status)
-	_ = loginTemplate.Execute(w, loginData{Title: title, Message: msg, Hint: hint, Next: "/"})
+	_ = loginTemplate.Execute(w, loginData{Title: title, Message: msg, Hint: hint, Next: "/", Icon: pagehead.Icon})
 }
 
-var loginTemplate = template.Must(template.New("login").Parse(`<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{{if .Title}}{{.Title}}{{else}}Sign in{{end}} · Assent</title>
-<style>
+// loginStyle is the sign-in page's style sheet, allowed by its hash
+// (pagehead.Set).
+const loginStyle = `
 :root { color-scheme: light dark; --bg: #f6f7f9; --card: #fff; --fg: #1d2330; --muted: #5b6475; --accent: #2f5bd3; --line: #dde1e8; }
 @media (prefers-color-scheme: dark) { :root { --bg: #12151b; --card: #1b2029; --fg: #e7eaf0; --muted: #9aa3b5; --accent: #7ea2ff; --line: #2c3340; } }
 * { box-sizing: border-box; }
@@ -255,7 +256,16 @@ a.button { display: block; text-align: center; margin-top: 1.25rem; padding: .75
   color: #fff; text-decoration: none; font-weight: 600; min-height: 44px; }
 a.button:focus-visible, a:focus-visible { outline: 3px solid var(--accent); outline-offset: 3px; }
 code { font-size: .9em; }
-</style>
+`
+
+var loginTemplate = template.Must(template.New("login").Parse(`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="{{.Icon}}" type="image/svg+xml">
+<title>{{if .Title}}{{.Title}}{{else}}Sign in{{end}} · Assent</title>
+<style>` + loginStyle + `</style>
 </head>
 <body>
 <main>

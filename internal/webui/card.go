@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/assent-dev/assent/internal/argview"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/textsafe"
 	"github.com/assent-dev/assent/pkg/events"
@@ -27,10 +29,14 @@ type card struct {
 	Hint      string
 	CallID    string
 	Labels    [][2]string
-	// Args is the arguments as indented JSON, with control and invisible
-	// characters as \u escapes; NoArgs says there are none.
-	Args   string
-	NoArgs bool
+	// Args is the arguments laid out for reading: every key in the order
+	// the agent wrote, each value's start, and how much is folded away
+	// (internal/argview). ArgsJSON is them as indented JSON, to edit. Both
+	// have control and invisible characters as escapes; NoArgs says there
+	// are none.
+	Args     argList
+	ArgsJSON string
+	NoArgs   bool
 	// ArgsSchema is the request's input_schema, to read; nil without one.
 	ArgsSchema *argsSchema
 	// Hidden says the request held control or invisible characters, now
@@ -39,9 +45,13 @@ type card struct {
 	Received time.Time
 	Deadline time.Time
 
-	Rule      string
-	Limit     string
-	Approvers string
+	Rule  string
+	Limit string
+	// WhoMay says in plain words who may approve and how many must:
+	// "Anyone may approve", "Needs 2 of: alice, bob". RuleText names the
+	// rule, or says no rule matched.
+	WhoMay    string
+	RuleText  string
 	Quorum    int
 	Votes     []vote
 	Level     int
@@ -88,7 +98,7 @@ type decision struct {
 	Auto    bool
 	Rule    string
 	Edited  bool
-	Args    string // the approved arguments, when edited
+	Args    argList // the approved arguments, when edited, marked where they differ from the request's
 	Payload string
 }
 
@@ -106,7 +116,8 @@ func (u *UI) makeCard(rec broker.Record, v viewer) card {
 		c.Hidden = c.Hidden || textsafe.Line(k) != k || textsafe.Line(val) != val
 	}
 	sort.Slice(c.Labels, func(i, j int) bool { return c.Labels[i][0] < c.Labels[j][0] })
-	c.Args, c.NoArgs = prettyJSON(req.Args)
+	c.Args = argList{View: argview.Of(req.Args, argLimits)}
+	c.ArgsJSON, c.NoArgs = prettyJSON(req.Args)
 	if hidden(req.Args) || hidden(req.InputSchema) {
 		c.Hidden = true
 	}
@@ -115,7 +126,7 @@ func (u *UI) makeCard(rec broker.Record, v viewer) card {
 		c.Votes = append(c.Votes, vote{Principal: textsafe.Line(d.Principal), Channel: textsafe.Line(d.Channel), At: d.At})
 	}
 	if rec.Decision != nil {
-		c.Decision = makeDecision(rec.Decision)
+		c.Decision = makeDecision(rec.Decision, c.Args.View)
 	}
 	if !c.Pending {
 		c.Rule = rec.Rule
@@ -123,13 +134,10 @@ func (u *UI) makeCard(rec broker.Record, v viewer) card {
 	}
 	info := u.b.RuleOf(rec)
 	c.Rule, c.Limit, c.Quorum = info.Rule, info.Limit, max(info.Quorum, 1)
-	c.Approvers = "anyone"
-	if len(info.Approvers) > 0 {
-		c.Approvers = strings.Join(info.Approvers, ", ")
-	}
-	c.OnTimeout = "expires (denied)"
+	c.WhoMay, c.RuleText = whoMay(info.Approvers, c.Quorum), ruleText(info.Rule)
+	c.OnTimeout = "then denied if nobody answers"
 	if info.OnTimeout == events.Approve {
-		c.OnTimeout = "approved"
+		c.OnTimeout = "then approved if nobody answers"
 	}
 	c.CanEdit = c.Quorum == 1
 	switch {
@@ -154,6 +162,41 @@ func (u *UI) makeCard(rec broker.Record, v viewer) card {
 	return c
 }
 
+// whoMay says who may approve, and how many must, in words an approver
+// reads without knowing the policy's syntax.
+func whoMay(approvers []string, quorum int) string {
+	var names []string
+	for _, a := range approvers {
+		if role, ok := strings.CutPrefix(a, "role:"); ok {
+			names = append(names, "anyone with role "+textsafe.Line(role))
+		} else {
+			names = append(names, textsafe.Line(a))
+		}
+	}
+	switch {
+	case quorum > 1 && len(names) == 0:
+		return fmt.Sprintf("Needs %d approvals, from anyone", quorum)
+	case quorum > 1:
+		return fmt.Sprintf("Needs %d of: %s", quorum, strings.Join(names, ", "))
+	case len(names) == 0:
+		return "Anyone may approve"
+	case len(names) == 1 && strings.HasPrefix(approvers[0], "role:"):
+		return "A" + strings.TrimPrefix(names[0], "a") + " may approve" // Anyone with role …
+	case len(names) == 1:
+		return "Only " + names[0] + " may approve"
+	}
+	return "Any one of " + strings.Join(names, ", ") + " may approve"
+}
+
+// ruleText names the rule a request falls under, or says that none matched
+// (the policy's mode, "mode:manual", decided to ask).
+func ruleText(rule string) string {
+	if strings.HasPrefix(rule, "mode:") || rule == "" {
+		return "No rule matched this call, so the policy asks a person."
+	}
+	return "Rule " + textsafe.Line(rule)
+}
+
 // eligibleReason is the part of an eligibility error that explains it.
 func eligibleReason(err error) string {
 	msg := err.Error()
@@ -163,14 +206,53 @@ func eligibleReason(err error) string {
 	return textsafe.Line(msg)
 }
 
-func makeDecision(d *events.Decided) *decision {
+// argLimits bound what a card shows of each argument before its "N more
+// characters" control: 160 characters or 3 lines, and with many arguments
+// about 2,000 characters in all (never under 24 each), so that every key is
+// in sight above the card's buttons.
+var argLimits = argview.Limits{Value: 160, Lines: 3, Total: 2000, MinValue: 24}
+
+// argList is arguments as a card shows them; for edited arguments, Changed
+// marks each that is not in the request as it is here, and Removed names
+// the request's arguments the edit left out.
+type argList struct {
+	argview.View
+	Changed []bool
+	Removed []string
+}
+
+// edited lays out args, an approver's edit of the arguments in asked.
+func edited(args json.RawMessage, asked argview.View) argList {
+	l := argList{View: argview.Of(args, argLimits)}
+	was := map[string]string{}
+	for _, a := range asked.Args {
+		if _, ok := was[a.Key]; !ok {
+			was[a.Key] = a.Value
+		}
+	}
+	now := map[string]bool{}
+	for _, a := range l.Args {
+		v, ok := was[a.Key]
+		l.Changed = append(l.Changed, !ok || v != a.Value)
+		now[a.Key] = true
+	}
+	for _, a := range asked.Args {
+		if !now[a.Key] {
+			l.Removed = append(l.Removed, a.Key)
+			now[a.Key] = true
+		}
+	}
+	return l
+}
+
+func makeDecision(d *events.Decided, asked argview.View) *decision {
 	out := &decision{Outcome: string(d.Outcome), Reason: textsafe.Text(d.Reason), At: d.DecidedAt, Auto: d.Auto,
 		Rule: textsafe.Line(d.Rule), Edited: d.Edited}
 	for _, b := range d.DecidedBy {
 		out.By = append(out.By, vote{Principal: textsafe.Line(b.Principal), Channel: textsafe.Line(b.Channel), At: b.At})
 	}
 	if d.Edited {
-		out.Args, _ = prettyJSON(d.Args)
+		out.Args = edited(d.Args, asked)
 	}
 	if len(d.Payload) > 0 {
 		out.Payload, _ = prettyJSON(d.Payload)

@@ -13,7 +13,10 @@
 // Everything an agent sent (tool, arguments, reasons, labels) is shown with
 // its control and invisible characters made visible (internal/textsafe), on
 // top of HTML escaping, so a bidirectional override cannot make one call look
-// like another.
+// like another. Arguments are laid out by internal/argview: every key in
+// sight with the start of its value, the rest behind a "N more characters"
+// control, so that the order and length an agent chose cannot push an
+// argument out of the approver's sight.
 package webui
 
 import (
@@ -40,6 +43,7 @@ import (
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/human"
 	"github.com/assent-dev/assent/internal/textsafe"
+	"github.com/assent-dev/assent/internal/webui/pagehead"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/policy"
 )
@@ -132,6 +136,9 @@ func New(b Broker, cfg Config, log *zap.Logger) (*UI, error) {
 		"plural":   plural,
 		"query":    query,
 		"jsonattr": jsonAttr,
+		"count":    count,
+		"namerule": func() string { return NameRule },
+		"namepat":  func() string { return namePattern },
 	}
 	sum, err := staticSum()
 	if err != nil {
@@ -269,10 +276,7 @@ func (u *UI) render(w http.ResponseWriter, name string, f frame) {
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "same-origin")
-	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+	pagehead.Set(h)
 	if p, ok := f.Page.(problemPage); ok {
 		w.WriteHeader(p.Status)
 	}
@@ -615,6 +619,24 @@ func plural(n int, one, many string) string {
 		return "1 " + one
 	}
 	return strconv.Itoa(n) + " " + many
+}
+
+// NameRule says which names the broker takes as a principal (a subject
+// token: events.ValidToken, up to events.MaxTokenLength); the page says it
+// where it asks for a name.
+const NameRule = "1 to 128 letters (A-Z, a-z), digits, _ or -: no spaces, dots or @"
+
+// namePattern is NameRule as an <input pattern>: the page checks a name
+// before the broker would refuse it.
+const namePattern = `[A-Za-z0-9_\-]{1,128}`
+
+// count writes n with thousands separators: 3,140.
+func count(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // query builds ?k=v&... from pairs, skipping empty values.

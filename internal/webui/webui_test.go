@@ -46,7 +46,12 @@ type site struct {
 
 func newSite(t *testing.T, withAuth bool, pageSize int) *site {
 	t.Helper()
-	p, err := policy.Parse([]byte(testPolicy), "policy.yaml")
+	return newSiteWith(t, testPolicy, withAuth, pageSize)
+}
+
+func newSiteWith(t *testing.T, pol string, withAuth bool, pageSize int) *site {
+	t.Helper()
+	p, err := policy.Parse([]byte(pol), "policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

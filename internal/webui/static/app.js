@@ -26,16 +26,63 @@
   const asInput = document.getElementById("as");
   if (asInput) {
     asInput.value = localStorage.getItem("assent-as") || "";
-    asInput.addEventListener("change", () => localStorage.setItem("assent-as", asInput.value.trim()));
+    asInput.addEventListener("change", () => {
+      asInput.value = asInput.value.trim();
+      if (asInput.checkValidity()) localStorage.setItem("assent-as", asInput.value);
+      else say(badName(asInput.value), true);
+    });
+  }
+
+  // badName says why the broker would refuse a name, by the rule the input
+  // carries (the broker's own: 1 to 128 of A-Z a-z 0-9 _ -).
+  function badName(name) {
+    const odd = Array.from(new Set(Array.from(name).filter((ch) => !/[A-Za-z0-9_-]/.test(ch))));
+    const shown = odd.map((ch) => ch === " " ? "a space" : "“" + ch + "”").join(", ");
+    return "“" + name + "” cannot answer" + (shown ? " (it has " + shown + ")" : "") + ": a name is " + asInput.dataset.rule + ", as in the policy.";
   }
 
   let toastTimer;
   function say(msg, bad) {
     live.textContent = msg;
     live.classList.toggle("bad", !!bad);
+    place();
     clearTimeout(toastTimer);
     toastTimer = setTimeout(() => { live.textContent = ""; }, bad ? 9000 : 5000);
   }
+
+  // place puts the notice where it covers nothing the user is working on
+  // (an open form, the field with focus, a note of unsent text): at the
+  // bottom, else at the top, else only for screen readers; the count and
+  // the cards say the same.
+  function place() {
+    live.classList.remove("top", "quiet");
+    if (!live.textContent) return;
+    const busy = Array.from(document.querySelectorAll("form.panel:not([hidden]), .comment-field:not([hidden]), .unsent, dialog[open]"));
+    const a = document.activeElement;
+    if (a && a !== body && a.matches("input, textarea, select, button")) busy.push(a);
+    const covers = () => {
+      const r = live.getBoundingClientRect();
+      return busy.some((el) => {
+        const b = el.getBoundingClientRect();
+        return b.width > 0 && r.left < b.right && r.right > b.left && r.top < b.bottom && r.bottom > b.top;
+      });
+    };
+    if (!covers()) return;
+    live.classList.add("top");
+    if (!covers()) return;
+    live.classList.remove("top");
+    live.classList.add("quiet");
+  }
+  let placing = false;
+  const replace = () => {
+    if (placing || !live.textContent) return;
+    placing = true;
+    requestAnimationFrame(() => { placing = false; place(); });
+  };
+  addEventListener("scroll", replace, { passive: true });
+  addEventListener("resize", replace);
+  document.addEventListener("focusin", replace);
+  document.addEventListener("toggle", replace, true);
 
   class APIError extends Error {
     constructor(status, code, message) { super(message); this.status = status; this.code = code; }
@@ -77,6 +124,11 @@
       if (asInput) asInput.focus();
       return null;
     }
+    if (!asInput.checkValidity()) {
+      say(badName(name), true);
+      asInput.focus();
+      return null;
+    }
     localStorage.setItem("assent-as", name);
     return name;
   }
@@ -101,18 +153,115 @@
     return parseCard(await res.text())[0] || null;
   }
 
-  // refresh replaces a card with its current version.
-  async function refresh(id) {
+  // typed lists what the user has typed on a card and not sent: the deny
+  // reason, the comment, edited arguments.
+  const typedFields = [
+    [".deny-panel .reason", "deny-panel", "Your reason for denying"],
+    [".comment-in", "", "Your comment"],
+    [".edit-panel .args-edit", "edit-panel", "Your edited arguments"],
+  ];
+  function typed(card) {
+    const out = [];
+    for (const [sel, panel, label] of typedFields) {
+      const el = card.querySelector(sel);
+      if (!el || !el.value.trim() || el.value === el.defaultValue) continue;
+      const form = panel ? el.closest("form.panel") : null;
+      out.push({ sel, label, value: el.value, open: form ? !form.hidden : true });
+    }
+    return out;
+  }
+
+  // sending holds the ids of requests whose answer from this page is on its
+  // way, answered those it answered: the event stream may show them
+  // decided before the answer returns, or as it does.
+  const sending = new Set(), answered = new Set();
+
+  // keepTyped puts what was typed on the old version of a card on its new
+  // one: into the same fields while it is still open; once it is decided,
+  // in a note that says it was not sent, and by whom it was decided (not
+  // while this page's own answer is on its way: it may be what decided).
+  function keepTyped(fresh, kept) {
+    if (!kept.length) return;
+    if (fresh.dataset.state === "pending") {
+      for (const k of kept) {
+        const el = fresh.querySelector(k.sel);
+        if (!el) continue;
+        el.value = k.value;
+        const form = el.closest("form.panel");
+        if (form && k.open) form.hidden = false;
+        if (form && form.classList.contains("edit-panel")) checkEdit(form);
+        if (k.sel === ".comment-in") {
+          el.closest(".comment-field").hidden = false;
+          const b = fresh.querySelector('[data-act="comment"]');
+          b.setAttribute("aria-expanded", "true");
+          b.textContent = "Remove the comment";
+        }
+      }
+      return;
+    }
+    if (sending.has(fresh.dataset.id) || answered.has(fresh.dataset.id)) return;
+    const out = fresh.querySelector(".outcome");
+    const by = out && out.dataset.by ? out.dataset.by : "";
+    const word = fresh.dataset.state === "expired" ? "expired" : "was " + fresh.dataset.state;
+    const note = document.createElement("div");
+    note.className = "unsent";
+    note.setAttribute("role", "alert");
+    const p = document.createElement("p");
+    const strong = document.createElement("strong");
+    strong.textContent = "Not sent: ";
+    p.append(strong, "this request " + word + (by === "policy" ? " by the policy" : by ? " by " + by : "") +
+      " before you answered, so what you typed below did not reach the agent. Copy it if you need it.");
+    note.appendChild(p);
+    for (const k of kept) {
+      const label = document.createElement("label");
+      label.textContent = k.label;
+      const ta = document.createElement("textarea");
+      ta.readOnly = true;
+      ta.className = "mono";
+      ta.rows = Math.min(6, k.value.split("\n").length + 1);
+      ta.value = k.value;
+      label.appendChild(ta);
+      note.appendChild(label);
+    }
+    const dismiss = document.createElement("button");
+    dismiss.type = "button";
+    dismiss.className = "btn quiet small";
+    dismiss.dataset.act = "dismiss";
+    dismiss.textContent = "Dismiss";
+    note.appendChild(dismiss);
+    fresh.appendChild(note);
+    fresh.classList.add("kept");
+  }
+
+  // refresh replaces a card with its current version, keeping what the user
+  // typed on it unless sent says it was just sent.
+  async function refresh(id, sent) {
     const old = cardByID(id);
     if (!old) return null;
     const fresh = await fetchCard(id);
     if (!fresh) return null;
+    const kept = sent ? [] : typed(old);
     const selected = old.classList.contains("selected");
     const hadFocus = old.contains(document.activeElement);
+    const focusSel = hadFocus ? typedFields.map((f) => f[0]).find((sel) => old.querySelector(sel) === document.activeElement) : null;
+    old.querySelectorAll(".arg-more[aria-expanded=\"true\"]").forEach((b) => {
+      const i = Array.from(old.querySelectorAll(".arg-more")).indexOf(b);
+      const nb = fresh.querySelectorAll(".arg-more")[i];
+      if (nb && nb.dataset.fold === b.dataset.fold) unfold(nb);
+    });
     old.replaceWith(fresh);
+    keepTyped(fresh, kept);
+    const note = old.querySelector(".unsent"); // from an earlier refresh
+    if (note && !fresh.querySelector(".unsent")) {
+      fresh.appendChild(note);
+      fresh.classList.add("kept");
+    }
     if (selected) fresh.classList.add("selected");
     if (old.classList.contains("resolved")) fresh.classList.add("resolved");
-    if (hadFocus) fresh.focus();
+    if (hadFocus) {
+      const el = focusSel && fresh.dataset.state === "pending" ? fresh.querySelector(focusSel) : null;
+      (el || fresh).focus();
+    }
     tick();
     return fresh;
   }
@@ -141,6 +290,7 @@
     updateCount(-1);
     setTimeout(() => {
       const now = cardByID(id);
+      if (now && now.classList.contains("kept")) return; // until dismissed: it holds what the user typed
       if (now) now.classList.add("gone");
       setTimeout(() => {
         const c = cardByID(id);
@@ -155,7 +305,7 @@
   }
 
   function describeOutcome(card) {
-    const out = card.querySelector(".outcome");
+    const out = card.querySelector(".outcome .summary") || card.querySelector(".outcome");
     return out ? out.textContent.replace(/\s+/g, " ").trim() : "";
   }
 
@@ -164,6 +314,8 @@
     if (p === null) return;
     if (p !== undefined) data.principal = p;
     data.channel = "web";
+    const comment = card.querySelector(".comment-in");
+    if (data.decision === "approve" && comment && comment.value.trim()) data.reason = comment.value.trim();
     const rem = card.querySelector(".remember");
     if (rem && rem.querySelector(".rem-on").checked) {
       data.remember = { scope: rem.querySelector(".rem-scope").value, ttl: rem.querySelector(".rem-ttl").value };
@@ -171,17 +323,25 @@
     const err = card.querySelector(".card-error");
     const buttons = card.querySelectorAll("button");
     buttons.forEach((b) => { b.disabled = true; });
+    const id = card.dataset.id;
+    const mine = typed(card);
+    sending.add(id);
     try {
-      await api("POST", "/v1/approvals/" + encodeURIComponent(card.dataset.id) + "/decision", data);
-      const fresh = await refresh(card.dataset.id);
+      await api("POST", "/v1/approvals/" + encodeURIComponent(id) + "/decision", data);
+      answered.add(id);
+      sending.delete(id);
+      const fresh = await refresh(id, true);
       if (fresh) {
         say(fresh.querySelector(".tool").textContent + ": " + describeOutcome(fresh));
         resolved(fresh);
       }
     } catch (e) {
+      sending.delete(id);
       buttons.forEach((b) => { b.disabled = false; });
       if (e.code === "already_decided" || e.code === "expired") {
-        const fresh = await refresh(card.dataset.id);
+        // Someone else was first: what this answer carried was not sent.
+        const fresh = await refresh(id, true);
+        if (fresh && !fresh.querySelector(".unsent")) keepTyped(fresh, mine);
         say("Already decided: " + (fresh ? describeOutcome(fresh) : e.message), true);
         resolved(fresh);
         return;
@@ -195,6 +355,11 @@
     card.querySelectorAll("form.panel").forEach((f) => { f.hidden = !f.classList.contains(cls); });
     const panel = card.querySelector("form." + cls);
     if (!panel) return null;
+    // A comment written for an approval becomes the start of a denial's
+    // reason, rather than being dropped.
+    const comment = card.querySelector(".comment-in");
+    const reason = panel.querySelector(".reason");
+    if (reason && !reason.value && comment && comment.value.trim()) reason.value = comment.value.trim();
     const first = panel.querySelector("textarea, input, select");
     if (first) first.focus();
     return panel;
@@ -229,6 +394,14 @@
     return out;
   }
 
+  // fold shortens an unchanged line of the difference, so that a long value
+  // does not push the changes out of sight.
+  function fold(line) {
+    const chars = Array.from(line);
+    if (chars.length <= 120) return line;
+    return chars.slice(0, 100).join("") + "… (" + (chars.length - 100).toLocaleString("en-US") + " more characters, unchanged)";
+  }
+
   function checkEdit(panel) {
     const ta = panel.querySelector("textarea");
     const err = panel.querySelector(".error");
@@ -256,7 +429,7 @@
       if (kind !== "same") changed = true;
       const div = document.createElement("div");
       div.className = kind;
-      div.textContent = text;
+      div.textContent = kind === "same" ? fold(text) : text;
       diff.appendChild(div);
     }
     diff.hidden = !changed;
@@ -306,9 +479,21 @@
     if (ev.target.classList.contains("args-edit")) checkEdit(ev.target.closest("form"));
   });
 
+  // unfold shows a folded argument's whole value in place, or folds it
+  // again.
+  function unfold(btn) {
+    const val = btn.closest(".arg-val");
+    const open = btn.getAttribute("aria-expanded") !== "true";
+    val.querySelector(".arg-head").hidden = open;
+    val.querySelector(".arg-full").hidden = !open;
+    btn.setAttribute("aria-expanded", String(open));
+    btn.textContent = open ? "Show less" : btn.dataset.fold;
+  }
+
   document.addEventListener("click", async (ev) => {
     const btn = ev.target.closest("button");
     if (!btn) return;
+    if (btn.classList.contains("arg-more")) return unfold(btn);
     const card = cardOf(btn);
     if (card) select(card);
     switch (btn.dataset.act) {
@@ -317,6 +502,29 @@
       case "edit": { const p = openPanel(card, "edit-panel"); if (p) checkEdit(p); return; }
       case "answer": return openPanel(card, "answer-panel");
       case "close": return closePanels(card);
+    case "comment": {
+      const field = card.querySelector(".comment-field");
+      field.hidden = !field.hidden;
+      btn.setAttribute("aria-expanded", String(!field.hidden));
+      btn.textContent = field.hidden ? "Add a comment" : "Remove the comment";
+      if (!field.hidden) field.querySelector("input").focus(); else field.querySelector("input").value = "";
+      return;
+    }
+    case "dismiss": {
+      const note = btn.closest(".unsent");
+      if (note) note.remove();
+      card.classList.remove("kept");
+      if (page === "pending" && card.dataset.state !== "pending") {
+        card.classList.add("gone");
+        setTimeout(() => {
+          if (card.classList.contains("selected")) select(1);
+          card.remove();
+          leaving.delete(card.dataset.id);
+          updateCount(0);
+        }, 450);
+      }
+      return;
+    }
     }
     if (btn.dataset.batch) return batch(btn);
     if (btn.dataset.revoke) return revoke(btn);
@@ -465,12 +673,16 @@
     return Math.floor(s / 86400) + "d";
   }
 
+  // tick keeps relative times true: "in 9m 58s", "2s ago".
   function tick() {
     const now = Date.now();
-    for (const el of document.querySelectorAll("time.deadline")) {
+    for (const el of document.querySelectorAll("time.deadline, time.until")) {
       const left = Date.parse(el.getAttribute("datetime")) - now;
       el.textContent = left > 0 ? "in " + brief(left) : "now";
       el.classList.toggle("soon", left > 0 && left < 60000);
+    }
+    for (const el of document.querySelectorAll("time.ago")) {
+      el.textContent = brief(Math.max(0, now - Date.parse(el.getAttribute("datetime")))) + " ago";
     }
   }
   setInterval(tick, 1000);
