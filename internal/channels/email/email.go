@@ -156,7 +156,7 @@ func (a *Adapter) Notify(ctx context.Context, n handler.Notice) (json.RawMessage
 		principals = append(principals, p)
 	}
 	sort.Strings(principals)
-	sum := summarize(n, now)
+	sum := summarize(n, now, mailFull)
 	var (
 		msgs    []*gomail.Msg
 		pending []string // the principals of msgs

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"html"
 	"io"
 	"net/http"
@@ -45,6 +46,11 @@ rules:
     action: require_approval
     approvers: ["role:ops"]
     quorum: 2
+    timeout: 2m
+  - name: mails
+    tools: [send_email]
+    action: require_approval
+    approvers: ["role:ops"]
     timeout: 2m
 `
 
@@ -197,7 +203,7 @@ func TestApproveByLink(t *testing.T) {
 		t.Errorf("subject %q, want %q", m.Subject, want)
 	}
 	for _, part := range []string{m.Text, html.UnescapeString(m.HTML)} {
-		for _, s := range []string{"coder asks to run deploy", "carol", "s-42", "env=prod", "deploys", "Rolls out the login fix.", `"service": "api"`, `"replicas": 3`, id, "https://assent.example.com/approvals/" + id} {
+		for _, s := range []string{"coder asks to run deploy", "carol", "s-42", "env=prod", "deploys", "Rolls out the login fix.", "service", "1.4.2", "replicas", id, "https://assent.example.com/approvals/" + id} {
 			if !strings.Contains(part, s) {
 				t.Errorf("a part lacks %q:\n%s", s, part)
 			}
@@ -419,7 +425,7 @@ func TestHostileRequest(t *testing.T) {
 				t.Errorf("%s contains %q", name, bad)
 			}
 		}
-		for _, want := range []string{"&lt;script&gt;alert(1)&lt;/script&gt;", "&lt;img src=x onerror=alert(2)&gt;", `invoice\u202efdp.exe`, "(4700 more characters)", "(150 more items)", "&lt;i&gt;root&lt;/i&gt;"} {
+		for _, want := range []string{"&lt;script&gt;alert(1)&lt;/script&gt;", "&lt;img src=x onerror=alert(2)&gt;", `invoice\u202efdp.exe`, "4840 more characters", "241 more characters", "&lt;i&gt;root&lt;/i&gt;"} {
 			if !strings.Contains(doc, want) {
 				t.Errorf("%s lacks %q", name, want)
 			}
@@ -497,4 +503,105 @@ func TestRetryMailsOnlyTheFailed(t *testing.T) {
 	if rcpt, auth := h.smtp.Refusals(); rcpt != 1 || auth != 0 {
 		t.Fatalf("%d refusals, %d failed logins; want 1 and 0", rcpt, auth)
 	}
+}
+
+// TestLongArgumentsHideNoKey: a long argument written first (and a longer
+// list after it) pushes no other argument out of the mail. Every key, in
+// the order the agent wrote it, shows with its value's start in the first
+// screenful of the text part and in the HTML part's list, a cut value says
+// how many characters it left out, and the values follow in full below
+// the list; the link page shows them too.
+func TestLongArgumentsHideNoKey(t *testing.T) {
+	h := setup(t, teamPolicy, 0)
+	body := strings.Repeat("Dear customer, please find your invoice attached. ", 66) // 3,300 characters
+	attachments := make([]string, 40)
+	for i := range attachments {
+		attachments[i] = fmt.Sprintf("https://files.example.com/%02d/", i) + strings.Repeat("x", 220)
+	}
+	attJSON, _ := json.Marshal(attachments)
+	args := json.RawMessage(`{"body":` + string(mustJSON(t, body)) + `,"attachments":` + string(attJSON) + `,"subject":"Your invoice","to":"mallory@evil.example"}`)
+	id, _ := h.ask(t, events.Requested{Tool: "send_email", Args: args, Hint: "Sends the monthly invoice.\nNothing else."})
+	m := h.mailTo(t, "alice@example.com", id)
+
+	keys := []struct{ key, start string }{
+		{"body", "Dear customer, please find"},
+		{"attachments", `["https://files.example.com/00/`},
+		{"subject", "Your invoice"},
+		{"to", "mallory@evil.example"},
+	}
+	first := screenful(m.Text, 80, 50)
+	at := 0
+	for _, k := range keys {
+		i := strings.Index(first[at:], k.key+":")
+		if i < 0 {
+			t.Fatalf("the first 50 lines of the text part lack %q after the keys before it:\n%s", k.key+":", first)
+		}
+		at += i
+		if !strings.Contains(first[at:], k.start) {
+			t.Errorf("the first screenful lacks the start of %s, %q:\n%s", k.key, k.start, first)
+		}
+	}
+	for _, more := range []string{"3140 more characters", fmt.Sprint(len(attJSON)-160) + " more characters"} {
+		if !strings.Contains(first, more) {
+			t.Errorf("the first screenful lacks %q:\n%s", more, first)
+		}
+	}
+	if !strings.Contains(m.Text, body) || !strings.Contains(m.Text, string(attJSON)) {
+		t.Errorf("the text part lacks the whole values below the list:\n%s", m.Text)
+	}
+
+	doc := html.UnescapeString(m.HTML)
+	full := strings.Index(doc, body)
+	if full < 0 || !strings.Contains(doc, string(attJSON)) {
+		t.Fatalf("the HTML part lacks the whole values")
+	}
+	at = 0
+	for _, k := range keys {
+		i := strings.Index(doc[at:], ">"+k.key+"<")
+		if i < 0 || at+i > full {
+			t.Fatalf("the HTML part's list lacks %q before the whole values", k.key)
+		}
+		at += i
+		if !strings.Contains(doc[at:full], k.start) {
+			t.Errorf("the HTML list lacks the start of %s, %q", k.key, k.start)
+		}
+	}
+	if !strings.Contains(doc[:full], "3140 more characters") {
+		t.Errorf("the HTML list does not say how much of body it leaves out")
+	}
+
+	status, page, _ := get(t, m.Approve(t))
+	page = html.UnescapeString(page)
+	wantPage(t, "GET approve", status, page, http.StatusOK, "3140 more characters", body, string(attJSON), ">to<", "mallory@evil.example")
+}
+
+// screenful returns the start of a text as a window of rows of width
+// columns shows it: long lines wrap.
+func screenful(text string, width, rows int) string {
+	var b strings.Builder
+	for _, l := range strings.Split(text, "\n") {
+		for {
+			if rows == 0 {
+				return b.String()
+			}
+			rows--
+			r := []rune(l)
+			if len(r) <= width {
+				b.WriteString(l + "\n")
+				break
+			}
+			b.WriteString(string(r[:width]) + "\n")
+			l = string(r[width:])
+		}
+	}
+	return b.String()
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
