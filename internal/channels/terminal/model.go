@@ -184,7 +184,8 @@ type model struct {
 	back   mode   // where help returns to
 	focus  string // the request an open view or prompt is about
 	draft  draft
-	top    int // scroll offset of the detail and diff views
+	top    int  // scroll offset of the detail and diff views
+	whole  bool // the detail view shows the arguments' values whole
 	input  textinput.Model
 	inErr  string
 	scopes []string
@@ -531,7 +532,7 @@ func (m *model) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 		}
 	case "enter":
 		if it := m.selected(); it != nil {
-			m.mode, m.focus, m.top = modeDetail, it.ID, 0
+			m.mode, m.focus, m.top, m.whole = modeDetail, it.ID, 0, false
 		}
 	case "a", "d", "e", "s", "r":
 		return m, m.act(k.String())
@@ -567,6 +568,8 @@ func (m *model) detailKey(k tea.KeyMsg) (tea.Cmd, bool) {
 		m.top = 0
 	case "end", "G":
 		m.top = 1 << 30
+	case "v":
+		m.whole = !m.whole
 	default:
 		return nil, false
 	}
