@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -68,6 +69,13 @@ type harness struct {
 
 func setup(t *testing.T, src string, remind time.Duration) *harness {
 	t.Helper()
+	return setupWith(t, src, remind, nil)
+}
+
+// setupWith is setup with the mail going to plain, a server without TLS or
+// authentication, in plain text; nil is a server with both.
+func setupWith(t *testing.T, src string, remind time.Duration, plain *smtptest.Server) *harness {
+	t.Helper()
 	t.Setenv(email.DefaultLinkSecretEnv, linkSecret)
 	t.Setenv(email.DefaultPasswordEnv, smtptest.Password)
 	p, err := policy.Parse([]byte(src), "email.yaml")
@@ -76,7 +84,10 @@ func setup(t *testing.T, src string, remind time.Duration) *harness {
 	}
 	h := &harness{ns: testenv.Server(t), dir: channels.NewDirectory(p)}
 	brokertest.Run(t, testenv.Conn(t, h.ns), broker.Config{Policy: p})
-	h.smtp = smtptest.Start(t)
+	h.smtp = plain
+	if plain == nil {
+		h.smtp = smtptest.Start(t)
+	}
 	mux := http.NewServeMux()
 	h.web = httptest.NewServer(mux)
 	t.Cleanup(h.web.Close)
@@ -85,6 +96,9 @@ func setup(t *testing.T, src string, remind time.Duration) *harness {
 	cfg := email.Config{
 		SMTP: email.SMTPConfig{Host: h.smtp.Host, Port: h.smtp.Port, Username: smtptest.User, CAFile: h.smtp.CAFile},
 		From: "Assent <assent@example.com>",
+	}
+	if plain != nil {
+		cfg.SMTP = email.SMTPConfig{Host: plain.Host, Port: plain.Port, TLS: email.TLSNone, InsecurePlaintext: true}
 	}
 	h.adapter, err = email.New(cfg, channels.Env{NATS: nc, Directory: h.dir, PublicURL: h.web.URL, WebUI: "https://assent.example.com", Logger: log})
 	if err != nil {
@@ -604,4 +618,43 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestInsecurePlaintext: with tls none and insecure_plaintext, mail goes
+// in plain text to a server that is not on loopback, as to a mail catcher
+// in Compose, and the channel warns that it does.
+func TestInsecurePlaintext(t *testing.T) {
+	host := externalIP(t)
+	h := setupWith(t, teamPolicy, 0, smtptest.StartPlain(t, host))
+	w := h.adapter.Warnings()
+	if len(w) != 1 || !strings.Contains(w[0], "unencrypted") || !strings.Contains(w[0], host) || !strings.Contains(w[0], "development only") {
+		t.Errorf("warnings %q", w)
+	}
+	id, decided := h.ask(t, events.Requested{Tool: "deploy", Args: json.RawMessage(`{"service":"api"}`)})
+	m := h.mailTo(t, "alice@example.com", id)
+	if m.TLS || m.Auth {
+		t.Errorf("mail submitted with TLS %v, AUTH %v; want neither", m.TLS, m.Auth)
+	}
+	status, body := post(t, m.Approve(t), "")
+	wantPage(t, "POST approve", status, body, http.StatusOK, "You approved deploy")
+	if d := brokertest.Decision(t, decided); !d.Approved() {
+		t.Fatalf("decision %+v", d)
+	}
+}
+
+// externalIP returns an IPv4 address of this machine that is not on
+// loopback, or skips the test.
+func externalIP(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Skipf("no interface addresses: %v", err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			return n.IP.String()
+		}
+	}
+	t.Skip("no IPv4 address but loopback")
+	return ""
 }
