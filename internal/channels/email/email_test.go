@@ -658,3 +658,46 @@ func externalIP(t *testing.T) string {
 	t.Skip("no IPv4 address but loopback")
 	return ""
 }
+
+// TestMailedAgainAfterACrash: a mail the bot sent but did not record (it
+// died in between) goes out again when the notice comes again. The second
+// mail has the first's Message-ID, so that mail clients thread it with the
+// first or drop it, and the same links; each link works once across both
+// mails, and the first answer decides.
+func TestMailedAgainAfterACrash(t *testing.T) {
+	h := setup(t, teamPolicy, 0)
+	ctx := context.Background()
+	id, decided := h.ask(t, events.Requested{Tool: "deploy", Args: json.RawMessage(`{"service":"api"}`)})
+	first := h.mailTo(t, "alice@example.com", id)
+	if err := h.adapter.ForgetMailedForTest(ctx, id, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	n, _, ok, err := h.channel.Lookup(ctx, id)
+	if err != nil || !ok {
+		t.Fatalf("lookup %s: %v, %v", id, ok, err)
+	}
+	if _, err := h.adapter.Notify(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	ms := h.mailsTo(t, "alice@example.com", id, 2)
+	if len(ms) != 2 {
+		t.Fatalf("alice got %d mails, want 2", len(ms))
+	}
+	again := ms[1]
+	if got, want := again.Header.Get("Message-Id"), first.Header.Get("Message-Id"); got != want || want != "<assent."+id+".alice@example.com>" {
+		t.Errorf("Message-ID %q again, first %q", got, want)
+	}
+	if again.Subject != first.Subject || again.Approve(t) != first.Approve(t) || again.Deny(t) != first.Deny(t) {
+		t.Errorf("the mail again differs: %q, %s; first %q, %s", again.Subject, again.Approve(t), first.Subject, first.Approve(t))
+	}
+	if n := len(h.mailsTo(t, "bob@example.com", id, 1)); n != 1 {
+		t.Errorf("bob got %d mails, want 1: only the unrecorded mail goes again", n)
+	}
+	status, body := post(t, again.Deny(t), "no")
+	wantPage(t, "POST deny from the mail again", status, body, http.StatusOK, "You denied deploy")
+	status, body = post(t, first.Approve(t), "")
+	wantPage(t, "POST approve from the first mail", status, body, http.StatusConflict, "already denied by alice via email")
+	if d := brokertest.Decision(t, decided); d.Outcome != events.Denied {
+		t.Fatalf("decision %+v", d)
+	}
+}
