@@ -122,6 +122,19 @@ type item struct {
 	waiting    bool
 	// edit is the user's last edit of the arguments, kept for another try.
 	edit []byte
+	// line is the list's line of the arguments, for a width.
+	line struct {
+		width int
+		text  *string
+	}
+}
+
+// argsKey says for which request, width and fold the detail view's lines
+// of arguments were made.
+type argsKey struct {
+	id    string
+	width int
+	whole bool
 }
 
 func (it *item) hasSchema() bool {
@@ -180,12 +193,16 @@ type model struct {
 
 	width, height int
 
-	mode   mode
-	back   mode   // where help returns to
-	focus  string // the request an open view or prompt is about
-	draft  draft
-	top    int  // scroll offset of the detail and diff views
-	whole  bool // the detail view shows the arguments' values whole
+	mode  mode
+	back  mode   // where help returns to
+	focus string // the request an open view or prompt is about
+	draft draft
+	top   int  // scroll offset of the detail and diff views
+	whole bool // the detail view shows the arguments' values whole
+	args  struct {
+		key   argsKey
+		lines []string
+	}
 	input  textinput.Model
 	inErr  string
 	scopes []string

@@ -258,7 +258,7 @@ func (m *model) itemLines(it *item, selected bool) []string {
 	case !it.sentAt.IsZero():
 		second += "sent | "
 	}
-	switch args := argsLine(it.Args, m.width-ansi.StringWidth(second)); {
+	switch args := it.argsLine(m.width - ansi.StringWidth(second)); {
 	case args == "":
 		second += textsafe.Line(it.Hint)
 	case it.Hint != "" && m.width-ansi.StringWidth(second+args) > 24:
@@ -280,8 +280,9 @@ func (m *model) itemLines(it *item, selected bool) []string {
 // cells: every key, in the order written, with its value's start (strings
 // quoted) and how many characters are left out. Short values show whole,
 // shortest first, as long as the others keep room for a start; those share
-// what is left. When even that leaves no room for every key, the line ends
-// with how many keys it leaves out. It is "" for no arguments.
+// what is left. When even that leaves no room for every key, the line has
+// the keys alone, as many as fit, and how many more there are. It is "" for
+// no arguments.
 func argsLine(args json.RawMessage, width int) string {
 	whole := argview.Of(args, argview.Limits{Lines: 1, Key: 24, Value: width})
 	if !whole.Object {
@@ -328,14 +329,32 @@ func argsLine(args json.RawMessage, width int) string {
 		}
 		parts[i] = key + "=" + s
 	}
-	line := strings.Join(parts, " ")
-	for n := len(parts) - 1; ansi.StringWidth(line) > width && n > 0; n-- {
-		line = strings.Join(parts[:n], " ") + fmt.Sprintf(" +%d more keys (enter)", len(parts)-n)
+	if line := strings.Join(parts, " "); ansi.StringWidth(line) <= width {
+		return line
 	}
-	if ansi.StringWidth(line) > width {
-		line = fmt.Sprintf("%d keys (enter shows them)", len(parts))
+	// Too many keys for their values: the keys alone, as many as fit.
+	line := fmt.Sprintf("%d args:", len(whole.Args))
+	for i, a := range whole.Args {
+		rest := ""
+		if left := len(whole.Args) - i - 1; left > 0 {
+			rest = fmt.Sprintf(" +%d (enter)", left)
+		}
+		if ansi.StringWidth(line+" "+a.Key+rest) > width {
+			return line + fmt.Sprintf(" +%d (enter)", len(whole.Args)-i)
+		}
+		line += " " + a.Key
 	}
 	return line
+}
+
+// argsLine is argsLine of the request's arguments, kept for the width:
+// the screen is drawn every second, and the arguments may be long.
+func (it *item) argsLine(width int) string {
+	if it.line.width != width || it.line.text == nil {
+		s := argsLine(it.Args, width)
+		it.line.width, it.line.text = width, &s
+	}
+	return *it.line.text
 }
 
 // cutMark is the room argsLine keeps for the mark of a cut value: "…(1234 more)".
@@ -496,8 +515,12 @@ func (m *model) detailLines() []string {
 	}
 	// The arguments come before what else the agent wrote (the hint), so
 	// that a long hint cannot push them off the screen.
+	key := argsKey{id: it.ID, width: m.width, whole: m.whole}
+	if m.args.key != key {
+		m.args.key, m.args.lines = key, m.argLines(it.Args)
+	}
 	out = append(out, "")
-	out = append(out, m.argLines(it.Args)...)
+	out = append(out, m.args.lines...)
 	if it.Hint != "" {
 		out = append(out, "")
 		for i, l := range strings.Split(strings.ReplaceAll(textsafe.Text(it.Hint), "\t", "  "), "\n") {
@@ -570,7 +593,7 @@ func (m *model) summary(it *item) []string {
 	if it.Hint != "" {
 		out = append(out, "Hint: "+textsafe.Line(it.Hint))
 	}
-	if args := argsLine(it.Args, m.width-6); args != "" {
+	if args := it.argsLine(m.width - 6); args != "" {
 		out = append(out, "Args: "+args)
 	}
 	return append(out, "")
