@@ -433,10 +433,11 @@ func (m *model) argLines(args json.RawMessage) []string {
 		return append(out, m.st.dim.Render("  (none)"))
 	case !m.whole:
 		// Each value gets three lines, fewer when there are many: about
-		// twelve lines in all, never less than one each. Lines wrap at
-		// spaces, so a line holds less than room.
-		line := room * 9 / 10
-		v = argview.Of(args, argview.Limits{Key: 40, Lines: 3, Value: 3 * line, Total: 12 * line, MinValue: line})
+		// twelve lines in all, never less than one each. A line holds less
+		// than room: lines wrap at spaces, and the last keeps room for how
+		// many characters are left out.
+		line, most := max(room-24, 16), room*9/10*3-24
+		v = argview.Of(args, argview.Limits{Key: 40, Lines: 3, Value: most, Total: room * 9 / 10 * 12, MinValue: line})
 	}
 	indent := strings.Repeat(" ", col+4)
 	for _, a := range v.Args {
@@ -457,10 +458,16 @@ func (m *model) argLines(args json.RawMessage) []string {
 		} else {
 			lines[0] = "  " + m.st.bold.Render(pad(key, col)) + "  " + strings.TrimPrefix(lines[0], indent)
 		}
-		out = append(out, lines...)
 		if !m.whole && a.More > 0 {
-			out = append(out, indent+m.st.warn.Render(fmt.Sprintf("… %d more characters (v shows whole values)", a.More)))
+			// On the value's last line if it fits there, else below it.
+			more := fmt.Sprintf("… %d more characters", a.More)
+			if last := len(lines) - 1; ansi.StringWidth(lines[last])+1+len(more) <= m.width {
+				lines[last] += " " + m.st.warn.Render(more)
+			} else {
+				lines = append(lines, indent+m.st.warn.Render(more+" (v shows whole values)"))
+			}
 		}
+		out = append(out, lines...)
 	}
 	return out
 }
