@@ -669,6 +669,12 @@ func TestMailedAgainAfterACrash(t *testing.T) {
 	ctx := context.Background()
 	id, decided := h.ask(t, events.Requested{Tool: "deploy", Args: json.RawMessage(`{"service":"api"}`)})
 	first := h.mailTo(t, "alice@example.com", id)
+	for deadline := time.Now().Add(10 * time.Second); !h.adapter.MailedForTest(ctx, id, "alice") || !h.adapter.MailedForTest(ctx, id, "bob"); {
+		if time.Now().After(deadline) {
+			t.Fatal("the mails to alice and bob are not recorded after 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if err := h.adapter.ForgetMailedForTest(ctx, id, "alice"); err != nil {
 		t.Fatal(err)
 	}
