@@ -248,6 +248,10 @@ func natsFlags(fs *flag.FlagSet, what string) *natsconn.Settings {
 	return s
 }
 
+// warner is a channel whose valid configuration may still be unsafe
+// outside development (the email channel's insecure_plaintext).
+type warner interface{ Warnings() []string }
+
 // check reports what a configuration would run: the file, the policy, each
 // channel's settings and secrets, and the NATS connection.
 func check(cfg *Config, w io.Writer) error {
@@ -271,6 +275,11 @@ func check(cfg *Config, w io.Writer) error {
 		}
 		who := a.Reaches()
 		fmt.Fprintf(w, "%s: ok, reaches %d principal(s): %s\n", a.Name(), len(who), strings.Join(who, ", "))
+		if wa, ok := a.(warner); ok {
+			for _, warning := range wa.Warnings() {
+				fmt.Fprintf(w, "%s: WARNING: %s\n", a.Name(), warning)
+			}
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err

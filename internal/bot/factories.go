@@ -23,6 +23,7 @@ func newEmail(c *Config, n *yaml.Node, env channels.Env) (channels.Adapter, erro
 	if err := c.Section("email", n, &cfg); err != nil {
 		return nil, err
 	}
+	cfg.Source = email.SourceOf(c.File, n)
 	return email.New(cfg, env)
 }
 

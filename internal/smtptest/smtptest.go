@@ -1,6 +1,7 @@
 // Package smtptest is a real SMTP server for tests (STARTTLS on a
 // certificate made for the test, AUTH PLAIN required, messages kept in
-// memory), with a reader for the approval mails the email channel sends.
+// memory; or, from StartPlain, neither, as a development mail catcher is),
+// with a reader for the approval mails the email channel sends.
 package smtptest
 
 import (
@@ -45,6 +46,9 @@ type Server struct {
 	Port   int
 	CAFile string
 
+	// open takes mail without authentication (StartPlain).
+	open bool
+
 	mu        sync.Mutex
 	delivered []Delivery
 	changed   chan struct{}
@@ -66,11 +70,33 @@ func Start(t testing.TB) *Server {
 	}
 	s := &Server{Addr: l.Addr().String(), Host: "127.0.0.1", Port: l.Addr().(*net.TCPAddr).Port, CAFile: certs.CAFile, changed: make(chan struct{}, 1)}
 	srv := smtp.NewServer(smtp.BackendFunc(func(c *smtp.Conn) (smtp.Session, error) { return &session{s: s, c: c}, nil }))
-	srv.Domain = "localhost"
 	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{certs.Server}, MinVersion: tls.VersionTLS12}
+	srv.AllowInsecureAuth = false // AUTH only after STARTTLS
+	s.serve(t, srv, l)
+	return s
+}
+
+// StartPlain starts an SMTP server as development mail catchers (Mailpit,
+// MailHog) are: no TLS, no authentication, every message taken. It listens
+// on a free port of host and stops when the test ends.
+func StartPlain(t testing.TB, host string) *Server {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Addr: l.Addr().String(), Host: host, Port: l.Addr().(*net.TCPAddr).Port, open: true, changed: make(chan struct{}, 1)}
+	srv := smtp.NewServer(smtp.BackendFunc(func(c *smtp.Conn) (smtp.Session, error) { return &session{s: s, c: c}, nil }))
+	s.serve(t, srv, l)
+	return s
+}
+
+// serve runs srv on l until the test ends.
+func (s *Server) serve(t testing.TB, srv *smtp.Server, l net.Listener) {
+	t.Helper()
+	srv.Domain = "localhost"
 	srv.ReadTimeout, srv.WriteTimeout = 10*time.Second, 10*time.Second
 	srv.MaxMessageBytes = 1 << 20
-	srv.AllowInsecureAuth = false // AUTH only after STARTTLS
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	t.Cleanup(func() {
@@ -83,7 +109,6 @@ func Start(t testing.TB) *Server {
 			t.Errorf("smtp server: %v", err)
 		}
 	})
-	return s
 }
 
 // session is one SMTP session of the test server.
@@ -114,7 +139,7 @@ func (s *session) Auth(mech string) (sasl.Server, error) {
 }
 
 func (s *session) Mail(from string, _ *smtp.MailOptions) error {
-	if !s.auth {
+	if !s.auth && !s.s.open {
 		return smtp.ErrAuthRequired
 	}
 	s.from = from
@@ -122,7 +147,7 @@ func (s *session) Mail(from string, _ *smtp.MailOptions) error {
 }
 
 func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
-	if !s.auth {
+	if !s.auth && !s.s.open {
 		return smtp.ErrAuthRequired
 	}
 	s.s.mu.Lock()
@@ -137,7 +162,7 @@ func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
 }
 
 func (s *session) Data(r io.Reader) error {
-	if !s.auth {
+	if !s.auth && !s.s.open {
 		return smtp.ErrAuthRequired
 	}
 	b, err := io.ReadAll(r)

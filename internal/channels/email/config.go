@@ -12,6 +12,8 @@ import (
 	"regexp"
 	"strings"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/assent-dev/assent/internal/textsafe"
 )
 
@@ -34,7 +36,8 @@ const (
 	// TLSImplicit speaks TLS from the first byte (submissions, port 465).
 	TLSImplicit = "tls"
 	// TLSNone sends in plain text; allowed only to a server on loopback
-	// (a local relay).
+	// (a local relay), or, with SMTPConfig.InsecurePlaintext, to any (a
+	// development mail catcher such as Mailpit reached by name).
 	TLSNone = "none"
 )
 
@@ -53,7 +56,70 @@ type Config struct {
 	LinkSecretEnv string `yaml:"link_secret_env"`
 	// SubjectPrefix starts every subject. Default "[Assent]".
 	SubjectPrefix string `yaml:"subject_prefix"`
+
+	// Source, if set, is where the configuration was read: its problems
+	// then start with file:line.
+	Source Source `yaml:"-"`
 }
+
+// Source is where a Config was read: a file, and the line of each setting
+// in it by its path ("smtp.tls"); "" is the section's own line.
+type Source struct {
+	File  string
+	Lines map[string]int
+}
+
+// SourceOf returns the Source of a section read from file: the mapping
+// node of the channel's section in it.
+func SourceOf(file string, section *yaml.Node) Source {
+	src := Source{File: file, Lines: map[string]int{}}
+	if section == nil {
+		return src
+	}
+	src.Lines[""] = section.Line
+	var walk func(n *yaml.Node, prefix string)
+	walk = func(n *yaml.Node, prefix string) {
+		if n.Kind != yaml.MappingNode {
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			path := prefix + n.Content[i].Value
+			src.Lines[path] = n.Content[i].Line
+			walk(n.Content[i+1], path+".")
+		}
+	}
+	walk(section, "")
+	return src
+}
+
+// at returns where the setting at path is, or where it would go (its
+// parent's line): "bot.yaml:12: email." to start a problem with, or ""
+// without a Source.
+func (s Source) at(path string) string {
+	if s.File == "" {
+		return ""
+	}
+	for p := path; ; {
+		if line, ok := s.Lines[p]; ok {
+			return fmt.Sprintf("%s:%d: email.", s.File, line)
+		}
+		if p == "" {
+			return s.File + ": email."
+		}
+		p = p[:max(strings.LastIndexByte(p, '.'), 0)]
+	}
+}
+
+// ConfigError is a problem of one setting of a Config.
+type ConfigError struct {
+	// Where is "file:line: email." when the Config has a Source, else "".
+	Where string
+	// Setting is the setting's path: "smtp.tls".
+	Setting string
+	Msg     string
+}
+
+func (e *ConfigError) Error() string { return e.Where + e.Setting + e.Msg }
 
 // SMTPConfig is how the channel reaches its SMTP server.
 type SMTPConfig struct {
@@ -67,8 +133,15 @@ type SMTPConfig struct {
 	// PasswordEnv names the environment variable holding the SMTP
 	// password. Default ASSENT_SMTP_PASSWORD.
 	PasswordEnv string `yaml:"password_env"`
-	// TLS is "starttls" (the default), "tls" or "none" (loopback only).
+	// TLS is "starttls" (the default), "tls" or "none" (loopback only,
+	// unless InsecurePlaintext).
 	TLS string `yaml:"tls"`
+	// InsecurePlaintext lets TLS "none" reach a server that is not on
+	// loopback: mail, with its approval links (and the password, if any),
+	// crosses the network unencrypted. For development against a mail
+	// catcher (Mailpit, MailHog) in Compose; the bot warns at start and in
+	// `approver-bot check`.
+	InsecurePlaintext bool `yaml:"insecure_plaintext"`
 	// CAFile, if set, is a PEM file of certificates to trust besides the
 	// system's, for a server with a private certificate authority.
 	CAFile string `yaml:"ca_file"`
@@ -104,41 +177,61 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	bad := func(setting, format string, args ...any) {
+		errs = append(errs, &ConfigError{Where: c.Source.at(setting), Setting: setting, Msg: fmt.Sprintf(format, args...)})
+	}
 	switch h := c.SMTP.Host; {
 	case h == "":
-		bad("smtp.host: required: the SMTP server to submit mail to (smtp.example.com)")
+		bad("smtp.host", ": required: the SMTP server to submit mail to (smtp.example.com)")
 	case strings.ContainsAny(h, " /:@") && net.ParseIP(h) == nil:
-		bad("smtp.host %q: want a host name or an IP address, without a port or a scheme (set smtp.port)", textsafe.Line(h))
+		bad("smtp.host", " %q: want a host name or an IP address, without a port or a scheme (set smtp.port)", textsafe.Line(h))
 	}
 	if c.SMTP.Port < 1 || c.SMTP.Port > 65535 {
-		bad("smtp.port %d: want 1-65535 (587 for STARTTLS, 465 for TLS)", c.SMTP.Port)
+		bad("smtp.port", " %d: want 1-65535 (587 for STARTTLS, 465 for TLS)", c.SMTP.Port)
 	}
 	switch c.SMTP.TLS {
 	case TLSStartTLS, TLSImplicit:
+		if c.SMTP.InsecurePlaintext {
+			bad("smtp.insecure_plaintext", ": only with tls: none, and smtp.tls is %s: remove insecure_plaintext", c.SMTP.TLS)
+		}
 	case TLSNone:
-		if c.SMTP.Host != "" && !loopback(c.SMTP.Host) {
-			bad("smtp.tls none: allowed only to a server on loopback (localhost, 127.0.0.1, ::1), not %q; use starttls or tls", textsafe.Line(c.SMTP.Host))
+		if c.SMTP.Host != "" && !loopback(c.SMTP.Host) && !c.SMTP.InsecurePlaintext {
+			bad("smtp.tls", " none: allowed only to a server on loopback (localhost, 127.0.0.1, ::1), not %q: use starttls or tls; for a development mail catcher (Mailpit, MailHog) reached by name, also set insecure_plaintext: true", textsafe.Line(c.SMTP.Host))
 		}
 	default:
-		bad("smtp.tls %q: want starttls, tls or none", textsafe.Line(c.SMTP.TLS))
+		bad("smtp.tls", " %q: want starttls, tls or none", textsafe.Line(c.SMTP.TLS))
 	}
 	// The values are not repeated: they may be the secrets themselves.
 	if !envName.MatchString(c.SMTP.PasswordEnv) {
-		bad("smtp.password_env: want the name of an environment variable (ASSENT_SMTP_PASSWORD) that holds the password, not the password")
+		bad("smtp.password_env", ": want the name of an environment variable (ASSENT_SMTP_PASSWORD) that holds the password, not the password")
 	}
 	if !envName.MatchString(c.LinkSecretEnv) {
-		bad("link_secret_env: want the name of an environment variable (ASSENT_EMAIL_LINK_SECRET) that holds the secret, not the secret")
+		bad("link_secret_env", ": want the name of an environment variable (ASSENT_EMAIL_LINK_SECRET) that holds the secret, not the secret")
 	}
 	if c.From == "" {
-		bad("from: required: the sender address (Assent <assent@example.com>)")
+		bad("from", ": required: the sender address (Assent <assent@example.com>)")
 	} else if _, err := netmail.ParseAddress(c.From); err != nil {
-		bad("from %q: not an email address: %v", textsafe.Line(c.From), err)
+		bad("from", " %q: not an email address: %v", textsafe.Line(c.From), err)
 	}
 	if p := c.SubjectPrefix; textsafe.Line(p) != p || len(p) > 64 {
-		bad("subject_prefix %q: want one line of at most 64 bytes", textsafe.Line(p))
+		bad("subject_prefix", " %q: want one line of at most 64 bytes", textsafe.Line(p))
 	}
 	return errors.Join(errs...)
+}
+
+// Warnings says what in c, though valid, is unsafe outside development:
+// mail in plain text to a server that is not on loopback.
+func (c Config) Warnings() []string {
+	c = c.withDefaults()
+	if c.SMTP.TLS != TLSNone || !c.SMTP.InsecurePlaintext || loopback(c.SMTP.Host) {
+		return nil
+	}
+	what := "approval links, which answer as their recipients,"
+	if c.SMTP.Username != "" {
+		what = "the SMTP password and approval links, which answer as their recipients,"
+	}
+	return []string{fmt.Sprintf("%ssmtp.insecure_plaintext: mail goes to %s:%d unencrypted: %s can be read and used by anyone on the network path. For development only (a mail catcher such as Mailpit); never in production",
+		c.Source.at("smtp.insecure_plaintext"), textsafe.Line(c.SMTP.Host), c.SMTP.Port, what)}
 }
 
 // loopback reports whether host names this machine.

@@ -48,7 +48,9 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{"host with port", with(func(c *email.Config) { c.SMTP.Host = "smtp.example.com:587" }), env, nil, []string{"without a port", "smtp.port"}},
 		{"bad port", with(func(c *email.Config) { c.SMTP.Port = 70000 }), env, nil, []string{"smtp.port 70000"}},
 		{"bad TLS mode", with(func(c *email.Config) { c.SMTP.TLS = "ssl" }), env, nil, []string{`smtp.tls "ssl": want starttls, tls or none`}},
-		{"no TLS to a remote server", with(func(c *email.Config) { c.SMTP.TLS = "none" }), env, nil, []string{"allowed only to a server on loopback"}},
+		{"no TLS to a remote server", with(func(c *email.Config) { c.SMTP.TLS = "none" }), env, nil, []string{"allowed only to a server on loopback", "insecure_plaintext: true"}},
+		{"no TLS to a mail catcher, insecure_plaintext", with(func(c *email.Config) { c.SMTP.Host, c.SMTP.TLS, c.SMTP.InsecurePlaintext = "mailpit", "none", true }), env, nil, nil},
+		{"insecure_plaintext with TLS", with(func(c *email.Config) { c.SMTP.InsecurePlaintext = true }), env, nil, []string{"smtp.insecure_plaintext: only with tls: none, and smtp.tls is starttls"}},
 		{"no sender", with(func(c *email.Config) { c.From = "" }), env, nil, []string{"from: required"}},
 		{"bad sender", with(func(c *email.Config) { c.From = "assent at example" }), env, nil, []string{"not an email address"}},
 		{"secret in the config", with(func(c *email.Config) { c.LinkSecretEnv = "hunter2 hunter2" }), env, nil, []string{"link_secret_env", "not the secret"}},
@@ -110,5 +112,33 @@ func TestReaches(t *testing.T) {
 	}
 	if got := strings.Join(a.Reaches(), ","); got != "alice,bob,mallory" {
 		t.Fatalf("Reaches: %s", got)
+	}
+}
+
+// TestWarnings: plain text to a server not on loopback is warned about,
+// the password too when there is one; nothing else is.
+func TestWarnings(t *testing.T) {
+	for _, c := range []struct {
+		smtp email.SMTPConfig
+		want []string
+	}{
+		{email.SMTPConfig{Host: "mailpit", Port: 1025, TLS: "none", InsecurePlaintext: true}, []string{"mail goes to mailpit:1025 unencrypted", "approval links", "development only"}},
+		{email.SMTPConfig{Host: "mailpit", TLS: "none", InsecurePlaintext: true, Username: "dev"}, []string{"the SMTP password and approval links"}},
+		{email.SMTPConfig{Host: "localhost", TLS: "none", InsecurePlaintext: true}, nil},
+		{email.SMTPConfig{Host: "localhost", TLS: "none"}, nil},
+		{email.SMTPConfig{Host: "smtp.example.com"}, nil},
+	} {
+		w := email.Config{SMTP: c.smtp}.Warnings()
+		if len(c.want) == 0 {
+			if len(w) > 0 {
+				t.Errorf("%+v: warnings %q, want none", c.smtp, w)
+			}
+			continue
+		}
+		for _, want := range c.want {
+			if len(w) != 1 || !strings.Contains(w[0], want) {
+				t.Errorf("%+v: warnings %q, want one with %q", c.smtp, w, want)
+			}
+		}
 	}
 }

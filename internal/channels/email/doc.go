@@ -25,8 +25,11 @@
 //
 // Each recipient gets a mail of their own (links are personal), with a plain
 // text part and an HTML part that show the tool, the agent, the user, the
-// session, the arguments (pretty-printed, long values cut), the hint, the
-// rule and the deadline. Everything the agent sent is escaped, and control
+// session, the rule, the deadline, the arguments and the hint. The arguments
+// come as a list of every key, in the order the agent wrote them, each with
+// its value's start and the count of characters left out (internal/argview),
+// so that no long value hides another; the values the list cuts follow in
+// full below it, up to a bound, and the link's page shows them whole. Everything the agent sent is escaped, and control
 // and invisible characters are made visible (internal/textsafe). An
 // escalation mails the principals it adds; a reminder mails again everyone
 // who may still answer, saying the deadline is near. Outcomes are not mailed:

@@ -65,15 +65,48 @@ func New(cfg Config, env channels.Env) (*Adapter, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("email channel: %w", err)
+	if len(errs) > 0 {
+		return nil, located(errs)
 	}
 	log := env.Logger
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Adapter{s: s, env: env, log: log.Named("email"), links: signer{key: s.secret}, now: time.Now}, nil
+	a := &Adapter{s: s, env: env, log: log.Named("email"), links: signer{key: s.secret}, now: time.Now}
+	for _, w := range a.Warnings() {
+		a.log.Warn(w)
+	}
+	return a, nil
 }
+
+// located joins errs, one a line: a setting's problem that says where it is
+// (file:line) as it is, the others after "email channel: ".
+func located(errs []error) error {
+	var out []error
+	var flat func(err error)
+	flat = func(err error) {
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				flat(e)
+			}
+			return
+		}
+		if ce, ok := err.(*ConfigError); ok && ce.Where != "" {
+			out = append(out, err)
+			return
+		}
+		out = append(out, fmt.Errorf("email channel: %w", err))
+	}
+	for _, err := range errs {
+		flat(err)
+	}
+	return errors.Join(out...)
+}
+
+// Warnings says what in the channel's configuration, though valid, is
+// unsafe outside development (Config.Warnings). New logs them; `approver-bot
+// check` prints them.
+func (a *Adapter) Warnings() []string { return a.s.cfg.Warnings() }
 
 // Name returns "email".
 func (a *Adapter) Name() string { return Name }
@@ -156,7 +189,7 @@ func (a *Adapter) Notify(ctx context.Context, n handler.Notice) (json.RawMessage
 		principals = append(principals, p)
 	}
 	sort.Strings(principals)
-	sum := summarize(n, now)
+	sum := summarize(n, now, mailFull)
 	var (
 		msgs    []*gomail.Msg
 		pending []string // the principals of msgs
@@ -329,7 +362,10 @@ func (a *Adapter) client() (*gomail.Client, error) {
 	}
 	if smtp.Username != "" {
 		auth := gomail.SMTPAuthAutoDiscover
-		if smtp.TLS == TLSNone {
+		switch {
+		case smtp.TLS == TLSNone && smtp.InsecurePlaintext && !loopback(smtp.Host):
+			auth = gomail.SMTPAuthPlainNoEnc // the password in the clear, as Config.Warnings says
+		case smtp.TLS == TLSNone:
 			auth = gomail.SMTPAuthPlain // loopback only; discovery refuses plain text
 		}
 		opts = append(opts, gomail.WithSMTPAuth(auth), gomail.WithUsername(smtp.Username), gomail.WithPassword(a.s.password))

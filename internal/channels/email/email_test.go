@@ -6,8 +6,10 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"html"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -46,6 +48,11 @@ rules:
     approvers: ["role:ops"]
     quorum: 2
     timeout: 2m
+  - name: mails
+    tools: [send_email]
+    action: require_approval
+    approvers: ["role:ops"]
+    timeout: 2m
 `
 
 // harness is a broker, the email channel, its web server and a test SMTP
@@ -62,6 +69,13 @@ type harness struct {
 
 func setup(t *testing.T, src string, remind time.Duration) *harness {
 	t.Helper()
+	return setupWith(t, src, remind, nil)
+}
+
+// setupWith is setup with the mail going to plain, a server without TLS or
+// authentication, in plain text; nil is a server with both.
+func setupWith(t *testing.T, src string, remind time.Duration, plain *smtptest.Server) *harness {
+	t.Helper()
 	t.Setenv(email.DefaultLinkSecretEnv, linkSecret)
 	t.Setenv(email.DefaultPasswordEnv, smtptest.Password)
 	p, err := policy.Parse([]byte(src), "email.yaml")
@@ -70,7 +84,10 @@ func setup(t *testing.T, src string, remind time.Duration) *harness {
 	}
 	h := &harness{ns: testenv.Server(t), dir: channels.NewDirectory(p)}
 	brokertest.Run(t, testenv.Conn(t, h.ns), broker.Config{Policy: p})
-	h.smtp = smtptest.Start(t)
+	h.smtp = plain
+	if plain == nil {
+		h.smtp = smtptest.Start(t)
+	}
 	mux := http.NewServeMux()
 	h.web = httptest.NewServer(mux)
 	t.Cleanup(h.web.Close)
@@ -79,6 +96,9 @@ func setup(t *testing.T, src string, remind time.Duration) *harness {
 	cfg := email.Config{
 		SMTP: email.SMTPConfig{Host: h.smtp.Host, Port: h.smtp.Port, Username: smtptest.User, CAFile: h.smtp.CAFile},
 		From: "Assent <assent@example.com>",
+	}
+	if plain != nil {
+		cfg.SMTP = email.SMTPConfig{Host: plain.Host, Port: plain.Port, TLS: email.TLSNone, InsecurePlaintext: true}
 	}
 	h.adapter, err = email.New(cfg, channels.Env{NATS: nc, Directory: h.dir, PublicURL: h.web.URL, WebUI: "https://assent.example.com", Logger: log})
 	if err != nil {
@@ -197,7 +217,7 @@ func TestApproveByLink(t *testing.T) {
 		t.Errorf("subject %q, want %q", m.Subject, want)
 	}
 	for _, part := range []string{m.Text, html.UnescapeString(m.HTML)} {
-		for _, s := range []string{"coder asks to run deploy", "carol", "s-42", "env=prod", "deploys", "Rolls out the login fix.", `"service": "api"`, `"replicas": 3`, id, "https://assent.example.com/approvals/" + id} {
+		for _, s := range []string{"coder asks to run deploy", "carol", "s-42", "env=prod", "deploys", "Rolls out the login fix.", "service", "1.4.2", "replicas", id, "https://assent.example.com/approvals/" + id} {
 			if !strings.Contains(part, s) {
 				t.Errorf("a part lacks %q:\n%s", s, part)
 			}
@@ -419,7 +439,7 @@ func TestHostileRequest(t *testing.T) {
 				t.Errorf("%s contains %q", name, bad)
 			}
 		}
-		for _, want := range []string{"&lt;script&gt;alert(1)&lt;/script&gt;", "&lt;img src=x onerror=alert(2)&gt;", `invoice\u202efdp.exe`, "(4700 more characters)", "(150 more items)", "&lt;i&gt;root&lt;/i&gt;"} {
+		for _, want := range []string{"&lt;script&gt;alert(1)&lt;/script&gt;", "&lt;img src=x onerror=alert(2)&gt;", `invoice\u202efdp.exe`, "4840 more characters", "241 more characters", "&lt;i&gt;root&lt;/i&gt;"} {
 			if !strings.Contains(doc, want) {
 				t.Errorf("%s lacks %q", name, want)
 			}
@@ -496,5 +516,194 @@ func TestRetryMailsOnlyTheFailed(t *testing.T) {
 	}
 	if rcpt, auth := h.smtp.Refusals(); rcpt != 1 || auth != 0 {
 		t.Fatalf("%d refusals, %d failed logins; want 1 and 0", rcpt, auth)
+	}
+}
+
+// TestLongArgumentsHideNoKey: a long argument written first (and a longer
+// list after it) pushes no other argument out of the mail. Every key, in
+// the order the agent wrote it, shows with its value's start in the first
+// screenful of the text part and in the HTML part's list, a cut value says
+// how many characters it left out, and the values follow in full below
+// the list; the link page shows them too.
+func TestLongArgumentsHideNoKey(t *testing.T) {
+	h := setup(t, teamPolicy, 0)
+	body := strings.Repeat("Dear customer, please find your invoice attached. ", 66) // 3,300 characters
+	attachments := make([]string, 40)
+	for i := range attachments {
+		attachments[i] = fmt.Sprintf("https://files.example.com/%02d/", i) + strings.Repeat("x", 220)
+	}
+	attJSON, _ := json.Marshal(attachments)
+	args := json.RawMessage(`{"body":` + string(mustJSON(t, body)) + `,"attachments":` + string(attJSON) + `,"subject":"Your invoice","to":"mallory@evil.example"}`)
+	id, _ := h.ask(t, events.Requested{Tool: "send_email", Args: args, Hint: "Sends the monthly invoice.\nNothing else."})
+	m := h.mailTo(t, "alice@example.com", id)
+
+	keys := []struct{ key, start string }{
+		{"body", "Dear customer, please find"},
+		{"attachments", `["https://files.example.com/00/`},
+		{"subject", "Your invoice"},
+		{"to", "mallory@evil.example"},
+	}
+	first := screenful(m.Text, 80, 50)
+	at := 0
+	for _, k := range keys {
+		i := strings.Index(first[at:], k.key+":")
+		if i < 0 {
+			t.Fatalf("the first 50 lines of the text part lack %q after the keys before it:\n%s", k.key+":", first)
+		}
+		at += i
+		if !strings.Contains(first[at:], k.start) {
+			t.Errorf("the first screenful lacks the start of %s, %q:\n%s", k.key, k.start, first)
+		}
+	}
+	for _, more := range []string{"3140 more characters", fmt.Sprint(len(attJSON)-160) + " more characters"} {
+		if !strings.Contains(first, more) {
+			t.Errorf("the first screenful lacks %q:\n%s", more, first)
+		}
+	}
+	if !strings.Contains(m.Text, body) || !strings.Contains(m.Text, string(attJSON)) {
+		t.Errorf("the text part lacks the whole values below the list:\n%s", m.Text)
+	}
+
+	doc := html.UnescapeString(m.HTML)
+	full := strings.Index(doc, body)
+	if full < 0 || !strings.Contains(doc, string(attJSON)) {
+		t.Fatalf("the HTML part lacks the whole values")
+	}
+	at = 0
+	for _, k := range keys {
+		i := strings.Index(doc[at:], ">"+k.key+"<")
+		if i < 0 || at+i > full {
+			t.Fatalf("the HTML part's list lacks %q before the whole values", k.key)
+		}
+		at += i
+		if !strings.Contains(doc[at:full], k.start) {
+			t.Errorf("the HTML list lacks the start of %s, %q", k.key, k.start)
+		}
+	}
+	if !strings.Contains(doc[:full], "3140 more characters") {
+		t.Errorf("the HTML list does not say how much of body it leaves out")
+	}
+
+	status, page, _ := get(t, m.Approve(t))
+	page = html.UnescapeString(page)
+	wantPage(t, "GET approve", status, page, http.StatusOK, "3140 more characters", body, string(attJSON), ">to<", "mallory@evil.example")
+}
+
+// screenful returns the start of a text as a window of rows of width
+// columns shows it: long lines wrap.
+func screenful(text string, width, rows int) string {
+	var b strings.Builder
+	for _, l := range strings.Split(text, "\n") {
+		for {
+			if rows == 0 {
+				return b.String()
+			}
+			rows--
+			r := []rune(l)
+			if len(r) <= width {
+				b.WriteString(l + "\n")
+				break
+			}
+			b.WriteString(string(r[:width]) + "\n")
+			l = string(r[width:])
+		}
+	}
+	return b.String()
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestInsecurePlaintext: with tls none and insecure_plaintext, mail goes
+// in plain text to a server that is not on loopback, as to a mail catcher
+// in Compose, and the channel warns that it does.
+func TestInsecurePlaintext(t *testing.T) {
+	host := externalIP(t)
+	h := setupWith(t, teamPolicy, 0, smtptest.StartPlain(t, host))
+	w := h.adapter.Warnings()
+	if len(w) != 1 || !strings.Contains(w[0], "unencrypted") || !strings.Contains(w[0], host) || !strings.Contains(w[0], "development only") {
+		t.Errorf("warnings %q", w)
+	}
+	id, decided := h.ask(t, events.Requested{Tool: "deploy", Args: json.RawMessage(`{"service":"api"}`)})
+	m := h.mailTo(t, "alice@example.com", id)
+	if m.TLS || m.Auth {
+		t.Errorf("mail submitted with TLS %v, AUTH %v; want neither", m.TLS, m.Auth)
+	}
+	status, body := post(t, m.Approve(t), "")
+	wantPage(t, "POST approve", status, body, http.StatusOK, "You approved deploy")
+	if d := brokertest.Decision(t, decided); !d.Approved() {
+		t.Fatalf("decision %+v", d)
+	}
+}
+
+// externalIP returns an IPv4 address of this machine that is not on
+// loopback, or skips the test.
+func externalIP(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Skipf("no interface addresses: %v", err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			return n.IP.String()
+		}
+	}
+	t.Skip("no IPv4 address but loopback")
+	return ""
+}
+
+// TestMailedAgainAfterACrash: a mail the bot sent but did not record (it
+// died in between) goes out again when the notice comes again. The second
+// mail has the first's Message-ID, so that mail clients thread it with the
+// first or drop it, and the same links; each link works once across both
+// mails, and the first answer decides.
+func TestMailedAgainAfterACrash(t *testing.T) {
+	h := setup(t, teamPolicy, 0)
+	ctx := context.Background()
+	id, decided := h.ask(t, events.Requested{Tool: "deploy", Args: json.RawMessage(`{"service":"api"}`)})
+	first := h.mailTo(t, "alice@example.com", id)
+	for deadline := time.Now().Add(10 * time.Second); !h.adapter.MailedForTest(ctx, id, "alice") || !h.adapter.MailedForTest(ctx, id, "bob"); {
+		if time.Now().After(deadline) {
+			t.Fatal("the mails to alice and bob are not recorded after 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := h.adapter.ForgetMailedForTest(ctx, id, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	n, _, ok, err := h.channel.Lookup(ctx, id)
+	if err != nil || !ok {
+		t.Fatalf("lookup %s: %v, %v", id, ok, err)
+	}
+	if _, err := h.adapter.Notify(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	ms := h.mailsTo(t, "alice@example.com", id, 2)
+	if len(ms) != 2 {
+		t.Fatalf("alice got %d mails, want 2", len(ms))
+	}
+	again := ms[1]
+	if got, want := again.Header.Get("Message-Id"), first.Header.Get("Message-Id"); got != want || want != "<assent."+id+".alice@example.com>" {
+		t.Errorf("Message-ID %q again, first %q", got, want)
+	}
+	if again.Subject != first.Subject || again.Approve(t) != first.Approve(t) || again.Deny(t) != first.Deny(t) {
+		t.Errorf("the mail again differs: %q, %s; first %q, %s", again.Subject, again.Approve(t), first.Subject, first.Approve(t))
+	}
+	if n := len(h.mailsTo(t, "bob@example.com", id, 1)); n != 1 {
+		t.Errorf("bob got %d mails, want 1: only the unrecorded mail goes again", n)
+	}
+	status, body := post(t, again.Deny(t), "no")
+	wantPage(t, "POST deny from the mail again", status, body, http.StatusOK, "You denied deploy")
+	status, body = post(t, first.Approve(t), "")
+	wantPage(t, "POST approve from the first mail", status, body, http.StatusConflict, "already denied by alice via email")
+	if d := brokertest.Decision(t, decided); d.Outcome != events.Denied {
+		t.Fatalf("decision %+v", d)
 	}
 }

@@ -1,6 +1,7 @@
 package email
 
 import (
+	"context"
 	"encoding/json"
 	"time"
 
@@ -19,3 +20,17 @@ func (a *Adapter) LinkForTest(id, principal, address string, d events.Verdict, a
 
 // PageCSS is the link pages' inline style, whose hash the CSP allows.
 const PageCSS = pageCSS
+
+// MailedForTest reports whether the first mail about request id to
+// principal is recorded as sent.
+func (a *Adapter) MailedForTest(ctx context.Context, id, principal string) bool {
+	_, err := a.st.Load().kv.Get(ctx, sentKey(id, principal, kindNew.String()))
+	return err == nil
+}
+
+// ForgetMailedForTest deletes the record that the first mail about request
+// id went to principal, as if the bot had died after the SMTP server took
+// the mail and before it recorded it.
+func (a *Adapter) ForgetMailedForTest(ctx context.Context, id, principal string) error {
+	return a.st.Load().kv.Delete(ctx, sentKey(id, principal, kindNew.String()))
+}

@@ -5,51 +5,63 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
-func TestFormatArgs(t *testing.T) {
-	long := strings.Repeat("é", maxValue+25)
-	many := make([]int, maxItems+7)
-	manyJSON, _ := json.Marshal(map[string]any{"ids": many})
-	huge := map[string]string{}
-	for i := range 200 {
-		huge[strings.Repeat("k", 3)+string(rune('a'+i%26))+strings.Repeat("x", i)] = strings.Repeat("v", 200)
-	}
-	hugeJSON, _ := json.Marshal(huge)
+// TestLayoutArgs: the list of the arguments names every key in the order
+// written, with its value's start and how much of it is left out; the cut
+// values follow in full as far as the budget goes, never beyond it.
+func TestLayoutArgs(t *testing.T) {
+	long := strings.Repeat("é", 500)
+	many := `{` + strings.Repeat(`"k":"`+strings.Repeat("v", 300)+`",`, 99) + `"last":1}`
 	cases := []struct {
-		name     string
-		args     string
-		want     []string
-		wantNot  []string
-		maxBytes int
+		name    string
+		args    string
+		budget  int
+		text    []string // in the list, in this order
+		notText []string
+		full    []string // the full values' titles, in order
 	}{
-		{"none", ``, []string{"(none)"}, nil, 0},
-		{"null", `null`, []string{"(none)"}, nil, 0},
-		{"empty", `{}`, []string{"(none)"}, nil, 0},
-		{"indented, numbers kept", `{"b":1.50,"a":{"c":[1,2]}}`, []string{"{\n  \"a\": {\n    \"c\": [\n      1,\n      2\n    ]\n  },\n  \"b\": 1.50\n}"}, nil, 0},
-		{"markup kept for templates to escape", `{"x":"<b>&"}`, []string{`"x": "<b>&"`}, []string{`\u003c`}, 0},
-		{"long string cut", `{"s":"` + long + `"}`, []string{strings.Repeat("é", maxValue) + "… (25 more characters)"}, []string{strings.Repeat("é", maxValue+1)}, 0},
-		{"long key cut", `{"` + long + `":1}`, []string{"… (25 more characters)"}, nil, 0},
-		{"long array cut", string(manyJSON), []string{"… (7 more items)"}, nil, 0},
-		{"huge cut at a line", string(hugeJSON), []string{"more lines not shown)"}, nil, maxArgs + 64},
-		{"control characters made visible", `{"f":"a\u202eb\u0007"}`, []string{`a\u202eb\u0007`}, []string{"\u202e", "\a"}, 0},
-		{"not JSON", `{"unterminated`, []string{`{"unterminated`}, nil, 0},
+		{"none", ``, 100, []string{"(none)"}, nil, nil},
+		{"null", `null`, 100, []string{"(none)"}, nil, nil},
+		{"empty", `{}`, 100, []string{"(none)"}, nil, nil},
+		{"order written, aligned", `{"b":1.50,"aa":{"c":[1,2]},"s":""}`, 100, []string{"  b:  1.50\n  aa: {\"c\":[1,2]}\n  s:  \"\""}, nil, nil},
+		{"markup kept for templates to escape", `{"x":"<b>&"}`, 100, []string{"x: <b>&"}, nil, nil},
+		{"long value: its start, the rest counted and in full below", `{"s":"` + long + `","t":"x"}`, 1000, []string{"s: " + strings.Repeat("é", 160) + " … [340 more characters, below]", "\n  t: x"}, []string{strings.Repeat("é", 161)}, []string{"s, in full (500 characters)"}},
+		{"full values within the budget", `{"a":"` + long + `","b":"` + long + `"}`, 700, []string{"a:", "b:"}, nil, []string{"a, in full (500 characters)", "b: the first 200 of 500 characters"}},
+		{"many keys: every one listed, each shorter", many, 1000, []string{"k:    " + strings.Repeat("v", 40) + " … [260 more characters, below]", "k:    " + strings.Repeat("v", 40) + " … [260 more characters, not in this mail: open Approve or Deny to read it]", "last: 1"}, []string{strings.Repeat("v", 41)}, []string{"k, in full (300 characters)", "k, in full (300 characters)", "k, in full (300 characters)", "k: the first 100 of 300 characters"}},
+		{"several lines indented", `{"script":"a\nb\nc\nd","x":1}`, 100, []string{"  script: a\n          b\n          c … [2 more characters, below]\n  x:      1"}, nil, []string{"script, in full (7 characters)"}},
+		{"control characters made visible", `{"f":"a\u202eb\u0007"}`, 100, []string{`a\u202eb\x07`}, []string{"\u202e", "\a"}, nil},
+		{"not an object", `{"unterminated`, 100, []string{"not a JSON object"}, nil, []string{"The arguments (not a JSON object), in full (14 characters)"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := formatArgs(json.RawMessage(c.args))
-			for _, w := range c.want {
-				if !strings.Contains(got, w) {
-					t.Errorf("lacks %q:\n%s", w, got)
+			a := layoutArgs(json.RawMessage(c.args), c.budget)
+			got := a.Text()
+			at := 0
+			for _, w := range c.text {
+				i := strings.Index(got[at:], w)
+				if i < 0 {
+					t.Fatalf("list lacks %q (after %d):\n%s", w, at, got)
 				}
+				at += i + len(w)
 			}
-			for _, w := range c.wantNot {
+			for _, w := range c.notText {
 				if strings.Contains(got, w) {
-					t.Errorf("has %q:\n%s", w, got)
+					t.Errorf("list has %q:\n%s", w, got)
 				}
 			}
-			if c.maxBytes > 0 && len(got) > c.maxBytes {
-				t.Errorf("%d bytes, want at most %d", len(got), c.maxBytes)
+			shown := 0
+			var titles []string
+			for _, f := range a.Full {
+				titles = append(titles, f.Title())
+				shown += utf8.RuneCountInString(f.Value)
+			}
+			if strings.Join(titles, "|") != strings.Join(c.full, "|") {
+				t.Errorf("full values %q, want %q", titles, c.full)
+			}
+			if shown > c.budget {
+				t.Errorf("%d characters in full, over the budget of %d", shown, c.budget)
 			}
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/assent-dev/assent/internal/argview"
 	"github.com/assent-dev/assent/internal/human"
 	"github.com/assent-dev/assent/internal/textsafe"
 	"github.com/assent-dev/assent/pkg/handler"
@@ -22,23 +23,24 @@ import (
 var templateFS embed.FS
 
 var (
-	mailHTML = htmltemplate.Must(htmltemplate.ParseFS(templateFS, "templates/mail.html"))
+	mailHTML = htmltemplate.Must(htmltemplate.New("mail.html").Funcs(htmltemplate.FuncMap{"shown": shown, "valueCell": valueCell}).ParseFS(templateFS, "templates/mail.html"))
 	mailText = texttemplate.Must(texttemplate.ParseFS(templateFS, "templates/mail.txt"))
 )
 
-// Limits of what a mail or a page shows of a request.
+// Bounds of what a mail or a page shows of a request.
 const (
-	// maxValue is the longest string value of the arguments shown whole,
-	// in characters; longer ones are cut.
-	maxValue = 300
-	// maxItems is how many elements of an array are shown.
-	maxItems = 50
-	// maxArgs bounds the arguments as shown, in bytes; the rest is cut at
-	// a line boundary.
-	maxArgs = 8 << 10
+	// mailFull is how many characters of the values cut in the list a
+	// mail shows in full below it, all values together; the link page
+	// shows pageFull.
+	mailFull = 16_000
+	pageFull = 1 << 20
 	// maxField bounds one line of the summary (tool, agent, ...).
 	maxField = 200
 )
+
+// listLimits bound each value's start in the list of arguments: a few lines
+// each, less for each value when there are many.
+var listLimits = argview.Limits{Value: 160, Lines: 3, Total: 2400, MinValue: 40}
 
 // field is one labelled line of a request's summary.
 type field struct {
@@ -57,13 +59,15 @@ type summary struct {
 	Rule      string
 	Hint      string
 	Labels    string
-	Args      string
+	Args      args
 	Quorum    int
 	Deadline  string // "Mon 2 Jan 2006 15:04 UTC"
 	Remaining string // "in 4m 10s"
 }
 
-func summarize(n handler.Notice, now time.Time) summary {
+// summarize lays out n for people at now, with at most full characters of
+// the cut arguments' values in full.
+func summarize(n handler.Notice, now time.Time, full int) summary {
 	s := summary{
 		ID:       textsafe.Line(n.ID),
 		Tool:     line(n.Tool),
@@ -72,7 +76,7 @@ func summarize(n handler.Notice, now time.Time) summary {
 		Session:  line(n.Session),
 		Rule:     line(n.Rule),
 		Hint:     cut(textsafe.Text(strings.TrimSpace(n.Hint)), 2000),
-		Args:     formatArgs(n.Args),
+		Args:     layoutArgs(n.Args, full),
 		Deadline: n.Deadline.UTC().Format("Mon 2 Jan 2006 15:04:05 UTC"),
 	}
 	if s.Agent == "" {
@@ -138,76 +142,124 @@ func cut(s string, n int) string {
 	return s[:i] + "…"
 }
 
-// formatArgs returns a request's arguments as indented JSON for people:
-// strings longer than maxValue characters and arrays longer than maxItems
-// are cut, with a note saying how much was left out, and the whole is cut
-// at maxArgs bytes. Control and invisible characters come out as \u
-// escapes.
-func formatArgs(raw json.RawMessage) string {
-	t := bytes.TrimSpace(raw)
-	if len(t) == 0 || string(t) == "null" || string(t) == "{}" {
-		return "(none)"
-	}
-	dec := json.NewDecoder(bytes.NewReader(t))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return cut(textsafe.Text(string(t)), maxArgs)
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false) // templates escape; \u003c would only confuse
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(shorten(v)); err != nil {
-		return cut(textsafe.Text(string(t)), maxArgs)
-	}
-	out := string(textsafe.JSON(bytes.TrimRight(buf.Bytes(), "\n")))
-	if len(out) <= maxArgs {
-		return out
-	}
-	head := out[:maxArgs]
-	if i := strings.LastIndexByte(head, '\n'); i > 0 {
-		head = head[:i]
-	}
-	rest := strings.Count(out[len(head):], "\n")
-	return head + fmt.Sprintf("\n… (%d more lines not shown)", rest)
+// args are a request's arguments as a mail or a page shows them: first a
+// list of every key, in the order written, with its value's start (the
+// argview); then, below, the values the list cuts, in full as far as a
+// budget goes.
+type args struct {
+	argview.View
+	Full []fullValue
 }
 
-// shorten cuts long strings and arrays in a decoded JSON value.
-func shorten(v any) any {
-	switch v := v.(type) {
-	case string:
-		return shortString(v)
-	case []any:
-		if len(v) > maxItems {
-			more := len(v) - maxItems
-			v = append(v[:maxItems:maxItems], fmt.Sprintf("… (%d more items)", more))
-		}
-		for i := range v {
-			v[i] = shorten(v[i])
-		}
-		return v
-	case map[string]any:
-		out := make(map[string]any, len(v))
-		for k, e := range v {
-			out[shortString(k)] = shorten(e)
-		}
-		return out
-	}
-	return v
+// fullValue is one value the list cuts, shown in full below it.
+type fullValue struct {
+	Key string
+	// Value is the whole value, or its start when the budget ran out;
+	// More counts the characters left out, Len those of the whole value.
+	Value     string
+	Len, More int
+	index     int // in the list
 }
 
-func shortString(s string) string {
-	n := utf8.RuneCountInString(s)
-	if n <= maxValue {
-		return s
+// layoutArgs lays out raw with at most budget characters of the full
+// values.
+func layoutArgs(raw json.RawMessage, budget int) args {
+	a := args{View: argview.Of(raw, listLimits)}
+	if !a.Object {
+		a.Raw, a.Full = "", []fullValue{cutValue("", a.View.Raw, budget)}
+		return a
+	}
+	for i, arg := range a.Args {
+		if arg.More == 0 || budget <= 0 {
+			continue
+		}
+		f := cutValue(arg.Key, arg.Value, budget)
+		f.index = i
+		budget -= f.Shown()
+		a.Full = append(a.Full, f)
+	}
+	return a
+}
+
+// Where says where the rest of the i-th argument's value is: below, or
+// (when the mail's budget ran out) on the link's page.
+func (a args) Where(i int) string {
+	for _, f := range a.Full {
+		if f.index == i {
+			return "below"
+		}
+	}
+	return "not in this mail: open Approve or Deny to read it"
+}
+
+// cutValue returns v with at most budget characters of it.
+func cutValue(key, v string, budget int) fullValue {
+	f := fullValue{Key: key, Value: v, Len: utf8.RuneCountInString(v)}
+	if f.Len <= budget {
+		return f
 	}
 	i := 0
-	for range maxValue {
-		_, size := utf8.DecodeRuneInString(s[i:])
+	for range max(budget, 0) {
+		_, size := utf8.DecodeRuneInString(v[i:])
 		i += size
 	}
-	return s[:i] + fmt.Sprintf("… (%d more characters)", n-maxValue)
+	f.Value, f.More = v[:i], f.Len-max(budget, 0)
+	return f
+}
+
+// shown returns a's value start as the list shows it: "" for an empty
+// string would show nothing.
+func shown(a argview.Arg) string {
+	if a.String && a.Value == "" {
+		return `""`
+	}
+	return a.Head
+}
+
+// cell is one value of the HTML part's list.
+type cell struct {
+	Arg   argview.Arg
+	Line  bool // a rule above it
+	Where string
+}
+
+func valueCell(a args, i int, line bool) cell {
+	return cell{Arg: a.Args[i], Line: line, Where: a.Where(i)}
+}
+
+// Text is the list of the arguments in the text part: one key a line, the
+// values aligned, a cut value's last line saying how much is left out.
+func (a args) Text() string {
+	switch {
+	case !a.Object:
+		return "  (not a JSON object; in full below)"
+	case a.Empty():
+		return "  (none)"
+	}
+	col := 0 // the keys' column: as wide as the longest key of up to 16 characters
+	for _, arg := range a.Args {
+		if n := utf8.RuneCountInString(arg.Key); n <= 16 {
+			col = max(col, n)
+		}
+	}
+	var b strings.Builder
+	for i, arg := range a.Args {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		key := arg.Key
+		if arg.KeyMore > 0 {
+			key += fmt.Sprintf("… (%d more characters)", arg.KeyMore)
+		}
+		key += ":"
+		pad := strings.Repeat(" ", max(col+1-utf8.RuneCountInString(key), 0)+1)
+		indent := "\n  " + strings.Repeat(" ", col+2)
+		b.WriteString("  " + key + pad + strings.ReplaceAll(shown(arg), "\n", indent))
+		if arg.More > 0 {
+			fmt.Fprintf(&b, " … [%d more characters, %s]", arg.More, a.Where(i))
+		}
+	}
+	return b.String()
 }
 
 // ago says how long before now t was, as people say it: "just now",
@@ -305,4 +357,19 @@ func render(v mailView) (text, html string, err error) {
 		return "", "", fmt.Errorf("HTML part: %w", err)
 	}
 	return t.String(), h.String(), nil
+}
+
+// Shown counts the characters of Value.
+func (f fullValue) Shown() int { return f.Len - f.More }
+
+// Title names a full value: its key and its length.
+func (f fullValue) Title() string {
+	name := f.Key
+	if name == "" {
+		name = "The arguments (not a JSON object)"
+	}
+	if f.More > 0 {
+		return fmt.Sprintf("%s: the first %d of %d characters", name, f.Len-f.More, f.Len)
+	}
+	return fmt.Sprintf("%s, in full (%d characters)", name, f.Len)
 }

@@ -30,7 +30,7 @@ import (
 // only their own inline style, and forms only to this origin), are never
 // framed, cached or indexed, and send no Referer that could leak the token.
 
-var pageTemplate = htmltemplate.Must(htmltemplate.ParseFS(templateFS, "templates/page.html"))
+var pageTemplate = htmltemplate.Must(htmltemplate.New("page.html").Funcs(htmltemplate.FuncMap{"shown": shown}).ParseFS(templateFS, "templates/page.html"))
 
 // pageCSS is the pages' only style, inline; the CSP allows it by its hash.
 const pageCSS = `
@@ -50,7 +50,15 @@ dt{color:#626f86;font-size:13px;padding-top:1px}
 dd{margin:0;word-break:break-word}
 .hint{white-space:pre-wrap;word-break:break-word;padding:10px 14px;background:#f7f8f9;border-left:4px solid #8590a2;margin:0 0 16px}
 h2{font-size:13px;font-weight:400;color:#626f86;margin:16px 0 6px}
-pre{margin:0;padding:12px 14px;background:#f7f8f9;border:1px solid #dfe1e6;border-radius:6px;font:12px/1.5 SFMono-Regular,Menlo,Consolas,monospace;white-space:pre-wrap;word-break:break-all;max-height:420px;overflow:auto}
+h2 code{font:600 13px SFMono-Regular,Menlo,Consolas,monospace;color:#172b4d}
+.args{width:100%;border-collapse:separate;border-spacing:0;background:#f7f8f9;border:1px solid #dfe1e6;border-radius:6px;font:13px/1.5 SFMono-Regular,Menlo,Consolas,monospace}
+.args th{text-align:left;vertical-align:top;padding:6px 12px 6px 14px;width:1%;white-space:nowrap}
+.args th.long{white-space:normal;word-break:break-all;padding-bottom:0}
+.args tr.under th,.args tr.under td{border-top:0}
+.args td{vertical-align:top;padding:6px 14px 6px 0;white-space:pre-wrap;word-break:break-word}
+.args tr+tr th,.args tr+tr td{border-top:1px solid #dfe1e6}
+.more{display:inline-block;margin-left:6px;padding:0 8px;border-radius:9px;background:#e9f2ff;color:#0055cc;font:12px/18px -apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;white-space:nowrap}
+pre{margin:0;padding:12px 14px;background:#f7f8f9;border:1px solid #dfe1e6;border-radius:6px;font:12px/1.5 SFMono-Regular,Menlo,Consolas,monospace;white-space:pre-wrap;word-break:break-word;overflow-wrap:anywhere;max-height:420px;overflow:auto}
 form{margin-top:20px;padding-top:16px;border-top:1px solid #dfe1e6}
 label{display:block;font-weight:600;margin-bottom:6px}
 textarea{width:100%;min-height:88px;padding:8px 10px;border:1px solid #8590a2;border-radius:6px;font:inherit;resize:vertical}
@@ -109,7 +117,7 @@ func (a *Adapter) serveLink(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	c, p := a.examine(ctx, r.PathValue("token"))
 	if p == nil {
-		sum := summarize(c.notice, a.now())
+		sum := summarize(c.notice, a.now(), pageFull)
 		p = &page{status: http.StatusOK, Summary: &sum, Form: &form{Approve: c.link.Decision == events.Approve, Principal: c.link.Principal, MaxLength: events.MaxTextLength}}
 		if c.link.Decision == events.Approve {
 			p.Title = "Approve " + sum.Tool + "?"
@@ -237,7 +245,7 @@ func (a *Adapter) examine(ctx context.Context, token string) (checked, *page) {
 
 // decidedPage shows a decided request's outcome.
 func (a *Adapter) decidedPage(n handler.Notice, d handler.Decision, title string) *page {
-	sum := summarize(n, a.now())
+	sum := summarize(n, a.now(), pageFull)
 	tone := "warn"
 	if d.Approved() {
 		tone = "ok"
@@ -261,7 +269,7 @@ func (a *Adapter) usedPage(ctx context.Context, l link) *page {
 // answeredPage confirms an answer, with the request's outcome if the
 // broker decides within a moment.
 func (a *Adapter) answeredPage(ctx context.Context, rt channels.Runtime, c checked) *page {
-	sum := summarize(c.notice, a.now())
+	sum := summarize(c.notice, a.now(), pageFull)
 	verb := "approved"
 	tone := "ok"
 	if c.link.Decision == events.Deny {

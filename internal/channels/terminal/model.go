@@ -122,6 +122,19 @@ type item struct {
 	waiting    bool
 	// edit is the user's last edit of the arguments, kept for another try.
 	edit []byte
+	// line is the list's line of the arguments, for a width.
+	line struct {
+		width int
+		text  *string
+	}
+}
+
+// argsKey says for which request, width and fold the detail view's lines
+// of arguments were made.
+type argsKey struct {
+	id    string
+	width int
+	whole bool
 }
 
 func (it *item) hasSchema() bool {
@@ -180,11 +193,16 @@ type model struct {
 
 	width, height int
 
-	mode   mode
-	back   mode   // where help returns to
-	focus  string // the request an open view or prompt is about
-	draft  draft
-	top    int // scroll offset of the detail and diff views
+	mode  mode
+	back  mode   // where help returns to
+	focus string // the request an open view or prompt is about
+	draft draft
+	top   int  // scroll offset of the detail and diff views
+	whole bool // the detail view shows the arguments' values whole
+	args  struct {
+		key   argsKey
+		lines []string
+	}
 	input  textinput.Model
 	inErr  string
 	scopes []string
@@ -531,7 +549,7 @@ func (m *model) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 		}
 	case "enter":
 		if it := m.selected(); it != nil {
-			m.mode, m.focus, m.top = modeDetail, it.ID, 0
+			m.mode, m.focus, m.top, m.whole = modeDetail, it.ID, 0, false
 		}
 	case "a", "d", "e", "s", "r":
 		return m, m.act(k.String())
@@ -567,6 +585,8 @@ func (m *model) detailKey(k tea.KeyMsg) (tea.Cmd, bool) {
 		m.top = 0
 	case "end", "G":
 		m.top = 1 << 30
+	case "v":
+		m.whole = !m.whole
 	default:
 		return nil, false
 	}

@@ -428,7 +428,7 @@ func TestDenyWithReason(t *testing.T) {
 	_, ch := e.ask(t, events.Requested{Tool: "drop_table", Args: json.RawMessage(`{"table":"users"}`)})
 	u.waitText("drop_table")
 	u.press("d")
-	u.waitText("Deny this request?", "Reason:", `{"table":"users"}`)
+	u.waitText("Deny this request?", "Reason:", `Args: table="users"`)
 	u.press("not on a friday")
 	u.waitText("> not on a friday")
 	u.press(keyEnter)
@@ -503,7 +503,7 @@ func TestDecidedElsewhere(t *testing.T) {
 	_, other := e.ask(t, events.Requested{Tool: "rotate_keys"})
 	u.waitText("rotate_keys", "2 pending")
 	u.press("d") // the first stays selected: start denying it
-	u.waitText("Deny this request?", `{"replicas":5}`)
+	u.waitText("Deny this request?", `Args: replicas=5`)
 	if err := handler.Answer(testCtx(t), e.js, "bob", id, events.Responded{Decision: events.Approve, Channel: "slack"}); err != nil {
 		t.Fatal(err)
 	}
@@ -639,8 +639,8 @@ func TestRemember(t *testing.T) {
 	u.waitText("may not be remembered")
 }
 
-// TestDetails: enter shows the request in full: the arguments pretty, the
-// schema, the terms; esc returns to the list.
+// TestDetails: enter shows the request in full: each argument on its own
+// line, the schema, the terms; esc returns to the list.
 func TestDetails(t *testing.T) {
 	e := newEnv(t)
 	u := e.start(t, Options{Directory: e.dir})
@@ -648,7 +648,7 @@ func TestDetails(t *testing.T) {
 		Args: json.RawMessage(`{"ref":"v1","targets":["a","b"]}`), ResponseSchema: json.RawMessage(`{"type":"object"}`)})
 	u.waitText("deploy")
 	u.press(keyEnter)
-	u.waitText("Request details", `"ref": "v1",`, `"targets": [`, `"a",`, "Response schema", "call-7", "env=prod",
+	u.waitText("Request details", "  ref      v1", `  targets  ["a","b"]`, "Response schema", "call-7", "env=prod",
 		"quorum 1, may be remembered (session, up to 1h0m0s)")
 	u.press(keyEsc)
 	u.waitText("Pending approvals")
@@ -887,5 +887,35 @@ func TestCheckPayload(t *testing.T) {
 	}
 	if got := payloadTemplate(schema); got != `{"n": 0}` {
 		t.Errorf("template %q", got)
+	}
+}
+
+// TestArgsLine: the list's line of arguments names every key, in the order
+// written, in the width it has: short values whole, long ones cut with how
+// much is left out, and when even that is too wide, the keys alone.
+func TestArgsLine(t *testing.T) {
+	long := strings.Repeat("x", 500)
+	for _, c := range []struct {
+		args  string
+		width int
+		want  string
+	}{
+		{``, 40, ""},
+		{`{}`, 40, ""},
+		{`{"a":1,"b":"two"}`, 40, `a=1 b="two"`},
+		{`{"body":"` + long + `","to":"m@x.example"}`, 50, `body="xxxxxxxxxxxxxx…"(486 more) to="m@x.example"`},
+		{`{"s":"line one\nline two"}`, 40, `s="line one…"(9 more)`},
+		{`{"a":"` + long + `","b":"` + long + `","c":"` + long + `","d":1}`, 50, `4 args: a b c d`},
+		{`{"alpha":"` + long + `","beta":"` + long + `","gamma":"` + long + `","delta":1}`, 30, `4 args: alpha beta +2 (enter)`},
+		{`{"k\u202e":"v\u001b"}`, 40, `k\u202e="v\x1b"`},
+		{`[1,2]`, 40, `[1,2]`},
+	} {
+		got := argsLine(json.RawMessage(c.args), c.width)
+		if got != c.want {
+			t.Errorf("argsLine(%.40q, %d) = %q, want %q", c.args, c.width, got, c.want)
+		}
+		if w := ansi.StringWidth(got); w > c.width {
+			t.Errorf("argsLine(%.40q, %d) is %d cells wide", c.args, c.width, w)
+		}
 	}
 }

@@ -2,10 +2,13 @@ package terminal
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -53,12 +56,17 @@ func helperMain() int {
 // shellQuote quotes s for sh.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-// TestTmux runs the terminal approver as a process of its own in a real
-// terminal, tmux, sized 80x24: the request shows in the pane, a approves it,
-// q quits.
-func TestTmux(t *testing.T) {
+// tmuxPane is the terminal approver running as a process of its own in a
+// real terminal, tmux, sized 80x24, for principal alice.
+type tmuxPane struct {
+	t       *testing.T
+	run     func(args ...string) (string, error)
+	errFile string
+}
+
+func startTmux(t *testing.T, e *env) *tmuxPane {
+	t.Helper()
 	tmux := testenv.Program(t, "tmux", "tmux")
-	e := newEnv(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -75,54 +83,127 @@ func TestTmux(t *testing.T) {
 		t.Fatalf("start tmux: %v: %s", err, out)
 	}
 	t.Cleanup(func() { _, _ = run("kill-server") })
-	pane := func() string {
-		out, _ := run("capture-pane", "-p", "-t", "assent")
-		return out
-	}
-	waitPane := func(texts ...string) {
-		t.Helper()
-		deadline := time.Now().Add(patience)
-		for {
-			s := pane()
-			ok := true
-			for _, x := range texts {
-				ok = ok && strings.Contains(s, x)
-			}
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				msg, _ := os.ReadFile(errFile)
-				t.Fatalf("waiting for %q in the pane; it shows:\n%s\nhelper error: %s", texts, s, msg)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	return &tmuxPane{t: t, run: run, errFile: errFile}
+}
 
-	waitPane("Pending approvals for alice", "principal alice")
-	_, ch := e.ask(t, events.Requested{Tool: "restart", Agent: "coder", Hint: "Restart the API?"})
-	waitPane("> restart", "Restart the API?", "1 pending")
-	if out, err := run("send-keys", "-t", "assent", "a"); err != nil {
-		t.Fatalf("send-keys: %v: %s", err, out)
-	}
-	if d := decision(t, ch); !d.Approved() || d.DecidedBy[0].Principal != "alice" || d.DecidedBy[0].Channel != "cli" {
-		t.Fatalf("decision %+v", d)
-	}
-	waitPane("restart approved by alice via cli", "0 pending")
-	if out, err := run("send-keys", "-t", "assent", "q"); err != nil {
-		t.Fatalf("send-keys: %v: %s", err, out)
-	}
+// capture returns what the pane shows.
+func (p *tmuxPane) capture() string {
+	out, _ := p.run("capture-pane", "-p", "-t", "assent")
+	return out
+}
+
+// wait waits until the pane shows every one of texts, and returns it.
+func (p *tmuxPane) wait(texts ...string) string {
+	p.t.Helper()
 	deadline := time.Now().Add(patience)
 	for {
-		if _, err := run("has-session", "-t", "assent"); err != nil {
-			break // the program quit, and its pane closed
+		s := p.capture()
+		ok := true
+		for _, x := range texts {
+			ok = ok && strings.Contains(s, x)
+		}
+		if ok {
+			return s
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("still running after q:\n%s", pane())
+			msg, _ := os.ReadFile(p.errFile)
+			p.t.Fatalf("waiting for %q in the pane; it shows:\n%s\nhelper error: %s", texts, s, msg)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if msg, err := os.ReadFile(errFile); err == nil {
-		t.Fatalf("the terminal approver failed: %s", msg)
+}
+
+// keys types keys (tmux key names: Enter, Escape, End).
+func (p *tmuxPane) keys(keys ...string) {
+	p.t.Helper()
+	if out, err := p.run(append([]string{"send-keys", "-t", "assent"}, keys...)...); err != nil {
+		p.t.Fatalf("send-keys: %v: %s", err, out)
 	}
+}
+
+// quit presses q and waits for the program to end.
+func (p *tmuxPane) quit() {
+	p.t.Helper()
+	p.keys("q")
+	deadline := time.Now().Add(patience)
+	for {
+		if _, err := p.run("has-session", "-t", "assent"); err != nil {
+			break // the program quit, and its pane closed
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("still running after q:\n%s", p.capture())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if msg, err := os.ReadFile(p.errFile); err == nil {
+		p.t.Fatalf("the terminal approver failed: %s", msg)
+	}
+}
+
+// TestTmux runs the terminal approver as a process of its own in a real
+// terminal, tmux, sized 80x24: the request shows in the pane, a approves it,
+// q quits.
+func TestTmux(t *testing.T) {
+	e := newEnv(t)
+	p := startTmux(t, e)
+	p.wait("Pending approvals for alice", "principal alice")
+	_, ch := e.ask(t, events.Requested{Tool: "restart", Agent: "coder", Hint: "Restart the API?"})
+	p.wait("> restart", "Restart the API?", "1 pending")
+	p.keys("a")
+	if d := decision(t, ch); !d.Approved() || d.DecidedBy[0].Principal != "alice" || d.DecidedBy[0].Channel != "cli" {
+		t.Fatalf("decision %+v", d)
+	}
+	p.wait("restart approved by alice via cli", "0 pending")
+	p.quit()
+}
+
+// TestTmuxLongArgs: a long argument written first hides none of the others
+// on an 80x24 screen. The list shows every key with its value's start and
+// how much is left out; the detail view shows every key, a few lines of
+// each value and "N more characters"; v shows the values whole.
+func TestTmuxLongArgs(t *testing.T) {
+	e := newEnv(t)
+	p := startTmux(t, e)
+	p.wait("Pending approvals for alice")
+	body := strings.Repeat("Dear customer, please find your invoice attached. ", 65) + "Regards, Mallory."
+	args := json.RawMessage(`{"body":"` + body + `","subject":"Your invoice","to":"mallory@evil.example"}`)
+	_, ch := e.ask(t, events.Requested{Tool: "send_email", Agent: "coder", Hint: "Mails the invoice.", Args: args})
+
+	list := p.wait("> send_email", "1 pending")
+	for _, want := range []string{`body="Dear cus`, " more)", `subject="Your invoice"`, `to="mallory@evil.example"`} {
+		if !strings.Contains(list, want) {
+			t.Errorf("the list lacks %q:\n%s", want, list)
+		}
+	}
+
+	p.keys("Enter")
+	detail := p.wait("Request details", "Arguments")
+	for _, want := range []string{"body", "Dear customer, please find", "subject", "Your invoice", "to", "mallory@evil.example", "Mails the invoice."} {
+		if !strings.Contains(detail, want) {
+			t.Errorf("the detail view lacks %q:\n%s", want, detail)
+		}
+	}
+	if m := regexp.MustCompile(`(\d+) more characters`).FindStringSubmatch(detail); m == nil {
+		t.Errorf("the detail view does not say how much of body it leaves out:\n%s", detail)
+	} else if n, _ := strconv.Atoi(m[1]); n < 3000 || n >= len(body) {
+		t.Errorf("the detail view leaves out %d characters of %d", n, len(body))
+	}
+	if strings.Contains(detail, "Regards, Mallory.") {
+		t.Errorf("the detail view shows the whole body before v:\n%s", detail)
+	}
+
+	p.keys("v")
+	p.wait("whole values (v folds them)")
+	p.keys("End")
+	whole := p.wait("Regards, Mallory.")
+	if strings.Contains(whole, "more characters") {
+		t.Errorf("v still folds a value:\n%s", whole)
+	}
+	p.keys("Escape")
+	p.wait("> send_email")
+	p.keys("a")
+	if d := decision(t, ch); !d.Approved() {
+		t.Fatalf("decision %+v", d)
+	}
+	p.quit()
 }

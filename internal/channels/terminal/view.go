@@ -1,9 +1,11 @@
 package terminal
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/muesli/termenv"
 	"github.com/nats-io/nats.go"
 
+	"github.com/assent-dev/assent/internal/argview"
 	"github.com/assent-dev/assent/internal/textsafe"
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -148,7 +151,11 @@ func (m *model) statusLine() string {
 func (m *model) keysLine() string {
 	switch m.mode {
 	case modeDetail:
-		return "a approve  d deny  e edit  s answer  r remember  up/down scroll  esc back"
+		// Scrolling is on the screen: "... N more lines (down, pgdown)".
+		if m.whole {
+			return "a approve  d deny  e edit  s answer  r remember  v fold values  esc back"
+		}
+		return "a approve  d deny  e edit  s answer  r remember  v whole values  esc back"
 	case modeReason:
 		return "enter deny  esc cancel  ctrl+c quit"
 	case modePayload:
@@ -251,10 +258,13 @@ func (m *model) itemLines(it *item, selected bool) []string {
 	case !it.sentAt.IsZero():
 		second += "sent | "
 	}
-	if it.Hint != "" {
+	switch args := it.argsLine(m.width - ansi.StringWidth(second)); {
+	case args == "":
 		second += textsafe.Line(it.Hint)
-	} else {
-		second += string(textsafe.JSON(compactArgs(it)))
+	case it.Hint != "" && m.width-ansi.StringWidth(second+args) > 24:
+		second += args + " | " + textsafe.Line(it.Hint)
+	default:
+		second += args
 	}
 	first, second = ansi.Truncate(first, m.width, "…"), ansi.Truncate(second, m.width, "…")
 	switch {
@@ -266,12 +276,103 @@ func (m *model) itemLines(it *item, selected bool) []string {
 	return []string{first, m.st.dim.Render(second)}
 }
 
-func compactArgs(it *item) []byte {
-	c, err := events.CanonicalArgs(it.Args)
-	if err != nil {
-		return it.Args
+// argsLine lays out a request's arguments on one line of at most width
+// cells: every key, in the order written, with its value's start (strings
+// quoted) and how many characters are left out. Short values show whole,
+// shortest first, as long as the others keep room for a start; those share
+// what is left. When even that leaves no room for every key, the line has
+// the keys alone, as many as fit, and how many more there are. It is "" for
+// no arguments.
+func argsLine(args json.RawMessage, width int) string {
+	whole := argview.Of(args, argview.Limits{Lines: 1, Key: 24, Value: width})
+	if !whole.Object {
+		return ansi.Truncate(textsafe.Line(whole.Raw), width, "…")
 	}
-	return c
+	if whole.Empty() {
+		return ""
+	}
+	room := width + 1 // the last key needs no space after it
+	need := make([]int, len(whole.Args))
+	for i, a := range whole.Args {
+		room -= ansi.StringWidth(a.Key) + 2 // key=, a space
+		if a.KeyMore > 0 {
+			room--
+		}
+		if a.String {
+			room -= 2
+		}
+		need[i] = ansi.StringWidth(a.Head)
+		if a.More > 0 {
+			need[i] += cutMark
+		}
+	}
+	cut := share(need, room, cutMark+8)
+	short := argview.Of(args, argview.Limits{Lines: 1, Key: 24, Value: max(cut-cutMark, 8)})
+	parts := make([]string, len(whole.Args))
+	for i, a := range whole.Args {
+		if need[i] > cut {
+			a = short.Args[i]
+		}
+		s := textsafe.Line(a.Head)
+		if a.More > 0 {
+			s += "…"
+		}
+		if a.String {
+			s = `"` + s + `"`
+		}
+		if a.More > 0 {
+			s += fmt.Sprintf("(%d more)", a.More)
+		}
+		key := a.Key
+		if a.KeyMore > 0 {
+			key += "…"
+		}
+		parts[i] = key + "=" + s
+	}
+	if line := strings.Join(parts, " "); ansi.StringWidth(line) <= width {
+		return line
+	}
+	// Too many keys for their values: the keys alone, as many as fit.
+	line := fmt.Sprintf("%d args:", len(whole.Args))
+	for i, a := range whole.Args {
+		rest := ""
+		if left := len(whole.Args) - i - 1; left > 0 {
+			rest = fmt.Sprintf(" +%d (enter)", left)
+		}
+		if ansi.StringWidth(line+" "+a.Key+rest) > width {
+			return line + fmt.Sprintf(" +%d (enter)", len(whole.Args)-i)
+		}
+		line += " " + a.Key
+	}
+	return line
+}
+
+// argsLine is argsLine of the request's arguments, kept for the width:
+// the screen is drawn every second, and the arguments may be long.
+func (it *item) argsLine(width int) string {
+	if it.line.width != width || it.line.text == nil {
+		s := argsLine(it.Args, width)
+		it.line.width, it.line.text = width, &s
+	}
+	return *it.line.text
+}
+
+// cutMark is the room argsLine keeps for the mark of a cut value: "…(1234 more)".
+const cutMark = 12
+
+// share returns how many cells each value not shown whole may take, when
+// values needing need cells each share room: the shortest show whole as long
+// as each longer one keeps at least least cells, and the longer ones share
+// the rest equally. A value shows whole when it needs no more than share.
+func share(need []int, room, least int) int {
+	sorted := slices.Sorted(slices.Values(need))
+	for i, n := range sorted {
+		if left := len(sorted) - i; n+(left-1)*least > room {
+			return max(room/left, least)
+		}
+		room -= n
+	}
+	return sorted[len(sorted)-1]
 }
 
 func orDash(s string) string {
@@ -304,9 +405,86 @@ func (m *model) scrolled(lines []string, room int, title string) []string {
 	return out
 }
 
-// maxDetailLines bounds the arguments shown in the detail view; the editor
-// (e) shows them whole.
+// maxDetailLines bounds the lines of each whole value in the detail view;
+// the editor (e) shows them all.
 const maxDetailLines = 2000
+
+// argLines lists the arguments for the detail view: every key, in the order
+// written, with a few lines of its value and how many characters are left
+// out; with m.whole, the values whole.
+func (m *model) argLines(args json.RawMessage) []string {
+	title := "Arguments"
+	if m.whole {
+		title += m.st.dim.Render("   whole values (v folds them)")
+	}
+	out := []string{m.st.bold.Render(title)}
+	v := argview.Of(args, argview.Limits{Key: 40})
+	col := 0 // the keys' column: as wide as the longest key of up to 16 cells
+	for _, a := range v.Args {
+		if w := ansi.StringWidth(a.Key); w <= 16 {
+			col = max(col, w)
+		}
+	}
+	room := max(m.width-col-4, 16)
+	switch {
+	case !v.Object:
+		return append(out, m.wrapped("  ", v.Raw, m.width-2, maxDetailLines)...)
+	case v.Empty():
+		return append(out, m.st.dim.Render("  (none)"))
+	case !m.whole:
+		// Each value gets three lines, fewer when there are many: about
+		// twelve lines in all, never less than one each. A line holds less
+		// than room: lines wrap at spaces, and the last keeps room for how
+		// many characters are left out.
+		line, most := max(room-24, 16), room*9/10*3-24
+		v = argview.Of(args, argview.Limits{Key: 40, Lines: 3, Value: most, Total: room * 9 / 10 * 12, MinValue: line})
+	}
+	indent := strings.Repeat(" ", col+4)
+	for _, a := range v.Args {
+		key := a.Key
+		if a.KeyMore > 0 {
+			key += "…"
+		}
+		value := a.Head
+		if m.whole {
+			value = a.Value
+		}
+		if a.String && a.Value == "" {
+			value = `""`
+		}
+		lines := m.wrapped(indent, value, room, maxDetailLines)
+		if ansi.StringWidth(key) > col {
+			out = append(out, "  "+m.st.bold.Render(key)) // a long key on a line of its own
+		} else {
+			lines[0] = "  " + m.st.bold.Render(pad(key, col)) + "  " + strings.TrimPrefix(lines[0], indent)
+		}
+		if !m.whole && a.More > 0 {
+			// On the value's last line if it fits there, else below it.
+			more := fmt.Sprintf("… %d more characters", a.More)
+			if last := len(lines) - 1; ansi.StringWidth(lines[last])+1+len(more) <= m.width {
+				lines[last] += " " + m.st.warn.Render(more)
+			} else {
+				lines = append(lines, indent+m.st.warn.Render(more+" (v shows whole values)"))
+			}
+		}
+		out = append(out, lines...)
+	}
+	return out
+}
+
+// wrapped breaks s (made safe, of several lines) into lines of width cells,
+// each after indent, at most maxLines of them.
+func (m *model) wrapped(indent, s string, width, maxLines int) []string {
+	var out []string
+	for _, l := range strings.Split(ansi.Wrap(strings.ReplaceAll(s, "\t", "  "), width, " ,;"), "\n") {
+		if len(out) == maxLines {
+			out = append(out, indent+m.st.dim.Render("… more lines: press e to see them all in your editor"))
+			break
+		}
+		out = append(out, indent+l)
+	}
+	return out
+}
 
 // detailLines are the request of the detail view, whole.
 func (m *model) detailLines() []string {
@@ -321,15 +499,6 @@ func (m *model) detailLines() []string {
 		field("Tool", textsafe.Line(it.Tool)),
 		field("Request", it.ID),
 		field("Agent", textsafe.Line(orDash(it.Agent))+"   session "+textsafe.Line(orDash(it.Session))+"   user "+textsafe.Line(orDash(it.User))),
-	}
-	if it.Hint != "" {
-		for i, l := range strings.Split(textsafe.Text(it.Hint), "\n") {
-			name := ""
-			if i == 0 {
-				name = "Hint"
-			}
-			out = append(out, field(name, l))
-		}
 	}
 	out = append(out,
 		field("Deadline", it.Deadline.Local().Format("2006-01-02 15:04:05")+" ("+left(it.Deadline.Sub(m.now))+" left)"),
@@ -348,6 +517,27 @@ func (m *model) detailLines() []string {
 		}
 		out = append(out, field("Terms", terms))
 	}
+	if it.why != "" {
+		out = append(out, "", m.st.err.Render("You may not answer this request: "+textsafe.Line(it.why)))
+	}
+	// The arguments come before what else the agent wrote (the hint), so
+	// that a long hint cannot push them off the screen.
+	key := argsKey{id: it.ID, width: m.width, whole: m.whole}
+	if m.args.key != key {
+		m.args.key, m.args.lines = key, m.argLines(it.Args)
+	}
+	out = append(out, "")
+	out = append(out, m.args.lines...)
+	if it.Hint != "" {
+		out = append(out, "")
+		for i, l := range strings.Split(strings.ReplaceAll(textsafe.Text(it.Hint), "\t", "  "), "\n") {
+			name := ""
+			if i == 0 {
+				name = "Hint"
+			}
+			out = append(out, field(name, l))
+		}
+	}
 	if it.CallID != "" {
 		out = append(out, field("Call id", textsafe.Line(it.CallID)))
 	}
@@ -362,15 +552,6 @@ func (m *model) detailLines() []string {
 		}
 		out = append(out, field("Labels", strings.Join(keys, " ")))
 	}
-	if it.why != "" {
-		out = append(out, "", m.st.err.Render("You may not answer this request: "+textsafe.Line(it.why)))
-	}
-	out = append(out, "", m.st.bold.Render("Arguments"))
-	args := lines(pretty(it.Args))
-	if len(args) > maxDetailLines {
-		args = append(args[:maxDetailLines], fmt.Sprintf("... %d more lines: press e to see them all in your editor", len(args)-maxDetailLines))
-	}
-	out = append(out, args...)
 	if it.hasSchema() {
 		out = append(out, "", m.st.bold.Render("Response schema")+m.st.dim.Render(" (press s to answer)"))
 		out = append(out, lines(prettyJSON(it.ResponseSchema))...)
@@ -419,7 +600,10 @@ func (m *model) summary(it *item) []string {
 	if it.Hint != "" {
 		out = append(out, "Hint: "+textsafe.Line(it.Hint))
 	}
-	return append(out, "Args: "+string(textsafe.JSON(compactArgs(it))), "")
+	if args := it.argsLine(m.width - 6); args != "" {
+		out = append(out, "Args: "+args)
+	}
+	return append(out, "")
 }
 
 // promptLines are the open prompt: a denial's reason, a structured answer,
@@ -503,6 +687,7 @@ func (m *model) helpLines() []string {
 		"  s             answer the request's question (its response schema)",
 		"  r             answer and remember the answer (where the rule allows)",
 		"  h             hide or show requests you may not answer",
+		"  v             in the details: the arguments' values whole, or folded",
 		"  q, ctrl+c     quit                      ?       this help",
 		"",
 		"In prompts: enter confirms, esc cancels. Every answer goes to the broker,",
