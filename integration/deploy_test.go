@@ -586,35 +586,15 @@ func closedPort(t *testing.T) string {
 	return addr
 }
 
-// command finds the command that args run of program and its flag set:
-// the longest command name that args start with ("webhooks log"), else
-// the default one (the broker's serving command "", the gateway's "serve").
+// command finds the command that args run of program and its flag set
+// (programs.Find), failing the test if there is none.
 func command(t *testing.T, program string, args []string) (string, *flag.FlagSet, []string) {
 	t.Helper()
-	for _, p := range programs.All() {
-		if p.Name != program {
-			continue
-		}
-		var best *programs.Command
-		for i, c := range p.Commands {
-			words := strings.Fields(c.Name)
-			if len(words) > 0 && len(words) <= len(args) && slices.Equal(words, args[:len(words)]) &&
-				(best == nil || len(words) > len(strings.Fields(best.Name))) {
-				best = &p.Commands[i]
-			}
-		}
-		if best != nil {
-			return best.Name, best.Flags, args[len(strings.Fields(best.Name)):]
-		}
-		for i, c := range p.Commands {
-			if c.Name == "" || c.Name == "serve" {
-				return c.Name, p.Commands[i].Flags, args
-			}
-		}
-		t.Fatalf("%s: no command in %q and no default command", program, args)
+	name, fs, rest, ok := programs.Find(program, args)
+	if !ok {
+		t.Fatalf("%s: no command in %q and no default command (internal/programs)", program, args)
 	}
-	t.Fatalf("no program %s in internal/programs", program)
-	return "", nil, nil
+	return name, fs, rest
 }
 
 // checkCommandLine checks that every flag in args is one of the flags of the

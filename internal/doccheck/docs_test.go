@@ -835,8 +835,8 @@ func (d *doc) assentCommand(b doccheck.Block, line int, prog string, args []stri
 		}
 		words = append(words, a)
 	}
-	cmdName, fs, rest := commandOf(prog, words)
-	if fs == nil {
+	cmdName, fs, rest, ok := programs.Find(prog, words)
+	if !ok {
 		d.errorf(b, line, "%s: no command in %q", prog, words)
 		return
 	}
@@ -949,33 +949,6 @@ func looksLikeFile(a string) bool {
 		return true
 	}
 	return false
-}
-
-// commandOf finds the command that args run of prog, as the deploy checks
-// do: the longest command name args start with, else the default one.
-func commandOf(prog string, args []string) (string, *flag.FlagSet, []string) {
-	for _, p := range programs.All() {
-		if p.Name != prog {
-			continue
-		}
-		var best *programs.Command
-		for i, c := range p.Commands {
-			words := strings.Fields(c.Name)
-			if len(words) > 0 && len(words) <= len(args) && slices.Equal(words, args[:len(words)]) &&
-				(best == nil || len(words) > len(strings.Fields(best.Name))) {
-				best = &p.Commands[i]
-			}
-		}
-		if best != nil {
-			return best.Name, best.Flags, args[len(strings.Fields(best.Name)):]
-		}
-		for i, c := range p.Commands {
-			if c.Name == "" || c.Name == "serve" {
-				return c.Name, p.Commands[i].Flags, args
-			}
-		}
-	}
-	return "", nil, nil
 }
 
 func flagNames(fs *flag.FlagSet) string {

@@ -89,3 +89,35 @@ func KnownSource(progs []Program) (string, error) {
 	src, err := format.Source([]byte(b.String()))
 	return string(src), err
 }
+
+// Find returns the command that args (what follows the program's name) run
+// of the program named prog: the longest command name that args start with
+// ("webhooks log" over "webhooks"), else the default one (the broker's
+// serving command "", the gateway's "serve"). It returns the command's
+// name, its flag set and the args after the command's name; ok is false if
+// there is no such program, or no command matches and it has no default.
+func Find(prog string, args []string) (name string, flags *flag.FlagSet, rest []string, ok bool) {
+	for _, p := range All() {
+		if p.Name != prog {
+			continue
+		}
+		var best *Command
+		for i, c := range p.Commands {
+			words := strings.Fields(c.Name)
+			if len(words) > 0 && len(words) <= len(args) && slices.Equal(words, args[:len(words)]) &&
+				(best == nil || len(words) > len(strings.Fields(best.Name))) {
+				best = &p.Commands[i]
+			}
+		}
+		if best != nil {
+			return best.Name, best.Flags, args[len(strings.Fields(best.Name)):], true
+		}
+		for _, c := range p.Commands {
+			if c.Name == "" || c.Name == "serve" {
+				return c.Name, c.Flags, args, true
+			}
+		}
+		return "", nil, nil, false
+	}
+	return "", nil, nil, false
+}
