@@ -364,20 +364,7 @@ func newFixture(t *testing.T, be backend, fe frontend, cfg mcpgateway.Config) *f
 	up, fl, direct := be.start(t)
 	cfg.Upstreams = append(cfg.Upstreams, up)
 	cfg.NATS.URL = ns.ClientURL()
-	gw, err := mcpgateway.New(testenv.Conn(t, ns), cfg, testenv.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := gw.Close(); err != nil {
-			t.Errorf("close the gateway: %v", err)
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	if err := gw.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	gw := runGateway(t, testenv.Conn(t, ns), cfg)
 	return &fixture{b: b, nc: nc, js: js, reader: reader, gw: gw, files: fl, direct: direct, prefix: up.Prefix, server: up.Name, front: fe}
 }
 
@@ -556,4 +543,24 @@ func (f *fixture) upstreamTool(t *testing.T, name string) *mcp.Tool {
 	}
 	t.Fatalf("the upstream has no tool %s", name)
 	return nil
+}
+
+// runGateway starts a gateway on nc with cfg, closed when the test ends.
+func runGateway(t *testing.T, nc *nats.Conn, cfg mcpgateway.Config) *mcpgateway.Gateway {
+	t.Helper()
+	gw, err := mcpgateway.New(nc, cfg, testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := gw.Close(); err != nil {
+			t.Errorf("close the gateway: %v", err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	if err := gw.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return gw
 }

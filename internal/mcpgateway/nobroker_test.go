@@ -112,19 +112,6 @@ func startGateway(t *testing.T, ns *testenv.NATS, cfg mcpgateway.Config, opts ..
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	gw, err := mcpgateway.New(nc, cfg, testenv.Logger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := gw.Close(); err != nil {
-			t.Errorf("close the gateway: %v", err)
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
-	defer cancel()
-	if err := gw.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	gw := runGateway(t, nc, cfg)
 	return gw, nc
 }

@@ -130,13 +130,7 @@ func TestCancelReasonIsCause(t *testing.T) {
 		_, err := c.Request(ctx, handler.Request{ID: id, Requested: events.Requested{Tool: "rm", Timeout: events.Duration(time.Minute)}})
 		done <- err
 	}()
-	for {
-		r, err := b.Get(testCtx(t), id)
-		if err == nil && r.State == broker.StatePending {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitPending(t, b, id)
 	cancel(errors.New("user pressed stop"))
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v, want context.Canceled", err)
@@ -163,13 +157,7 @@ func TestKeepOnContext(t *testing.T) {
 		_, err := c.Request(ctx, req)
 		done <- err
 	}()
-	for {
-		r, err := b.Get(testCtx(t), id)
-		if err == nil && r.State == broker.StatePending {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitPending(t, b, id)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v, want context.Canceled", err)
