@@ -2,6 +2,7 @@ package argview
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -9,9 +10,9 @@ import (
 
 func TestOfEveryKeyInSight(t *testing.T) {
 	body := strings.Repeat("Dear customer, ", 220) // 3,300 characters
-	args, _ := json.Marshal(map[string]any{"body": body, "subject": "Invoice", "to": "mallory@example.com"})
-	// Written with body first, as an agent hiding the recipient would.
-	args = json.RawMessage(`{"body":` + string(mustJSON(t, body)) + `,"subject":"Invoice","to":"mallory@example.com","cc":["a","b"]}`)
+	// Written with body first, as an agent hiding the recipient would
+	// (body is ASCII, so Go's quoting is JSON's).
+	args := json.RawMessage(`{"body":` + strconv.Quote(body) + `,"subject":"Invoice","to":"mallory@example.com","cc":["a","b"]}`)
 	v := Of(args, Limits{})
 	if !v.Object || len(v.Args) != 4 {
 		t.Fatalf("view %+v: want an object of 4 args", v)
@@ -37,15 +38,6 @@ func TestOfEveryKeyInSight(t *testing.T) {
 	if !v.Cut() || v.Hidden() != 3300-160 {
 		t.Errorf("Cut %v Hidden %d", v.Cut(), v.Hidden())
 	}
-}
-
-func mustJSON(t *testing.T, v any) []byte {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 func TestOfLines(t *testing.T) {
