@@ -2,7 +2,8 @@
 //
 // Each pending request is posted to one Slack channel (Config.Channel) as a
 // Block Kit message: the tool, agent, user and session, the rule, the hint,
-// the key arguments, the deadline in each reader's time zone, a mention of
+// every argument (its name and the start of its value, with the count of
+// characters left out), the deadline in each reader's time zone, a mention of
 // the approvers who may answer, and buttons:
 //
 //   - Approve answers at once.
