@@ -90,6 +90,9 @@ type Notice struct {
 	// the same: a channel that can find what it showed (a Slack message by
 	// its metadata) looks before showing it again.
 	Retry bool
+	// Pending is when the request went pending (its pending event was
+	// stored); zero if unknown.
+	Pending time.Time
 }
 
 // ErrUndeliverable is wrapped by a Notify error that retrying will not cure
@@ -240,11 +243,11 @@ type noticeJSON struct {
 }
 
 func (n *Notice) json() noticeJSON {
-	return noticeJSON{ID: n.ID, Request: n.Requested, Deadline: n.Deadline, Approvers: n.Approvers, Rule: n.Rule, Level: n.Level, Terms: n.Terms, Ref: n.Ref}
+	return noticeJSON{ID: n.ID, Request: n.Requested, Deadline: n.Deadline, Approvers: n.Approvers, Rule: n.Rule, Level: n.Level, Terms: n.Terms, Ref: n.Ref, Pending: n.Pending}
 }
 
 func (j *noticeJSON) notice() Notice {
-	return Notice{Request: Request{ID: j.ID, Requested: j.Request, Deadline: j.Deadline}, Approvers: j.Approvers, Rule: j.Rule, Level: j.Level, Terms: j.Terms, Ref: j.Ref}
+	return Notice{Request: Request{ID: j.ID, Requested: j.Request, Deadline: j.Deadline}, Approvers: j.Approvers, Rule: j.Rule, Level: j.Level, Terms: j.Terms, Ref: j.Ref, Pending: j.Pending}
 }
 
 func (c *Channel) key(id string) string { return c.cfg.Channel + "." + id }
@@ -412,7 +415,7 @@ func (c *Channel) handleNotice(ctx context.Context, msg jetstream.Msg) {
 		c.remind(ctx, msg, s, rev, log)
 		return
 	}
-	pending := s.Notice.Pending
+	n.Pending = s.Notice.Pending
 	if found {
 		// An escalation (it names the rule only in the first notice), or a
 		// notice whose sending was cut short.
@@ -422,7 +425,7 @@ func (c *Channel) handleNotice(ctx context.Context, msg jetstream.Msg) {
 			n.Rule = s.Notice.Rule
 		}
 	} else if md, err := msg.Metadata(); err == nil {
-		pending = md.Timestamp
+		n.Pending = md.Timestamp
 	}
 	ctx, span := c.startNotify(ctx, n)
 	var spanErr error
@@ -431,7 +434,7 @@ func (c *Channel) handleNotice(ctx context.Context, msg jetstream.Msg) {
 	// Record the notice before it goes out: a person may act on it at once,
 	// on any process running the channel.
 	j := n.json()
-	j.TraceParent, j.TraceState, j.Pending = tp, ts, pending
+	j.TraceParent, j.TraceState = tp, ts
 	if rev, err = c.save(ctx, shown{Notice: j, Sending: true}, rev); err != nil {
 		log.Warn("record notice; will retry", zap.Error(err))
 		retry(msg)
@@ -451,7 +454,7 @@ func (c *Channel) handleNotice(ctx context.Context, msg jetstream.Msg) {
 	// notice would stay marked as going out and never be resolved.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	next := shown{Notice: n.json()}
-	next.Notice.TraceParent, next.Notice.TraceState, next.Notice.Pending = tp, ts, pending
+	next.Notice.TraceParent, next.Notice.TraceState = tp, ts
 	rev, err = c.save(sctx, next, rev)
 	cancel()
 	if err != nil {
@@ -478,7 +481,7 @@ func (c *Channel) remind(ctx context.Context, msg jetstream.Msg, s shown, rev ui
 		return
 	}
 	n := s.Notice.notice()
-	at, ok := remindAt(s.Notice.Pending, n.Deadline, c.cfg.Remind)
+	at, ok := remindAt(n.Pending, n.Deadline, c.cfg.Remind)
 	if !ok {
 		_ = msg.Ack() // too short a request for a reminder
 		return

@@ -51,10 +51,37 @@ const (
 )
 
 // ref is what a notification made, kept by the runtime for the request's
-// later notices and its outcome: the request's message.
+// later notices and its outcome: the request's messages, the first in
+// Channel and TS (as refs were before there could be more), the others in
+// More (a direct message to each approver, or the messages an attempt cut
+// short left).
 type ref struct {
+	Channel string    `json:"channel"`
+	TS      string    `json:"ts"`
+	More    []message `json:"more,omitempty"`
+}
+
+// message is one Slack message.
+type message struct {
 	Channel string `json:"channel"`
 	TS      string `json:"ts"`
+}
+
+// messages lists every message of r.
+func (r ref) messages() []message {
+	return append([]message{{r.Channel, r.TS}}, r.More...)
+}
+
+// refOf is the ref of messages, nil for none.
+func refOf(ms []message) (json.RawMessage, error) {
+	if len(ms) == 0 {
+		return nil, nil
+	}
+	r := ref{Channel: ms[0].Channel, TS: ms[0].TS}
+	if len(ms) > 1 {
+		r.More = ms[1:]
+	}
+	return json.Marshal(r)
 }
 
 // parseRef reads a ref; ok is false for none or one this package did not make.

@@ -877,7 +877,7 @@ func TestSlackRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = a.Notify(t.Context(), handler.Notice{Request: handler.Request{ID: events.NewID(), Requested: events.Requested{Tool: "deploy"}, Deadline: time.Now().Add(time.Minute)}})
-	if err == nil || !strings.Contains(err.Error(), "channel_not_found") || !strings.Contains(err.Error(), "check that channel CMISSING") {
+	if err == nil || !strings.Contains(err.Error(), "channel_not_found") || !strings.Contains(err.Error(), "in CMISSING: channel_not_found: check that the channel id") {
 		t.Fatalf("Notify to a missing channel: %v", err)
 	}
 }
