@@ -34,8 +34,8 @@ type Server struct {
 
 	mu        sync.Mutex
 	calls     []Call
-	messages  []*Message // in the order posted
-	nextTS    int
+	messages  []*Message                 // in the order posted
+	lastTS    int64                      // the last message's timestamp, in microseconds
 	acks      map[string]json.RawMessage // Socket Mode envelope id -> payload
 	ws        *websocket.Conn
 	wsWrite   sync.Mutex // gorilla connections take one writer at a time
@@ -75,7 +75,7 @@ type View struct {
 
 func New(t testing.TB, botToken, appToken string) *Server {
 	t.Helper()
-	f := &Server{t: t, botToken: botToken, appToken: appToken, nextTS: 1,
+	f := &Server{t: t, botToken: botToken, appToken: appToken,
 		acks: map[string]json.RawMessage{}, changed: make(chan struct{}, 1), closing: make(chan struct{}),
 		delays: map[string]time.Duration{}, failing: map[string]string{}}
 	mux := http.NewServeMux()
@@ -287,8 +287,11 @@ func (f *Server) postMessage(c Call) any {
 	if strings.HasPrefix(ch, "U") {
 		ch = DM(ch) // Slack posts to a user id in the bot's DM with them
 	}
-	ts := fmt.Sprintf("1700000000.%06d", f.nextTS)
-	f.nextTS++
+	// Slack's timestamps are the time of posting, to the microsecond, and
+	// unique in a conversation.
+	us := max(time.Now().UnixMicro(), f.lastTS+1)
+	f.lastTS = us
+	ts := fmt.Sprintf("%d.%06d", us/1e6, us%1e6)
 	f.messages = append(f.messages, &Message{Channel: ch, TS: ts, ThreadTS: c.Form.Get("thread_ts"), Text: c.Form.Get("text"),
 		Blocks: readable(c.Form.Get("blocks")), Posted: time.Now(), Metadata: c.Form.Get("metadata")})
 	return map[string]any{"ok": true, "channel": ch, "ts": ts, "message": map[string]any{"ts": ts, "text": c.Form.Get("text")}}

@@ -87,6 +87,13 @@ type harness struct {
 type setup struct {
 	mode   string
 	remind time.Duration
+	// config changes the channel's configuration.
+	config func(*slackch.Config)
+	// probe is how often refused targets are checked again; default 30s.
+	probe time.Duration
+	// announcedOnly makes the broker count only announced principals as
+	// reachable (as one without an open HTTP API does).
+	announcedOnly bool
 }
 
 func start(t *testing.T, s setup) *harness {
@@ -96,7 +103,7 @@ func start(t *testing.T, s setup) *harness {
 		t.Fatal(err)
 	}
 	ns := testenv.Server(t)
-	brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Policy: p})
+	brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Policy: p, AnnouncedOnly: s.announcedOnly})
 	h := &harness{slack: slacktest.New(t, botToken, appToken)}
 	t.Setenv(envBot, botToken)
 	t.Setenv(envSecret, signingSecret)
@@ -104,12 +111,19 @@ func start(t *testing.T, s setup) *harness {
 	nc := testenv.Conn(t, ns)
 	h.js, _ = jetstream.New(nc)
 	h.answers = logAnswers(t, testenv.Conn(t, ns))
-	h.adapter, err = slackch.New(slackch.Config{
+	cfg := slackch.Config{
 		BotTokenEnv: envBot, SigningSecretEnv: envSecret, AppTokenEnv: envApp,
 		Mode: s.mode, Channel: slackChannel, APIURL: h.slack.URL(),
-	}, channels.Env{NATS: nc, Directory: channels.NewDirectory(p), WebUI: webUI, Logger: testenv.Logger(t)})
+	}
+	if s.config != nil {
+		s.config(&cfg)
+	}
+	h.adapter, err = slackch.New(cfg, channels.Env{NATS: nc, Directory: channels.NewDirectory(p), WebUI: webUI, Logger: testenv.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s.probe > 0 {
+		slackch.SetProbeEvery(h.adapter, s.probe)
 	}
 	mux := http.NewServeMux()
 	h.web = httptest.NewServer(mux)
