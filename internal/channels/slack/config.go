@@ -139,6 +139,9 @@ func (e *FieldError) Error() string {
 }
 func (e *FieldError) Unwrap() error { return e.Err }
 
+// FieldPath is Field: the bot reports the error at that setting's line.
+func (e *FieldError) FieldPath() string { return e.Field }
+
 func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
 }
