@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/internal/slacktest"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
