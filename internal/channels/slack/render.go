@@ -227,8 +227,9 @@ const (
 	maxSection = 2800
 	// maxArgBlocks bounds the sections of one list of arguments: a decided
 	// request's message shows two (the request's, the approver's edit)
-	// besides eight blocks of its own, inside Slack's 50.
-	maxArgBlocks = 18
+	// besides eight blocks of its own, inside Slack's 50 blocks, and some
+	// 30,000 characters in all, under the 40,000 Slack shows of a message.
+	maxArgBlocks = 12
 )
 
 // argLimits are the argview limits of a message.
@@ -268,7 +269,8 @@ func count(n int) string {
 // the web UI) when there is one. Only past maxArgBlocks sections (some
 // hundreds of keys) are keys left out, and the title then says how many.
 func argsText(title string, args json.RawMessage, page string) []string {
-	v := argview.Of(args, argLimits)
+	lim := argLimits
+	v := argview.Of(args, lim)
 	head := "*" + title + "*"
 	switch {
 	case !v.Object:
@@ -280,10 +282,22 @@ func argsText(title string, args json.RawMessage, page string) []string {
 	case v.Empty():
 		return []string{head + ": none"}
 	}
-	lines := make([]string, len(v.Args))
-	for i, a := range v.Args {
-		lines[i] = argLine(a)
+	// The budget counts characters before escaping, which can make them
+	// several times longer (& is &amp;): while the keys do not all fit,
+	// share less among the values.
+	texts, shown := packArgs(v, head, page)
+	for shown < len(v.Args) && lim.Total/len(v.Args) > lim.MinValue {
+		lim.Total /= 2
+		v = argview.Of(args, lim)
+		texts, shown = packArgs(v, head, page)
 	}
+	return texts
+}
+
+// packArgs lays v's arguments out in at most maxArgBlocks texts, each
+// within maxSection, under head, and returns them with how many arguments
+// they show (all, but for some thousands).
+func packArgs(v argview.View, head, page string) (texts []string, shown int) {
 	label := "Full request"
 	if v.Cut() {
 		label = "Full arguments"
@@ -292,13 +306,11 @@ func argsText(title string, args json.RawMessage, page string) []string {
 	if page != "" {
 		link = "\n<" + page + "|" + label + ">"
 	}
-	// Pack the lines into sections, the first after the title.
-	var texts []string
 	var b strings.Builder
 	size := 0
-	shown := 0
 	reserve := utf8.RuneCountInString(link) + 200 // the title's note
-	for _, l := range lines {
+	for _, a := range v.Args {
+		l := argLine(a)
 		n := utf8.RuneCountInString(l) + 1
 		if size+n > maxSection-reserve && b.Len() > 0 {
 			if len(texts) == maxArgBlocks-1 {
@@ -316,7 +328,7 @@ func argsText(title string, args json.RawMessage, page string) []string {
 		shown++
 	}
 	texts = append(texts, b.String())
-	title = fmt.Sprintf("%s (%d)", head, len(v.Args))
+	title := fmt.Sprintf("%s (%d)", head, len(v.Args))
 	if left := len(v.Args) - shown; left > 0 {
 		title = fmt.Sprintf("%s: ⚠ *only the first %d of %d arguments fit in a Slack message; %d more are not shown here*", head, shown, len(v.Args), left)
 		if page != "" {
@@ -325,7 +337,7 @@ func argsText(title string, args json.RawMessage, page string) []string {
 	}
 	texts[0] = title + "\n" + texts[0]
 	texts[len(texts)-1] += link
-	return texts
+	return texts, shown
 }
 
 // withLink appends a link to page labelled label, when there is a page.
