@@ -450,7 +450,7 @@ rules:
     escalation:
       - after: 1s
         approvers: [bob]
-`, 5*time.Second)
+`, 3*time.Second) // reminded 5s in: not before half the request's time
 	id, decided := h.ask(t, events.Requested{Tool: "wire", Args: json.RawMessage(`{"amount":900}`)})
 	first := h.mailTo(t, "alice@example.com", id)
 	esc := h.mailTo(t, "bob@example.com", id)
