@@ -77,7 +77,7 @@ slack:
 		code, _, errOut = runMain(t, "health", "--url", base+"/readyz")
 		return code == ExitError
 	})
-	for _, want := range []string{"a channel cannot deliver", "slack cannot deliver to alice since", "post the request in CGONE: channel_not_found"} {
+	for _, want := range []string{"a channel cannot deliver", "slack cannot deliver to alice since", "in CGONE: channel_not_found: check that the channel id"} {
 		if !strings.Contains(errOut, want) {
 			t.Errorf("health lacks %q:\n%s", want, errOut)
 		}

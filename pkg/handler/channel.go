@@ -331,6 +331,9 @@ func (c *Channel) Run(ctx context.Context) error {
 	}
 	defer c.running.Unlock()
 	if _, err := c.bucket(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it started
+		}
 		return err
 	}
 	start := time.Now().Add(-c.cfg.Lookback)
@@ -339,11 +342,17 @@ func (c *Channel) Run(ctx context.Context) error {
 		pendingFilters(c.cfg.Agents), start,
 		100_000)) // a request waiting for its reminder stays unacknowledged
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("handler: channel consumer: %w", err)
 	}
 	resolve, err := Durable(ctx, c.js, consumerConfig(name+"-resolve", "Assent channel "+c.cfg.Channel+": outcomes",
 		[]string{events.DecisionPrefix + "*"}, start, 4*c.cfg.Concurrency))
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("handler: channel consumer: %w", err)
 	}
 	p := newPool(ctx, c.cfg.Concurrency)

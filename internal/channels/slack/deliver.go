@@ -170,6 +170,64 @@ func (a *Adapter) canPost(ctx context.Context, ch string) error {
 	return nil
 }
 
+// checkConversations checks, at start, that the bot can post in every
+// channel the configuration names, and records a problem for each Slack
+// refuses for good, with the principals that channel would reach: a route's
+// rule's approvers, everyone for the default channel or an agent's route.
+// So a channel misconfigured from the start keeps its principals out of
+// presence before any request fails there. Without the scope to check
+// (channels:read) or without an answer, it records nothing.
+func (a *Adapter) checkConversations(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, ch := range a.cfg.conversations() {
+		err := a.canPost(ctx, ch)
+		var se slack.SlackErrorResponse
+		if err == nil || (errors.As(err, &se) && se.Err == "missing_scope") {
+			continue // fine, or cannot tell
+		}
+		_ = a.failedFor(ch, a.reachedThrough(ch), "post in "+ch, err)
+	}
+}
+
+// reachedThrough lists the principals on Slack whose requests conversation
+// ch takes: the approvers of the rules routed there, and everyone when the
+// default channel or an agent's route takes any rule's requests there.
+func (a *Adapter) reachedThrough(ch string) []string {
+	p := a.env.Directory.Policy()
+	var approvers []string
+	everyone := ch == a.cfg.Channel && !a.cfg.DM
+	for _, r := range a.cfg.Routes {
+		if r.Channel != ch {
+			continue
+		}
+		if r.Rule == "" {
+			everyone = true
+			continue
+		}
+		for _, rule := range p.Rules {
+			if rule.Name != r.Rule || rule.Approval == nil {
+				continue
+			}
+			if len(rule.Approval.Approvers) == 0 {
+				everyone = true
+			}
+			approvers = append(approvers, rule.Approval.Approvers...)
+			for _, s := range rule.Approval.Escalation {
+				approvers = append(approvers, s.Approvers...)
+			}
+		}
+	}
+	reachable := a.env.Directory.Reachable(channelName)
+	if everyone {
+		return reachable
+	}
+	if len(approvers) == 0 {
+		return nil
+	}
+	return slices.DeleteFunc(a.env.Directory.Expand(approvers), func(name string) bool { return !slices.Contains(reachable, name) })
+}
+
 // find returns the top-level messages of conversation ch that the bot
 // posted for n's request (their metadata names it), oldest first. Without
 // the scope to read ch's history it warns once and finds none.

@@ -191,6 +191,34 @@ func TestUndeliverable(t *testing.T) {
 	}
 }
 
+// TestUndeliverableFromStart: a route's channel that does not exist when
+// the channel starts keeps the approvers of its rule out of presence from
+// the first announcement, so even the first request of that rule is denied
+// at once; the default channel's principals stay (issue 22.3).
+func TestUndeliverableFromStart(t *testing.T) {
+	h := start(t, setup{announcedOnly: true,
+		config: func(c *slackch.Config) { c.Routes = []slackch.Route{{Rule: "wires", Channel: "CWRONG"}} },
+		slack:  func(s *slacktest.Server) { s.Fail("CWRONG", "channel_not_found") },
+	})
+	problems := h.adapter.Problems()
+	if len(problems) != 1 || problems[0].Target != "CWRONG" || problems[0].Code != "channel_not_found" ||
+		!slices.Equal(problems[0].Principals, []string{"alice", "erin"}) {
+		t.Fatalf("problems %+v: want CWRONG, keeping the wires rule's approvers on Slack (alice, erin)", problems)
+	}
+	if r := h.adapter.Reaches(); !slices.Equal(r, []string{"bob"}) {
+		t.Fatalf("Reaches %v, want bob alone", r)
+	}
+	_, ch := h.ask(t, events.Requested{Tool: "wire", User: "dan"})
+	select {
+	case d := <-ch:
+		if d.Outcome != events.Denied || !strings.Contains(d.Reason, "no_approver") {
+			t.Fatalf("decision %+v, want denied for want of an approver", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first request of a rule routed to a missing channel waits")
+	}
+}
+
 // TestUndeliverableError: an error Slack keeps answering wraps
 // handler.ErrUndeliverable; an outage does not.
 func TestUndeliverableError(t *testing.T) {

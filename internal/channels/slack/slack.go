@@ -150,6 +150,7 @@ func (a *Adapter) Start(ctx context.Context, rt channels.Runtime, mux *http.Serv
 		a.started.Store(false)
 		return err
 	}
+	a.checkConversations(ctx)
 	a.rt = rt
 	switch a.cfg.Mode {
 	case ModeHTTP:

@@ -94,6 +94,8 @@ type setup struct {
 	// announcedOnly makes the broker count only announced principals as
 	// reachable (as one without an open HTTP API does).
 	announcedOnly bool
+	// slack, if set, prepares the local Slack before the channel starts.
+	slack func(*slacktest.Server)
 }
 
 func start(t *testing.T, s setup) *harness {
@@ -105,6 +107,9 @@ func start(t *testing.T, s setup) *harness {
 	ns := testenv.Server(t)
 	brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Policy: p, AnnouncedOnly: s.announcedOnly})
 	h := &harness{slack: slacktest.New(t, botToken, appToken)}
+	if s.slack != nil {
+		s.slack(h.slack)
+	}
 	t.Setenv(envBot, botToken)
 	t.Setenv(envSecret, signingSecret)
 	t.Setenv(envApp, appToken)
