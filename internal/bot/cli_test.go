@@ -146,6 +146,29 @@ email:
 	}
 }
 
+// TestRunWrongSlackToken: run stops when Slack refuses the bot token,
+// saying so once (not "slack: slack:") (issue 22.9).
+func TestRunWrongSlackToken(t *testing.T) {
+	ns := testenv.Server(t)
+	fake := slacktest.New(t, "xoxb-1", "xapp-1")
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "policy.yaml")
+	if err := os.WriteFile(policy, []byte(cliPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("RUN_SLACK_BOT", "xoxb-wrong")
+	t.Setenv("RUN_SLACK_SECRET", "s3cret")
+	f := filepath.Join(dir, "bot.yaml")
+	src := "nats: {url: " + ns.ClientURL() + "}\npolicy: " + policy + "\nhttp: {listen: \"127.0.0.1:0\"}\nslack:\n  channel: C1\n  bot_token_env: RUN_SLACK_BOT\n  signing_secret_env: RUN_SLACK_SECRET\n  api_url: " + fake.URL() + "\n"
+	if err := os.WriteFile(f, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := runMain(t, "run", "--config", f, "--log-level", "error")
+	if code != ExitError || !strings.Contains(errOut, "approver-bot run: slack: Slack refused the bot token in RUN_SLACK_BOT (invalid_auth)") || strings.Contains(errOut, "slack: slack:") {
+		t.Fatalf("run with a wrong token: %d\n%s", code, errOut)
+	}
+}
+
 // TestCheckSlackRoutes: the Slack section's routes are checked, each
 // problem at its line of the file (issue 22.12).
 func TestCheckSlackRoutes(t *testing.T) {
