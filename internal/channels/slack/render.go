@@ -239,8 +239,11 @@ var argLimits = argview.Limits{Value: maxArgValue, Key: maxArgKey, Total: argBud
 // with the count of what is left out.
 func argLine(a argview.Arg) string {
 	key := "`" + strings.ReplaceAll(escLine(a.Key), "`", "ˋ") + "`"
-	if a.KeyMore > 0 {
+	switch {
+	case a.KeyMore > 0:
 		key = "`" + strings.ReplaceAll(escLine(a.Key), "`", "ˋ") + "…`"
+	case a.Key == "":
+		key = "_(empty name)_"
 	}
 	line := "• " + key + ": " + code(a.Head, 6*maxArgValue)
 	switch {
