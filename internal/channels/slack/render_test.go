@@ -67,7 +67,7 @@ func TestArgsText(t *testing.T) {
 		{"cut", `{"big":"` + strings.Repeat("x", 1000) + `","after":1}`, "https://ui/a", []string{"• `big`: `" + strings.Repeat("x", 300) + "` _(700 more characters)_\n• `after`: `1`", "|Full arguments>"}, nil},
 		{"long name", `{"` + strings.Repeat("k", 100) + `":1}`, "", []string{"`" + strings.Repeat("k", 60) + "…`: `1` _(the name 40 more characters)_"}, nil},
 		{"not an object", `[1,2]`, "", []string{"`[1,2]`"}, nil},
-		{"odd names", `{"":1,"a`+"`"+`b":2,"a":1,"a":2}`, "", []string{"• _(empty name)_: `1`", "• `aˋb`: `2`", "• `a`: `1`\n• `a`: `2`"}, nil},
+		{"odd names", `{"":1,"a` + "`" + `b":2,"a":1,"a":2}`, "", []string{"• _(empty name)_: `1`", "• `aˋb`: `2`", "• `a`: `1`\n• `a`: `2`"}, nil},
 	}
 	for _, tt := range tests {
 		got := strings.Join(argsText("Arguments", json.RawMessage(tt.args), tt.page), "\n")
