@@ -24,16 +24,21 @@ import (
 // factory makes a channel from its configuration section.
 type factory func(c *Config, n *yaml.Node, env channels.Env) (channels.Adapter, error)
 
+// checker checks a channel against its service (approver-bot check): a,
+// made from the section, or the section itself.
+type checker func(ctx context.Context, c *Config, n *yaml.Node, a channels.Adapter) ([]string, error)
+
 // section is one channel section of the configuration.
 type section struct {
-	name string
-	node *yaml.Node
-	make factory
+	name  string
+	node  *yaml.Node
+	make  factory
+	check checker
 }
 
 func (c *Config) sections() []section {
 	var out []section
-	for _, s := range []section{{"slack", c.Slack, newSlack}, {"email", c.Email, newEmail}, {"webhooks", c.Webhooks, newWebhooks}} {
+	for _, s := range []section{{"slack", c.Slack, newSlack, checkSlack}, {"email", c.Email, newEmail, checkEmail}, {"webhooks", c.Webhooks, newWebhooks, checkWebhooks}} {
 		if s.node != nil {
 			out = append(out, s)
 		}
@@ -103,6 +108,8 @@ func (b *Bot) Run(ctx context.Context) error {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	mux.HandleFunc("GET "+StatusPath, b.serveStatus)
+	mux.Handle("GET "+MetricsPath, b.metrics())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup

@@ -40,7 +40,7 @@ Usage:
   approver-bot check --config FILE          check a configuration and its policy
   approver-bot cli --principal P [flags]    approve from a terminal
   approver-bot webhooks log [flags]         the webhook delivery log, as JSON lines
-  approver-bot health [--url URL]           ask a running bot's /readyz
+  approver-bot health [--url URL]           ask a running bot's /readyz and /status
   approver-bot version                      print the version
 
 "approver-bot COMMAND -h" describes a command. Setup: docs/channels.md.
@@ -139,7 +139,7 @@ func newFlagSet(ctx context.Context, cmd, version string, stdout io.Writer) (*fl
 				return err
 			}
 			if cmd == "check" {
-				return check(cfg, stdout)
+				return check(ctx, cfg, stdout)
 			}
 			log, err := logging.New(*logLevel, *logJSON)
 			if err != nil {
@@ -215,10 +215,11 @@ func newFlagSet(ctx context.Context, cmd, version string, stdout io.Writer) (*fl
 		o := healthcheck.Flags(fs, healthcheck.Options{URL: "http://" + DefaultListen + "/readyz"})
 		run = func() error {
 			status, err := healthcheck.Check(ctx, *o)
-			if err == nil {
-				fmt.Fprintf(stdout, "%s: %s\n", o.URL, status)
+			if err != nil {
+				return err
 			}
-			return err
+			fmt.Fprintf(stdout, "%s: %s\n", o.URL, status)
+			return checkStatus(ctx, o.URL, o.Timeout)
 		}
 	case "version":
 		run = func() error {
@@ -252,38 +253,82 @@ func natsFlags(fs *flag.FlagSet, what string) *natsconn.Settings {
 // outside development (the email channel's insecure_plaintext).
 type warner interface{ Warnings() []string }
 
-// check reports what a configuration would run: the file, the policy, each
-// channel's settings and secrets, and the NATS connection.
-func check(cfg *Config, w io.Writer) error {
+// checkNATSWait is how long check waits for NATS to answer.
+const checkNATSWait = 5 * time.Second
+
+// check reports what a configuration would run, checking each part against
+// what it talks to: the file and the policy; each channel's settings and
+// secrets, and its own service (Slack takes the token and lets the bot post
+// in its channels; the SMTP server takes a session and the login; every
+// webhook endpoint answers); and NATS. Every problem is reported at once; a
+// NATS that does not answer is one of them, not a reason to stop.
+func check(ctx context.Context, cfg *Config, w io.Writer) error {
 	p, err := app.LoadPolicy(cfg.Policy)
 	if err != nil {
 		return err
 	}
-	nc, err := connect(cfg.NATSSettings())
-	if err != nil {
-		return fmt.Errorf("%s: nats: %w", cfg.File, err)
+	nc, natsErr := connectCheck(cfg.NATSSettings())
+	if nc != nil {
+		defer nc.Close()
 	}
-	defer nc.Close()
-	dir := channels.NewDirectory(p)
-	env := channels.Env{NATS: nc, Directory: dir, PublicURL: cfg.HTTP.PublicURL, WebUI: cfg.WebUI, Logger: nopLogger()}
+	env := channels.Env{NATS: nc, Directory: channels.NewDirectory(p), PublicURL: cfg.HTTP.PublicURL, WebUI: cfg.WebUI, Logger: nopLogger()}
 	var errs []error
 	for _, s := range cfg.sections() {
 		a, err := s.make(cfg, s.node, env)
 		if err != nil {
 			errs = append(errs, err)
-			continue
+			if nc != nil || s.name == "slack" {
+				continue
+			}
+			// Made without NATS: its service can be checked all the same.
 		}
-		who := a.Reaches()
-		fmt.Fprintf(w, "%s: ok, reaches %d principal(s): %s\n", a.Name(), len(who), strings.Join(who, ", "))
+		checked, err := s.check(ctx, cfg, s.node, a)
+		if err != nil {
+			fmt.Fprintf(w, "%s: FAILED\n", s.name)
+			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+		} else if a != nil {
+			who := a.Reaches()
+			fmt.Fprintf(w, "%s: ok, reaches %d principal(s): %s\n", a.Name(), len(who), strings.Join(who, ", "))
+		}
 		if wa, ok := a.(warner); ok {
 			for _, warning := range wa.Warnings() {
-				fmt.Fprintf(w, "%s: WARNING: %s\n", a.Name(), warning)
+				fmt.Fprintf(w, "%s: WARNING: %s\n", s.name, warning)
 			}
 		}
+		for _, c := range checked {
+			fmt.Fprintf(w, "  %s\n", c)
+		}
+	}
+	if natsErr != nil {
+		fmt.Fprintf(w, "nats: FAILED\n")
+		errs = append(errs, fmt.Errorf("%s: nats: %w", cfg.File, natsErr))
+	} else {
+		fmt.Fprintf(w, "nats: ok (%s)\n", cfg.NATS.URL)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	_, err = fmt.Fprintf(w, "%s: ok (policy %s, %d principals)\n", cfg.File, cfg.Policy, len(p.Principals))
 	return err
+}
+
+// connectCheck connects to NATS as check does: the connection is returned
+// even while the server does not answer (the channels are made with it,
+// never started), with an error if it did not within checkNATSWait.
+func connectCheck(s natsconn.Settings) (*nats.Conn, error) {
+	up := make(chan struct{}, 1)
+	nc, err := natsconn.Connect(s, nats.Name("assent approver-bot check"), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1),
+		nats.ReconnectWait(200*time.Millisecond), nats.ConnectHandler(func(*nats.Conn) { up <- struct{}{} }))
+	if err != nil {
+		return nil, err
+	}
+	if nc.IsConnected() {
+		return nc, nil
+	}
+	select {
+	case <-up:
+		return nc, nil
+	case <-time.After(checkNATSWait):
+		return nc, fmt.Errorf("connect to NATS at %s: no answer within %s (is the server running?)", s.URL, checkNATSWait)
+	}
 }

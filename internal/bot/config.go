@@ -241,3 +241,73 @@ func yamlError(file string, offset int, prefix string, err error) error {
 	}
 	return errors.Join(errs...)
 }
+
+// fieldLine returns the line of the setting at path (dotted, with [i] for
+// list items: "routes[1].rule") inside section n, or of the deepest part of
+// it the section has; n's own line when it has none.
+func fieldLine(n *yaml.Node, path string) int {
+	line := n.Line
+	cur := n
+	for part := range strings.SplitSeq(path, ".") {
+		name, index, hasIndex := part, 0, false
+		if i := strings.IndexByte(part, '['); i >= 0 && strings.HasSuffix(part, "]") {
+			idx, err := strconv.Atoi(part[i+1 : len(part)-1])
+			if err == nil {
+				name, index, hasIndex = part[:i], idx, true
+			}
+		}
+		next := (*yaml.Node)(nil)
+		if cur.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(cur.Content); i += 2 {
+				if cur.Content[i].Value == name {
+					line, next = cur.Content[i].Line, cur.Content[i+1]
+					break
+				}
+			}
+		}
+		if next == nil {
+			return line
+		}
+		if hasIndex {
+			if next.Kind != yaml.SequenceNode || index >= len(next.Content) {
+				return line
+			}
+			next = next.Content[index]
+			line = next.Line
+		}
+		cur = next
+	}
+	return line
+}
+
+// fieldError is a channel's problem with one of its settings, named by its
+// path in the section (Field), as the channels' own FieldError types are.
+type fieldError interface {
+	error
+	FieldPath() string
+}
+
+// sectionErrors reports err, a channel's refusal of its section n, as
+// file:line problems: each at the line of the setting it names when it
+// names one (fieldError), else at the section's.
+func sectionErrors(file, name string, n *yaml.Node, err error) error {
+	var out []error
+	var walk func(error)
+	walk = func(e error) {
+		if fe, ok := e.(fieldError); ok {
+			out = append(out, fmt.Errorf("%s:%d: %s: %w", file, fieldLine(n, fe.FieldPath()), name, e))
+			return
+		}
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, inner := range j.Unwrap() {
+				if !isSentinel(inner) {
+					walk(inner)
+				}
+			}
+			return
+		}
+		out = append(out, fmt.Errorf("%s:%d: %s: %w", file, n.Line, name, e))
+	}
+	walk(err)
+	return errors.Join(out...)
+}

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
@@ -35,6 +36,37 @@ type Adapter interface {
 	// through and the bot's HTTP mux for the channel's routes. Work it
 	// starts runs until ctx ends.
 	Start(ctx context.Context, rt Runtime, mux *http.ServeMux) error
+}
+
+// Problem is something that keeps a channel from delivering: a Slack
+// channel that does not exist or the app is not in, a token its service
+// refuses. While it lasts the channel leaves Principals out of its presence
+// (Adapter.Reaches), so that brokers stop counting them as reachable.
+type Problem struct {
+	// Target is what cannot be reached: a Slack conversation's id, a
+	// user's, or "" for the whole channel (its credentials).
+	Target string `json:"target,omitempty"`
+	// Code is the service's error ("not_in_channel"); Message says it with
+	// what to do about it.
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Principals are those it keeps from being reached; empty with Target
+	// "" means everyone.
+	Principals []string  `json:"principals,omitempty"`
+	Since      time.Time `json:"since"`
+}
+
+// Reporter is an Adapter that can say what keeps it from delivering (the
+// bot's status page, health command and metrics show it).
+type Reporter interface {
+	Problems() []Problem
+}
+
+// Checker is an Adapter that can check its credentials and destinations
+// against its service (approver-bot check): it returns what it checked, one
+// line each, and every problem found.
+type Checker interface {
+	Check(ctx context.Context) (checked []string, err error)
 }
 
 // Runtime is what a channel answers through: a *handler.Channel.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,8 +21,11 @@ import (
 
 // Server is a local Slack: the Web API methods the channel calls
 // (auth.test, chat.postMessage, chat.update, chat.postEphemeral, views.open,
+// conversations.history, conversations.info, conversations.open,
 // apps.connections.open) and a Socket Mode websocket. It keeps the messages
-// as Slack would, and every call, for tests to inspect.
+// as Slack would, with their metadata, and every call, for tests to
+// inspect. Tests can make a method answer late (Delay) and a conversation
+// refuse the bot (Fail).
 type Server struct {
 	t        testing.TB
 	srv      *httptest.Server
@@ -30,8 +34,8 @@ type Server struct {
 
 	mu        sync.Mutex
 	calls     []Call
-	messages  []*Message // in the order posted
-	nextTS    int
+	messages  []*Message                 // in the order posted
+	lastTS    int64                      // the last message's timestamp, in microseconds
 	acks      map[string]json.RawMessage // Socket Mode envelope id -> payload
 	ws        *websocket.Conn
 	wsWrite   sync.Mutex // gorilla connections take one writer at a time
@@ -39,6 +43,8 @@ type Server struct {
 	changed   chan struct{}
 	closing   chan struct{}
 	wsDone    sync.WaitGroup
+	delays    map[string]time.Duration // method -> how late it answers
+	failing   map[string]string        // conversation -> the error of every call about it
 }
 
 // Call is one Web API call.
@@ -54,6 +60,9 @@ type Message struct {
 	Blocks                      string // JSON, as last posted or updated
 	Updates                     int
 	Posted                      time.Time // when chat.postMessage took it
+	// Metadata is the message's metadata as posted (JSON: event_type and
+	// event_payload), empty if none.
+	Metadata string
 }
 
 // View is a modal the channel opened with views.open.
@@ -66,8 +75,9 @@ type View struct {
 
 func New(t testing.TB, botToken, appToken string) *Server {
 	t.Helper()
-	f := &Server{t: t, botToken: botToken, appToken: appToken, nextTS: 1,
-		acks: map[string]json.RawMessage{}, changed: make(chan struct{}, 1), closing: make(chan struct{})}
+	f := &Server{t: t, botToken: botToken, appToken: appToken,
+		acks: map[string]json.RawMessage{}, changed: make(chan struct{}, 1), closing: make(chan struct{}),
+		delays: map[string]time.Duration{}, failing: map[string]string{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /auth.test", f.web(false, func(c Call) any {
 		return map[string]any{"ok": true, "team": "Acme", "user_id": "UBOT", "bot_id": "BBOT"}
@@ -79,6 +89,18 @@ func New(t testing.TB, botToken, appToken string) *Server {
 	}))
 	mux.HandleFunc("POST /views.open", f.web(false, func(c Call) any {
 		return map[string]any{"ok": true, "view": map[string]any{"id": "V1"}}
+	}))
+	mux.HandleFunc("POST /conversations.history", f.web(false, f.history))
+	mux.HandleFunc("POST /conversations.info", f.web(false, f.info))
+	mux.HandleFunc("POST /conversations.open", f.web(false, func(c Call) any {
+		users := c.Form.Get("users")
+		if users == "" || strings.Contains(users, ",") {
+			return map[string]any{"ok": false, "error": "users_list_not_supplied"}
+		}
+		if code := f.failing[users]; code != "" {
+			return map[string]any{"ok": false, "error": code}
+		}
+		return map[string]any{"ok": true, "channel": map[string]any{"id": DM(users)}}
 	}))
 	mux.HandleFunc("POST /apps.connections.open", f.web(true, func(c Call) any {
 		return map[string]any{"ok": true, "url": "ws://" + f.srv.Listener.Addr().String() + "/ws"}
@@ -144,25 +166,141 @@ func (f *Server) web(app bool, do func(Call) any) http.HandlerFunc {
 		f.mu.Lock()
 		f.calls = append(f.calls, c)
 		resp := do(c)
+		delay := f.delays[c.Method]
 		f.mu.Unlock()
 		f.signal()
+		if delay > 0 {
+			// Done, but answered late, as a slow Slack does.
+			select {
+			case <-time.After(delay):
+			case <-r.Context().Done():
+				return
+			case <-f.closing:
+			}
+		}
 		_ = json.NewEncoder(w).Encode(resp)
 	}
+}
+
+// DM is the id of the direct message conversation with user, as
+// conversations.open answers it.
+func DM(user string) string { return "D" + user }
+
+// Delay makes method answer d late, after it has done its work (a posted
+// message is stored at once); 0 answers at once again.
+func (f *Server) Delay(method string, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.delays[method] = d
+}
+
+// Fail makes every call about conversation (posting in it, updating,
+// reading its history or info, opening a DM with a user id) fail with
+// Slack's error code: "channel_not_found", "not_in_channel" (then
+// conversations.info answers with is_member false), "is_archived". An
+// empty code lets it work again.
+func (f *Server) Fail(conversation, code string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if code == "" {
+		delete(f.failing, conversation)
+		return
+	}
+	f.failing[conversation] = code
+}
+
+// refused returns the answer of a call about channel that Fail set, or nil.
+func (f *Server) refused(channel string) any {
+	code := f.failing[channel]
+	if channel == "" || channel == "CMISSING" {
+		code = "channel_not_found"
+	}
+	if code == "" {
+		return nil
+	}
+	return map[string]any{"ok": false, "error": code}
+}
+
+// history is conversations.history: the conversation's top-level messages,
+// newest first, between oldest and latest, a page of limit at a time, with
+// their metadata when include_all_metadata is set.
+func (f *Server) history(c Call) any {
+	ch := c.Form.Get("channel")
+	if r := f.refused(ch); r != nil {
+		return r
+	}
+	oldest, latest := c.Form.Get("oldest"), c.Form.Get("latest")
+	limit, _ := strconv.Atoi(c.Form.Get("limit"))
+	if limit <= 0 || limit > 1000 {
+		limit = 100
+	}
+	skip, _ := strconv.Atoi(c.Form.Get("cursor"))
+	withMeta := c.Form.Get("include_all_metadata") == "1" || c.Form.Get("include_all_metadata") == "true"
+	var msgs []map[string]any
+	for i := len(f.messages) - 1; i >= 0; i-- {
+		m := f.messages[i]
+		if m.Channel != ch || m.ThreadTS != "" || (oldest != "" && tsBefore(m.TS, oldest)) || (latest != "" && !tsBefore(m.TS, latest)) {
+			continue
+		}
+		out := map[string]any{"type": "message", "ts": m.TS, "text": m.Text, "user": "UBOT", "bot_id": "BBOT"}
+		if withMeta && m.Metadata != "" {
+			out["metadata"] = json.RawMessage(m.Metadata)
+		}
+		msgs = append(msgs, out)
+	}
+	msgs = msgs[min(skip, len(msgs)):]
+	more := len(msgs) > limit
+	next := ""
+	if more {
+		msgs = msgs[:limit]
+		next = strconv.Itoa(skip + limit)
+	}
+	return map[string]any{"ok": true, "messages": msgs, "has_more": more, "response_metadata": map[string]any{"next_cursor": next}}
+}
+
+// tsBefore compares Slack timestamps ("1700000000.000001").
+func tsBefore(a, b string) bool {
+	fa, _ := strconv.ParseFloat(a, 64)
+	fb, _ := strconv.ParseFloat(b, 64)
+	return fa < fb
+}
+
+// info is conversations.info: every conversation exists, with the bot a
+// member, unless Fail says otherwise.
+func (f *Server) info(c Call) any {
+	ch := c.Form.Get("channel")
+	member := true
+	if code := f.failing[ch]; code == "not_in_channel" {
+		member = false
+	} else if r := f.refused(ch); r != nil {
+		return r
+	}
+	return map[string]any{"ok": true, "channel": map[string]any{"id": ch, "name": strings.ToLower(ch), "is_channel": !strings.HasPrefix(ch, "D"), "is_im": strings.HasPrefix(ch, "D"), "is_member": member}}
 }
 
 // postMessage and update run under f.mu.
 func (f *Server) postMessage(c Call) any {
 	ch := c.Form.Get("channel")
-	if ch == "" || ch == "CMISSING" {
-		return map[string]any{"ok": false, "error": "channel_not_found"}
+	if r := f.refused(ch); r != nil {
+		return r
 	}
-	ts := fmt.Sprintf("1700000000.%06d", f.nextTS)
-	f.nextTS++
-	f.messages = append(f.messages, &Message{Channel: ch, TS: ts, ThreadTS: c.Form.Get("thread_ts"), Text: c.Form.Get("text"), Blocks: readable(c.Form.Get("blocks")), Posted: time.Now()})
+	if strings.HasPrefix(ch, "U") {
+		ch = DM(ch) // Slack posts to a user id in the bot's DM with them
+	}
+	// Slack's timestamps are the time of posting, to the microsecond, and
+	// unique in a conversation.
+	us := max(time.Now().UnixMicro(), f.lastTS+1)
+	f.lastTS = us
+	ts := fmt.Sprintf("%d.%06d", us/1e6, us%1e6)
+	f.messages = append(f.messages, &Message{Channel: ch, TS: ts, ThreadTS: c.Form.Get("thread_ts"), Text: c.Form.Get("text"),
+		Blocks: readable(c.Form.Get("blocks")), Posted: time.Now(), Metadata: c.Form.Get("metadata")})
 	return map[string]any{"ok": true, "channel": ch, "ts": ts, "message": map[string]any{"ts": ts, "text": c.Form.Get("text")}}
 }
 
 func (f *Server) update(c Call) any {
+	if r := f.refused(c.Form.Get("channel")); r != nil {
+		return r
+	}
 	for _, m := range f.messages {
 		if m.Channel == c.Form.Get("channel") && m.TS == c.Form.Get("ts") {
 			m.Text, m.Blocks = c.Form.Get("text"), readable(c.Form.Get("blocks"))
@@ -198,6 +336,18 @@ func (f *Server) Calls(method string) []Call {
 	for _, c := range f.calls {
 		if c.Method == method {
 			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// MessagesOf returns copies of the request's top-level messages (found by
+// the request id they show), in the order posted.
+func (f *Server) MessagesOf(id string) []Message {
+	var out []Message
+	for _, m := range f.Messages() {
+		if m.ThreadTS == "" && strings.Contains(m.Blocks, id) {
+			out = append(out, m)
 		}
 	}
 	return out

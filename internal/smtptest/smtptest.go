@@ -232,3 +232,20 @@ func (s *Server) Refusals() (rcpt, auth int) {
 	defer s.mu.Unlock()
 	return s.failures, s.authFail
 }
+
+// ExternalIP returns an IPv4 address of this machine that is not on
+// loopback, or skips the test.
+func ExternalIP(t testing.TB) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Skipf("no interface addresses: %v", err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			return n.IP.String()
+		}
+	}
+	t.Skip("no IPv4 address but loopback")
+	return ""
+}

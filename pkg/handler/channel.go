@@ -43,6 +43,9 @@ type Channel struct {
 	kv       jetstream.KeyValue
 	running  sync.Mutex
 	reachers func() []string
+	// presence asks the announcer to ask reachers again now: a notice
+	// found the channel unable to deliver.
+	presence chan struct{}
 }
 
 // Notifier is what a channel does with the requests the runtime hands it.
@@ -53,7 +56,8 @@ type Notifier interface {
 	// what the channel returned for this request before, nil the first time.
 	// The returned ref is kept for later calls about the request (nil keeps
 	// the previous one). An error is retried with backoff until the request
-	// ends.
+	// ends; one wrapping ErrUndeliverable, every minute, and presence is
+	// refreshed at once (ChannelConfig.Reachable).
 	Notify(ctx context.Context, n Notice) (ref json.RawMessage, err error)
 	// Resolve shows the outcome where the request was shown. It is called
 	// at least once per request the channel was notified of (rarely twice:
@@ -81,7 +85,23 @@ type Notice struct {
 	Reminder bool
 	// Ref is what Notify returned for this request before; nil the first time.
 	Ref json.RawMessage
+	// Retry says an earlier attempt to show this notice was cut short (an
+	// error, a process killed while it went out) and may have gone out all
+	// the same: a channel that can find what it showed (a Slack message by
+	// its metadata) looks before showing it again.
+	Retry bool
+	// Pending is when the request went pending (its pending event was
+	// stored); zero if unknown.
+	Pending time.Time
 }
+
+// ErrUndeliverable is wrapped by a Notify error that retrying will not cure
+// until someone changes the channel's setup: a Slack channel that does not
+// exist or the app is not in, a token the service refuses, an address the
+// mail server rejects. The runtime then retries the notice every minute
+// rather than within seconds and asks Reachable again at once, for the
+// channel to leave out the principals it cannot reach.
+var ErrUndeliverable = errors.New("the channel cannot deliver")
 
 // Outcome is a decided request, as a channel shows it.
 type Outcome struct {
@@ -98,7 +118,11 @@ type ChannelConfig struct {
 	Channel string
 	// Principals lists who the channel reaches, announced to brokers (the
 	// presence bucket) so that on_no_approver knows them. Reachable, if set,
-	// is asked instead each time (a configuration that reloads).
+	// is asked instead each time (a configuration that reloads): every
+	// presence refresh, and at once after a Notify error wrapping
+	// ErrUndeliverable. A channel that cannot deliver to some principals
+	// (its Notify failed for good) leaves them out until it can again, so
+	// that brokers stop counting them as reachable.
 	Principals []string
 	Reachable  func() []string
 	// Agents limits the channel to these agents' requests; empty means all.
@@ -158,7 +182,7 @@ func NewChannel(nc *nats.Conn, cfg ChannelConfig, n Notifier) (*Channel, error) 
 		return nil, err
 	}
 	c := &Channel{cfg: cfg, nc: nc, js: js, n: n, client: client, tracer: newTracer(cfg.TracerProvider),
-		log: cfg.Logger.Named("channel").With(zap.String("channel", cfg.Channel))}
+		log: cfg.Logger.Named("channel").With(zap.String("channel", cfg.Channel)), presence: make(chan struct{}, 1)}
 	c.reachers = func() []string { return cfg.Principals }
 	if cfg.Reachable != nil {
 		c.reachers = cfg.Reachable
@@ -209,6 +233,9 @@ type noticeJSON struct {
 	Level     int              `json:"level,omitempty"`
 	Terms     *events.Terms    `json:"terms,omitempty"`
 	Ref       json.RawMessage  `json:"ref,omitempty"`
+	// Pending is when the request went pending (its pending event was
+	// stored), for the reminder's earliest time; zero in older entries.
+	Pending time.Time `json:"pending,omitzero"`
 	// TraceParent and TraceState are the trace context of the span that
 	// showed the notice, for the spans of the answers to it.
 	TraceParent string `json:"traceparent,omitempty"`
@@ -216,11 +243,11 @@ type noticeJSON struct {
 }
 
 func (n *Notice) json() noticeJSON {
-	return noticeJSON{ID: n.ID, Request: n.Requested, Deadline: n.Deadline, Approvers: n.Approvers, Rule: n.Rule, Level: n.Level, Terms: n.Terms, Ref: n.Ref}
+	return noticeJSON{ID: n.ID, Request: n.Requested, Deadline: n.Deadline, Approvers: n.Approvers, Rule: n.Rule, Level: n.Level, Terms: n.Terms, Ref: n.Ref, Pending: n.Pending}
 }
 
 func (j *noticeJSON) notice() Notice {
-	return Notice{Request: Request{ID: j.ID, Requested: j.Request, Deadline: j.Deadline}, Approvers: j.Approvers, Rule: j.Rule, Level: j.Level, Terms: j.Terms, Ref: j.Ref}
+	return Notice{Request: Request{ID: j.ID, Requested: j.Request, Deadline: j.Deadline}, Approvers: j.Approvers, Rule: j.Rule, Level: j.Level, Terms: j.Terms, Ref: j.Ref, Pending: j.Pending}
 }
 
 func (c *Channel) key(id string) string { return c.cfg.Channel + "." + id }
@@ -304,6 +331,9 @@ func (c *Channel) Run(ctx context.Context) error {
 	}
 	defer c.running.Unlock()
 	if _, err := c.bucket(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it started
+		}
 		return err
 	}
 	start := time.Now().Add(-c.cfg.Lookback)
@@ -312,15 +342,21 @@ func (c *Channel) Run(ctx context.Context) error {
 		pendingFilters(c.cfg.Agents), start,
 		100_000)) // a request waiting for its reminder stays unacknowledged
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("handler: channel consumer: %w", err)
 	}
 	resolve, err := Durable(ctx, c.js, consumerConfig(name+"-resolve", "Assent channel "+c.cfg.Channel+": outcomes",
 		[]string{events.DecisionPrefix + "*"}, start, 4*c.cfg.Concurrency))
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("handler: channel consumer: %w", err)
 	}
 	p := newPool(ctx, c.cfg.Concurrency)
-	p.wg.Go(func() { Announce(ctx, c.js, c.log, c.cfg.Channel, c.reachers) })
+	p.wg.Go(func() { announce(ctx, c.js, c.log, c.cfg.Channel, c.reachers, c.presence) })
 	nc, err := notify.Consume(p.take(c.handleNotice), jetstream.PullMaxMessages(2*c.cfg.Concurrency))
 	if err != nil {
 		return fmt.Errorf("handler: consume pending: %w", err)
@@ -388,13 +424,17 @@ func (c *Channel) handleNotice(ctx context.Context, msg jetstream.Msg) {
 		c.remind(ctx, msg, s, rev, log)
 		return
 	}
+	n.Pending = s.Notice.Pending
 	if found {
 		// An escalation (it names the rule only in the first notice), or a
 		// notice whose sending was cut short.
 		n.Ref = s.Notice.Ref
+		n.Retry = s.Sending
 		if n.Rule == "" {
 			n.Rule = s.Notice.Rule
 		}
+	} else if md, err := msg.Metadata(); err == nil {
+		n.Pending = md.Timestamp
 	}
 	ctx, span := c.startNotify(ctx, n)
 	var spanErr error
@@ -412,10 +452,7 @@ func (c *Channel) handleNotice(ctx context.Context, msg jetstream.Msg) {
 	}
 	ref, err := c.n.Notify(ctx, n)
 	if err != nil {
-		if ctx.Err() == nil {
-			log.Warn("notify failed; will retry", zap.Error(err))
-		}
-		retry(msg)
+		c.notifyFailed(ctx, msg, err, log)
 		spanErr = err
 		return
 	}
@@ -453,7 +490,11 @@ func (c *Channel) remind(ctx context.Context, msg jetstream.Msg, s shown, rev ui
 		return
 	}
 	n := s.Notice.notice()
-	at := n.Deadline.Add(-c.cfg.Remind)
+	at, ok := remindAt(n.Pending, n.Deadline, c.cfg.Remind)
+	if !ok {
+		_ = msg.Ack() // too short a request for a reminder
+		return
+	}
 	if wait := time.Until(at); wait > 0 {
 		_ = msg.NakWithDelay(wait)
 		return
@@ -474,8 +515,7 @@ func (c *Channel) remind(ctx context.Context, msg jetstream.Msg, s shown, rev ui
 	ref, err := c.n.Notify(ctx, n)
 	endSpan(span, err)
 	if err != nil {
-		log.Warn("reminder failed; will retry", zap.Error(err))
-		retry(msg)
+		c.notifyFailed(ctx, msg, err, log)
 		return
 	}
 	if ref != nil {
@@ -487,6 +527,45 @@ func (c *Channel) remind(ctx context.Context, msg jetstream.Msg, s shown, rev ui
 	}
 	_ = msg.Ack()
 }
+
+// remindAt returns when a request that went pending at pending, with its
+// deadline, is reminded of, remind before its deadline; ok is false if it is
+// not: a reminder never goes out before half of the request's time has gone,
+// so that a request shorter than twice remind gets none (and a reminder
+// never follows its notice at once). Without pending (an entry older than
+// the field) the deadline alone decides.
+func remindAt(pending, deadline time.Time, remind time.Duration) (at time.Time, ok bool) {
+	at = deadline.Add(-remind)
+	if !pending.IsZero() && at.Before(pending.Add(deadline.Sub(pending)/2)) {
+		return time.Time{}, false
+	}
+	return at, true
+}
+
+// notifyFailed retries a notice whose Notify failed: within seconds, or,
+// when the channel cannot deliver (ErrUndeliverable), every minute, with
+// presence refreshed at once.
+func (c *Channel) notifyFailed(ctx context.Context, msg jetstream.Msg, err error, log *zap.Logger) {
+	if ctx.Err() != nil {
+		retry(msg)
+		return
+	}
+	if errors.Is(err, ErrUndeliverable) {
+		log.Error("the channel cannot deliver; will retry every minute", zap.Error(err))
+		select {
+		case c.presence <- struct{}{}:
+		default:
+		}
+		_ = msg.NakWithDelay(undeliverableRetry)
+		return
+	}
+	log.Warn("notify failed; will retry", zap.Error(err))
+	retry(msg)
+}
+
+// undeliverableRetry is how often a notice the channel cannot deliver is
+// tried again.
+const undeliverableRetry = time.Minute
 
 // handleOutcome shows a decision where the channel showed its request.
 func (c *Channel) handleOutcome(ctx context.Context, msg jetstream.Msg) {

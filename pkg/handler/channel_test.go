@@ -221,7 +221,7 @@ rules:
 	ns := testenv.Server(t)
 	runBroker(t, testenv.Conn(t, ns), broker.Config{Policy: p})
 	r := newRecorder("r")
-	c, _ := brokertest.RunChannel(t, testenv.Conn(t, ns), handler.ChannelConfig{Channel: "slack", Principals: []string{"alice", "erin"}, Remind: 3 * time.Second}, r)
+	c, _ := brokertest.RunChannel(t, testenv.Conn(t, ns), handler.ChannelConfig{Channel: "slack", Principals: []string{"alice", "erin"}, Remind: 2 * time.Second}, r)
 	client, _ := handler.NewClient(testenv.Conn(t, ns), handler.Config{Agent: "bank"})
 
 	deploy, _ := ask(t, client, events.Requested{Tool: "deploy"})
@@ -249,6 +249,41 @@ rules:
 	}
 	if o := r.outcomes[deploy][0]; o.Decision.Outcome != events.Expired || len(r.notices[wire]) != 2 {
 		t.Fatalf("deploy outcome %+v; wire notices %d, want 2 (no reminder yet)", o, len(r.notices[wire]))
+	}
+}
+
+// TestChannelReminderNotEarly: a reminder goes out remind before the
+// deadline, but never before half of the request's time has gone: a request
+// no longer than twice remind gets none, rather than one on the heels of its
+// notice (issue 22.8).
+func TestChannelReminderNotEarly(t *testing.T) {
+	ns := testenv.Server(t)
+	runBroker(t, testenv.Conn(t, ns), broker.Config{})
+	r := newRecorder("r")
+	brokertest.RunChannel(t, testenv.Conn(t, ns), handler.ChannelConfig{Channel: "slack", Principals: []string{"alice"}, Remind: 2 * time.Second}, r)
+	client, _ := handler.NewClient(testenv.Conn(t, ns), handler.Config{Agent: "coder"})
+
+	short, _ := ask(t, client, events.Requested{Tool: "deploy", Timeout: events.Duration(2 * time.Second)})
+	asked := time.Now()
+	long, _ := ask(t, client, events.Requested{Tool: "deploy", Timeout: events.Duration(6 * time.Second)})
+	var reminded time.Time
+	r.wait(t, "the long request reminded", func() bool {
+		if len(r.notices[long]) == 2 && reminded.IsZero() {
+			reminded = time.Now()
+		}
+		return !reminded.IsZero()
+	})
+	if after := reminded.Sub(asked); after < 3*time.Second {
+		t.Errorf("a 6s request reminded %s after it was asked: before half its time", after)
+	}
+	r.wait(t, "both expired and resolved", func() bool { return len(r.outcomes[short]) == 1 && len(r.outcomes[long]) == 1 })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n := r.notices[short]; len(n) != 1 {
+		t.Fatalf("a 2s request with remind 2s: %d notices (%+v), want its notice and no reminder", len(n), n)
+	}
+	if !r.notices[long][1].Reminder {
+		t.Fatalf("long: %+v", r.notices[long])
 	}
 }
 

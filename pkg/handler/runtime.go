@@ -220,6 +220,11 @@ func keepAlive(msg jetstream.Msg) func() {
 // Channel runtimes announce themselves; programs that answer otherwise (a
 // terminal) call it.
 func Announce(ctx context.Context, js jetstream.JetStream, log *zap.Logger, channel string, who func() []string) {
+	announce(ctx, js, log, channel, who, nil)
+}
+
+// announce is Announce, which also asks who again whenever again receives.
+func announce(ctx context.Context, js jetstream.JetStream, log *zap.Logger, channel string, who func() []string, again <-chan struct{}) {
 	var kv jetstream.KeyValue
 	warned := false
 	announced := map[string]bool{}
@@ -277,6 +282,8 @@ func Announce(ctx context.Context, js jetstream.JetStream, log *zap.Logger, chan
 			}
 			return
 		case <-t.C:
+			put()
+		case <-again:
 			put()
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"html"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -470,7 +469,7 @@ rules:
     escalation:
       - after: 1s
         approvers: [bob]
-`, 5*time.Second)
+`, 3*time.Second) // reminded 5s in: not before half the request's time
 	id, decided := h.ask(t, events.Requested{Tool: "wire", Args: json.RawMessage(`{"amount":900}`)})
 	first := h.mailTo(t, "alice@example.com", id)
 	esc := h.mailTo(t, "bob@example.com", id)
@@ -624,7 +623,7 @@ func mustJSON(t *testing.T, v any) []byte {
 // in plain text to a server that is not on loopback, as to a mail catcher
 // in Compose, and the channel warns that it does.
 func TestInsecurePlaintext(t *testing.T) {
-	host := externalIP(t)
+	host := smtptest.ExternalIP(t)
 	h := setupWith(t, teamPolicy, 0, smtptest.StartPlain(t, host))
 	w := h.adapter.Warnings()
 	if len(w) != 1 || !strings.Contains(w[0], "unencrypted") || !strings.Contains(w[0], host) || !strings.Contains(w[0], "development only") {
@@ -640,23 +639,6 @@ func TestInsecurePlaintext(t *testing.T) {
 	if d := brokertest.Decision(t, decided); !d.Approved() {
 		t.Fatalf("decision %+v", d)
 	}
-}
-
-// externalIP returns an IPv4 address of this machine that is not on
-// loopback, or skips the test.
-func externalIP(t *testing.T) string {
-	t.Helper()
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Skipf("no interface addresses: %v", err)
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
-			return n.IP.String()
-		}
-	}
-	t.Skip("no IPv4 address but loopback")
-	return ""
 }
 
 // TestMailedAgainAfterACrash: a mail the bot sent but did not record (it

@@ -1,8 +1,10 @@
 // Package slack is the Slack approver channel of cmd/approver-bot.
 //
-// Each pending request is posted to one Slack channel (Config.Channel) as a
-// Block Kit message: the tool, agent, user and session, the rule, the hint,
-// the key arguments, the deadline in each reader's time zone, a mention of
+// Each pending request is posted where its route sends it (Config.Routes,
+// by rule or agent; else Config.Channel), or to each of its approvers in a
+// direct message (Config.DM), as a Block Kit message: the tool, agent, user and session, the rule, the hint,
+// every argument (its name and the start of its value, with the count of
+// characters left out), the deadline in each reader's time zone, a mention of
 // the approvers who may answer, and buttons:
 //
 //   - Approve answers at once.
@@ -33,6 +35,17 @@
 //     refused with 401.
 //   - socket: the bot opens a Socket Mode websocket to Slack with an
 //     app-level token and receives them over it; no public URL is needed.
+//
+// # Delivery
+//
+// Every message carries its request's id in its metadata: a notice whose
+// last attempt was cut short (a bot killed while Slack took the message)
+// first looks for it in the conversation's history, and keeps what it
+// finds. An error Slack will keep answering (no such channel, the app not
+// in it, the token revoked) wraps handler.ErrUndeliverable; the principals
+// the request was for leave Reaches, so that brokers stop counting them,
+// until a post there works or a check every 30 seconds finds it fixed.
+// Problems says what is wrong, for the bot's status and metrics.
 //
 // docs/channels.md says how to make the Slack app.
 package slack

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"github.com/assent-dev/assent/internal/argview"
 	"github.com/assent-dev/assent/internal/channels"
 	"github.com/assent-dev/assent/internal/textsafe"
 	"github.com/assent-dev/assent/pkg/events"
@@ -43,9 +43,6 @@ const (
 // Limits of what a message shows, well inside Slack's (3000 characters a
 // text block, 150 a header, 3000 a text input).
 const (
-	maxArgKeys   = 8
-	maxArgValue  = 200
-	maxArgKey    = 60
 	maxField     = 200
 	maxHint      = 1000
 	maxReason    = 1000
@@ -54,10 +51,37 @@ const (
 )
 
 // ref is what a notification made, kept by the runtime for the request's
-// later notices and its outcome: the request's message.
+// later notices and its outcome: the request's messages, the first in
+// Channel and TS (as refs were before there could be more), the others in
+// More (a direct message to each approver, or the messages an attempt cut
+// short left).
 type ref struct {
+	Channel string    `json:"channel"`
+	TS      string    `json:"ts"`
+	More    []message `json:"more,omitempty"`
+}
+
+// message is one Slack message.
+type message struct {
 	Channel string `json:"channel"`
 	TS      string `json:"ts"`
+}
+
+// messages lists every message of r.
+func (r ref) messages() []message {
+	return append([]message{{r.Channel, r.TS}}, r.More...)
+}
+
+// refOf is the ref of messages, nil for none.
+func refOf(ms []message) (json.RawMessage, error) {
+	if len(ms) == 0 {
+		return nil, nil
+	}
+	r := ref{Channel: ms[0].Channel, TS: ms[0].TS}
+	if len(ms) > 1 {
+		r.More = ms[1:]
+	}
+	return json.Marshal(r)
 }
 
 // parseRef reads a ref; ok is false for none or one this package did not make.
@@ -186,83 +210,155 @@ func human(d time.Duration) string {
 	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
 }
 
-// argLine is one argument as a message shows it.
-type argLine struct{ key, value string }
+// How a message shows a request's arguments: every key in the order
+// written, each with the start of its value and how many characters were
+// left out (argview), over as many section blocks as that takes (Slack
+// allows 3000 characters a section's text, 50 blocks a message).
+const (
+	// argBudget is shared among the values: with many keys each value's
+	// start is shorter, never under minArgValue characters, so that every
+	// key stays in sight.
+	argBudget   = 6000
+	maxArgValue = 300
+	minArgValue = 8
+	maxArgKey   = 60
+	// maxSection is the most characters of a section's text (Slack's 3000,
+	// with room for the link and the notes).
+	maxSection = 2800
+	// maxArgBlocks bounds the sections of one list of arguments: a decided
+	// request's message shows two (the request's, the approver's edit)
+	// besides eight blocks of its own, inside Slack's 50 blocks, and some
+	// 30,000 characters in all, under the 40,000 Slack shows of a message.
+	maxArgBlocks = 12
+)
 
-// summarizeArgs returns the first max keys of args, in the order written,
-// each with its value (strings as they are, anything else as compact JSON),
-// and how many keys it left out. ok is false if args is not a JSON object.
-func summarizeArgs(args json.RawMessage, max int) (lines []argLine, more int, ok bool) {
-	dec := json.NewDecoder(bytes.NewReader(args))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, 0, false
+// argLimits are the argview limits of a message.
+var argLimits = argview.Limits{Value: maxArgValue, Key: maxArgKey, Total: argBudget, MinValue: minArgValue}
+
+// argLine shows one argument: its name and the start of its value as code,
+// with the count of what is left out.
+func argLine(a argview.Arg) string {
+	key := "`" + strings.ReplaceAll(escLine(a.Key), "`", "ˋ") + "`"
+	switch {
+	case a.KeyMore > 0:
+		key = "`" + strings.ReplaceAll(escLine(a.Key), "`", "ˋ") + "…`"
+	case a.Key == "":
+		key = "_(empty name)_"
 	}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return lines, more, false
-		}
-		key, _ := t.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return lines, more, false
-		}
-		if len(lines) == max {
-			more++
-			continue
-		}
-		var s string
-		if json.Unmarshal(v, &s) != nil {
-			var buf bytes.Buffer
-			if json.Compact(&buf, v) == nil {
-				v = buf.Bytes()
-			}
-			s = string(v)
-		}
-		lines = append(lines, argLine{key: key, value: s})
+	line := "• " + key + ": " + code(a.Head, 6*maxArgValue)
+	switch {
+	case a.More > 0 && a.KeyMore > 0:
+		line += fmt.Sprintf(" _(%s more characters; the name %s more)_", count(a.More), count(a.KeyMore))
+	case a.More > 0:
+		line += fmt.Sprintf(" _(%s more characters)_", count(a.More))
+	case a.KeyMore > 0:
+		line += fmt.Sprintf(" _(the name %s more characters)_", count(a.KeyMore))
 	}
-	if t, err := dec.Token(); err != nil || t != json.Delim('}') {
-		return lines, more, false
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return lines, more, false
-	}
-	return lines, more, true
+	return line
 }
 
-// argsText shows args as mrkdwn under title: at most maxArgKeys keys, each
-// value cut to maxArgValue characters, and a link to page (the request in
-// the web UI) when there is one and something was left out.
-func argsText(title string, args json.RawMessage, page string) string {
-	var b strings.Builder
-	b.WriteString("*" + title + "*")
-	trimmed := bytes.TrimSpace(args)
-	if len(trimmed) == 0 || string(trimmed) == "null" || string(trimmed) == "{}" {
-		b.WriteString(": none")
-		return b.String()
+// count writes n with thousands separators: 12,345.
+func count(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
 	}
-	lines, more, ok := summarizeArgs(trimmed, maxArgKeys)
-	cut := more > 0
-	if !ok {
-		b.WriteString("\n" + code(string(trimmed), maxArgValue))
-		cut = utf8.RuneCount(trimmed) > maxArgValue
-	}
-	for _, l := range lines {
-		v := code(l.value, maxArgValue)
-		cut = cut || strings.HasSuffix(v, "…`")
-		fmt.Fprintf(&b, "\n• %s: %s", code(l.key, maxArgKey), v)
-	}
-	if more > 0 {
-		fmt.Fprintf(&b, "\n_and %d more_", more)
-	}
-	if page != "" {
-		label := "Full request"
-		if cut {
-			label = "Full arguments"
+	return s
+}
+
+// argsText shows args as mrkdwn under title, in one text per section block
+// (each within Slack's limit): every key with the start of its value, the
+// count of characters left out of each, and a link to page (the request in
+// the web UI) when there is one. Only past maxArgBlocks sections (some
+// hundreds of keys) are keys left out, and the title then says how many.
+func argsText(title string, args json.RawMessage, page string) []string {
+	lim := argLimits
+	v := argview.Of(args, lim)
+	head := "*" + title + "*"
+	switch {
+	case !v.Object:
+		c := code(v.Raw, 4*maxArgValue)
+		if n := utf8.RuneCountInString(v.Raw); n > 4*maxArgValue {
+			c += fmt.Sprintf(" _(not a JSON object; %s characters)_", count(n))
 		}
-		fmt.Fprintf(&b, "\n<%s|%s>", page, label)
+		return []string{head + withLink("\n"+c, page, "Full request")}
+	case v.Empty():
+		return []string{head + ": none"}
 	}
-	return b.String()
+	// The budget counts characters before escaping, which can make them
+	// several times longer (& is &amp;): while the keys do not all fit,
+	// share less among the values.
+	texts, shown := packArgs(v, head, page)
+	for shown < len(v.Args) && lim.Total/len(v.Args) > lim.MinValue {
+		lim.Total /= 2
+		v = argview.Of(args, lim)
+		texts, shown = packArgs(v, head, page)
+	}
+	return texts
+}
+
+// packArgs lays v's arguments out in at most maxArgBlocks texts, each
+// within maxSection, under head, and returns them with how many arguments
+// they show (all, but for some thousands).
+func packArgs(v argview.View, head, page string) (texts []string, shown int) {
+	label := "Full request"
+	if v.Cut() {
+		label = "Full arguments"
+	}
+	link := ""
+	if page != "" {
+		link = "\n<" + page + "|" + label + ">"
+	}
+	var b strings.Builder
+	size := 0
+	reserve := utf8.RuneCountInString(link) + 200 // the title's note
+	for _, a := range v.Args {
+		l := argLine(a)
+		n := utf8.RuneCountInString(l) + 1
+		if size+n > maxSection-reserve && b.Len() > 0 {
+			if len(texts) == maxArgBlocks-1 {
+				break
+			}
+			texts = append(texts, b.String())
+			b.Reset()
+			size = 0
+		}
+		if b.Len() > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString(l)
+		size += n
+		shown++
+	}
+	texts = append(texts, b.String())
+	title := fmt.Sprintf("%s (%d)", head, len(v.Args))
+	if left := len(v.Args) - shown; left > 0 {
+		title = fmt.Sprintf("%s: ⚠ *only the first %d of %d arguments fit in a Slack message; %d more are not shown here*", head, shown, len(v.Args), left)
+		if page != "" {
+			title += ": <" + page + "|see every argument>"
+		}
+	}
+	texts[0] = title + "\n" + texts[0]
+	texts[len(texts)-1] += link
+	return texts, shown
+}
+
+// withLink appends a link to page labelled label, when there is a page.
+func withLink(text, page, label string) string {
+	if page == "" {
+		return text
+	}
+	return text + "\n<" + page + "|" + label + ">"
+}
+
+// argBlocks are the section blocks of argsText.
+func argBlocks(title string, args json.RawMessage, page string) []slack.Block {
+	texts := argsText(title, args, page)
+	out := make([]slack.Block, len(texts))
+	for i, t := range texts {
+		out[i] = slack.NewSectionBlock(mrkdwn(t), nil, nil)
+	}
+	return out
 }
 
 // details are the blocks every message about a request starts with: who
@@ -284,10 +380,12 @@ func details(req handler.Request, rule string, deadline bool, page string) []sla
 	if len(fields) > 0 {
 		blocks = append(blocks, slack.NewSectionBlock(nil, fields, nil))
 	}
+	// The arguments come before the hint: the agent writes both, and what
+	// runs is what the approver reads first.
+	blocks = append(blocks, argBlocks("Arguments", req.Args, page)...)
 	if req.Hint != "" {
-		blocks = append(blocks, slack.NewSectionBlock(mrkdwn(quote(req.Hint, maxHint)), nil, nil))
+		blocks = append(blocks, slack.NewSectionBlock(mrkdwn("*Hint from the agent*\n"+quote(req.Hint, maxHint)), nil, nil))
 	}
-	blocks = append(blocks, slack.NewSectionBlock(mrkdwn(argsText("Arguments", req.Args, page)), nil, nil))
 	return blocks
 }
 
@@ -429,7 +527,7 @@ func (a *Adapter) outcomeBlocks(o handler.Outcome) []slack.Block {
 		blocks = append(blocks, slack.NewSectionBlock(mrkdwn("*Reason*\n"+quote(d.Reason, maxReason)), nil, nil))
 	}
 	if d.Edited {
-		blocks = append(blocks, slack.NewSectionBlock(mrkdwn(argsText("Approved with edited arguments", d.Args, page)), nil, nil))
+		blocks = append(blocks, argBlocks("Approved with edited arguments", d.Args, page)...)
 	}
 	return append(blocks, footer(o.RequestID, page))
 }

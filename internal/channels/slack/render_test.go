@@ -2,6 +2,7 @@ package slack
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,11 @@ func TestEsc(t *testing.T) {
 }
 
 func TestArgsText(t *testing.T) {
+	many := `{"k1":1`
+	for i := 2; i <= 12; i++ {
+		many += fmt.Sprintf(`,"k%d":%d`, i, i)
+	}
+	many += "}"
 	tests := []struct {
 		name, args, page string
 		want             []string
@@ -54,14 +60,17 @@ func TestArgsText(t *testing.T) {
 	}{
 		{"none", ``, "", []string{"*Arguments*: none"}, nil},
 		{"empty object", `{}`, "", []string{"*Arguments*: none"}, nil},
-		{"in order", `{"z":"last?","a":1,"m":{"k":[1, 2]}}`, "", []string{"• `z`: `last?`\n• `a`: `1`\n• `m`: `{\"k\":[1,2]}`"}, []string{"Full"}},
+		{"in order", `{"z":"last?","a":1,"m":{"k":[1, 2]}}`, "", []string{"*Arguments* (3)\n• `z`: `last?`\n• `a`: `1`\n• `m`: `{\"k\":[1,2]}`"}, []string{"Full", "more"}},
 		{"empty string", `{"s":""}`, "", []string{"• `s`: _(empty)_"}, nil},
 		{"link", `{"a":1}`, "https://ui/approvals/x", []string{"<https://ui/approvals/x|Full request>"}, nil},
-		{"more", `{"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k10":10}`, "https://ui/a", []string{"• `k8`: `8`", "_and 2 more_", "|Full arguments>"}, []string{"k9"}},
+		{"every key", many, "https://ui/a", []string{"• `k8`: `8`", "• `k12`: `12`", "|Full request>"}, []string{"more"}},
+		{"cut", `{"big":"` + strings.Repeat("x", 1000) + `","after":1}`, "https://ui/a", []string{"• `big`: `" + strings.Repeat("x", 300) + "` _(700 more characters)_\n• `after`: `1`", "|Full arguments>"}, nil},
+		{"long name", `{"` + strings.Repeat("k", 100) + `":1}`, "", []string{"`" + strings.Repeat("k", 60) + "…`: `1` _(the name 40 more characters)_"}, nil},
 		{"not an object", `[1,2]`, "", []string{"`[1,2]`"}, nil},
+		{"odd names", `{"":1,"a` + "`" + `b":2,"a":1,"a":2}`, "", []string{"• _(empty name)_: `1`", "• `aˋb`: `2`", "• `a`: `1`\n• `a`: `2`"}, nil},
 	}
 	for _, tt := range tests {
-		got := argsText("Arguments", json.RawMessage(tt.args), tt.page)
+		got := strings.Join(argsText("Arguments", json.RawMessage(tt.args), tt.page), "\n")
 		for _, w := range tt.want {
 			if !strings.Contains(got, w) {
 				t.Errorf("%s: %q lacks %q", tt.name, got, w)
@@ -75,6 +84,68 @@ func TestArgsText(t *testing.T) {
 	}
 }
 
+// TestArgsTextKeepsEveryKey: whatever the agent sends (a long first value,
+// hundreds of keys, long names, markup), every key is shown with the start
+// of its value, in texts within Slack's limits; only past what a message
+// can hold are keys left out, and the first line says so.
+func TestArgsTextKeepsEveryKey(t *testing.T) {
+	obj := func(n int, key func(int) string, val func(int) string) (json.RawMessage, []string) {
+		m := "{"
+		var keys []string
+		for i := range n {
+			k, _ := json.Marshal(key(i))
+			v, _ := json.Marshal(val(i))
+			if i > 0 {
+				m += ","
+			}
+			m += string(k) + ":" + string(v)
+			keys = append(keys, key(i))
+		}
+		return json.RawMessage(m + "}"), keys
+	}
+	for _, c := range []struct {
+		name     string
+		n        int
+		key, val func(int) string
+	}{
+		{"long first", 5, func(i int) string { return fmt.Sprint("key", i) }, func(i int) string {
+			if i == 0 {
+				return strings.Repeat("a", 3300)
+			}
+			return "v"
+		}},
+		{"every value long", 40, func(i int) string { return fmt.Sprint("key", i) }, func(int) string { return strings.Repeat("<&>", 2000) }},
+		{"many keys", 300, func(i int) string { return fmt.Sprint("k", i) }, func(int) string { return strings.Repeat("x", 100) }},
+	} {
+		args, keys := obj(c.n, c.key, c.val)
+		texts := argsText("Arguments", args, "https://ui/approvals/x")
+		if len(texts) > maxArgBlocks {
+			t.Errorf("%s: %d sections, over %d", c.name, len(texts), maxArgBlocks)
+		}
+		all := strings.Join(texts, "\n")
+		for _, k := range keys {
+			if !strings.Contains(all, "• `"+k+"`: `") {
+				t.Errorf("%s: key %s not shown", c.name, k)
+			}
+		}
+		for _, text := range texts {
+			if n := utf8.RuneCountInString(text); n > 3000 {
+				t.Errorf("%s: a section of %d characters", c.name, n)
+			}
+		}
+	}
+	// More keys than a message holds: the first line says how many are
+	// not shown, with the link.
+	args, _ := obj(3000, func(i int) string { return fmt.Sprint("key-number-", i) }, func(int) string { return "value" })
+	texts := argsText("Arguments", args, "https://ui/approvals/x")
+	first, _, _ := strings.Cut(texts[0], "\n")
+	if !strings.Contains(first, "of 3000 arguments fit in a Slack message") || !strings.Contains(first, "|see every argument>") {
+		t.Errorf("first line %q: want how many are not shown, and the link", first)
+	}
+	if len(texts) > maxArgBlocks {
+		t.Errorf("%d sections", len(texts))
+	}
+}
 func TestHuman(t *testing.T) {
 	for d, want := range map[time.Duration]string{
 		-time.Second:                 "0 seconds",
@@ -236,21 +307,22 @@ func notice(req events.Requested, terms *events.Terms) handler.Notice {
 	return handler.Notice{Request: handler.Request{ID: "01a20956-53af-79a6-b840-ea4b43db981d", Requested: req, Deadline: time.Now().Add(time.Minute)}, Terms: terms}
 }
 
-func FuzzSummarizeArgs(f *testing.F) {
-	for _, s := range []string{`{"a":1}`, `{"a":"<b>","c":[1,{"d":null}]}`, `[]`, `{"a":1`, `{"a":1}{`, `"x"`, ``, `{"":""}`} {
+func FuzzArgsText(f *testing.F) {
+	for _, s := range []string{`{"a":1}`, `{"a":"<b>","c":[1,{"d":null}]}`, `[]`, `{"a":1`, `{"a":1}{`, `"x"`, ``, `{"":""}`, "{\"a\":\"\u202e`\\n\"}"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		lines, more, ok := summarizeArgs(raw, maxArgKeys)
-		if len(lines) > maxArgKeys || more < 0 {
-			t.Fatalf("%d lines, %d more", len(lines), more)
+		texts := argsText("Arguments", raw, "https://ui/approvals/x")
+		if len(texts) == 0 || len(texts) > maxArgBlocks {
+			t.Fatalf("%d sections", len(texts))
 		}
-		if ok && !json.Valid(raw) {
-			t.Fatalf("accepted invalid JSON %q", raw)
-		}
-		text := argsText("Arguments", raw, "https://ui/approvals/x")
-		if c := utf8.RuneCountInString(text); c > 3000 {
-			t.Fatalf("%d characters", c)
+		for _, text := range texts {
+			if c := utf8.RuneCountInString(text); c > 3000 {
+				t.Fatalf("%d characters", c)
+			}
+			if strings.Contains(text, "<&>") {
+				t.Fatalf("raw markup in %q", text)
+			}
 		}
 	})
 }

@@ -87,6 +87,15 @@ type harness struct {
 type setup struct {
 	mode   string
 	remind time.Duration
+	// config changes the channel's configuration.
+	config func(*slackch.Config)
+	// probe is how often refused targets are checked again; default 30s.
+	probe time.Duration
+	// announcedOnly makes the broker count only announced principals as
+	// reachable (as one without an open HTTP API does).
+	announcedOnly bool
+	// slack, if set, prepares the local Slack before the channel starts.
+	slack func(*slacktest.Server)
 }
 
 func start(t *testing.T, s setup) *harness {
@@ -96,20 +105,30 @@ func start(t *testing.T, s setup) *harness {
 		t.Fatal(err)
 	}
 	ns := testenv.Server(t)
-	brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Policy: p})
+	brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Policy: p, AnnouncedOnly: s.announcedOnly})
 	h := &harness{slack: slacktest.New(t, botToken, appToken)}
+	if s.slack != nil {
+		s.slack(h.slack)
+	}
 	t.Setenv(envBot, botToken)
 	t.Setenv(envSecret, signingSecret)
 	t.Setenv(envApp, appToken)
 	nc := testenv.Conn(t, ns)
 	h.js, _ = jetstream.New(nc)
 	h.answers = logAnswers(t, testenv.Conn(t, ns))
-	h.adapter, err = slackch.New(slackch.Config{
+	cfg := slackch.Config{
 		BotTokenEnv: envBot, SigningSecretEnv: envSecret, AppTokenEnv: envApp,
 		Mode: s.mode, Channel: slackChannel, APIURL: h.slack.URL(),
-	}, channels.Env{NATS: nc, Directory: channels.NewDirectory(p), WebUI: webUI, Logger: testenv.Logger(t)})
+	}
+	if s.config != nil {
+		s.config(&cfg)
+	}
+	h.adapter, err = slackch.New(cfg, channels.Env{NATS: nc, Directory: channels.NewDirectory(p), WebUI: webUI, Logger: testenv.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s.probe > 0 {
+		slackch.SetProbeEvery(h.adapter, s.probe)
 	}
 	mux := http.NewServeMux()
 	h.web = httptest.NewServer(mux)
@@ -221,7 +240,10 @@ type element struct {
 }
 
 type block struct {
-	Type     string    `json:"type"`
+	Type string `json:"type"`
+	Text *struct {
+		Text string `json:"text"`
+	} `json:"text"`
 	BlockID  string    `json:"block_id"`
 	Elements []element `json:"elements"`
 	Element  *element  `json:"element"`
@@ -305,7 +327,7 @@ func modalErrors(t *testing.T, body string) map[string]string {
 // eligible approvers mentioned, and the buttons the policy allows.
 func TestNotifyPostsRequest(t *testing.T) {
 	h := start(t, setup{})
-	// Twelve keys, in this order: the first eight are shown.
+	// Twelve keys, in this order: all are shown.
 	raw := `{"path":"/srv/app","note":"<!channel> & <@UBOB>","big":"` + strings.Repeat("x", 1000) + `"`
 	for i := range 9 {
 		raw += fmt.Sprintf(`,"k%d":%d`, i, i)
@@ -321,15 +343,15 @@ func TestNotifyPostsRequest(t *testing.T) {
 		"Approval needed: deploy", "coder", "dan", "s-42", "deploys", "Ship release 4.2",
 		"<!date^", "{date_short_pretty}", "<@UALICE>",
 		"&lt;!channel&gt; &amp; &lt;@UBOB&gt;",
-		strings.Repeat("x", 199) + "…",
-		"_and 4 more_",
+		strings.Repeat("x", 300) + "` _(700 more characters)_",
+		"• `k8`: `8`",
 		"<" + webUI + "/approvals/" + id + "|Full arguments>",
 	} {
 		if !strings.Contains(m.Blocks, want) {
 			t.Errorf("message lacks %q:\n%s", want, m.Blocks)
 		}
 	}
-	for _, bad := range []string{"<!channel>", "<@UBOB>", "<@UERIN>", strings.Repeat("x", 200)} {
+	for _, bad := range []string{"<!channel>", "<@UBOB>", "<@UERIN>", strings.Repeat("x", 301), "more_"} {
 		if strings.Contains(m.Blocks, bad) {
 			t.Errorf("message has %q:\n%s", bad, m.Blocks)
 		}
@@ -354,6 +376,62 @@ func TestNotifyPostsRequest(t *testing.T) {
 	if want := fmt.Sprintf(`{"channel":%q,"ts":%q}`, m.Channel, m.TS); string(n.Ref) != want {
 		t.Errorf("ref %s, want %s", n.Ref, want)
 	}
+}
+
+// TestLongArgumentHidesNoKey: a request whose first argument is 3,300
+// characters long, with others after it, is posted with every argument's
+// name and the start of its value, the count of characters left out, and
+// the link to the whole request (issue 22.1).
+func TestLongArgumentHidesNoKey(t *testing.T) {
+	h := start(t, setup{})
+	args := map[string]any{"script": strings.Repeat("echo ok; ", 366) + "rm", "host": "prod-db-1", "sudo": true, "dry_run": false}
+	keys := []string{"script", "host", "sudo", "dry_run"}
+	for i := range 10 {
+		k := fmt.Sprintf("opt%d", i)
+		args[k] = i
+		keys = append(keys, k)
+	}
+	raw := `{"script":` + mustJSON(t, args["script"])
+	for _, k := range keys[1:] {
+		raw += `,"` + k + `":` + mustJSON(t, args[k])
+	}
+	raw += "}"
+	id, _ := h.ask(t, events.Requested{Tool: "run_shell", Args: json.RawMessage(raw), User: "dan", Hint: strings.Repeat("Routine maintenance. ", 50)})
+	m := h.message(t, id)
+	var texts []string
+	for _, b := range parseBlocks(t, m.Blocks) {
+		if b.Text != nil {
+			texts = append(texts, b.Text.Text)
+		}
+	}
+	all := strings.Join(texts, "\n")
+	for _, want := range []string{
+		"• `script`: `echo ok; echo ok;", "` _(2,996 more characters)_\n• `host`",
+		"• `host`: `prod-db-1`", "• `sudo`: `true`", "• `dry_run`: `false`", "• `opt9`: `9`",
+		"<" + webUI + "/approvals/" + id + "|Full arguments>",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("message lacks %q:\n%s", want, all)
+		}
+	}
+	for _, k := range keys {
+		if !strings.Contains(all, "• `"+k+"`: ") {
+			t.Errorf("key %s not shown", k)
+		}
+	}
+	// The arguments come before the agent's hint.
+	if a, h := strings.Index(all, "*Arguments*"), strings.Index(all, "Routine maintenance"); a < 0 || h < a {
+		t.Errorf("the hint comes before the arguments:\n%s", all)
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // TestApproveOverHTTP: a signed click on Approve decides the request as the
@@ -671,7 +749,7 @@ func TestDecidedElsewhere(t *testing.T) {
 // its approvers in the thread; a reminder nudges in the thread; the
 // escalation's approver can answer.
 func TestEscalationAndReminder(t *testing.T) {
-	h := start(t, setup{remind: 7 * time.Second})
+	h := start(t, setup{remind: 4 * time.Second})
 	id, ch := h.ask(t, events.Requested{Tool: "wire", Args: json.RawMessage(`{"amount":120000}`), User: "dan"})
 	m := h.message(t, id)
 	h.slack.Wait(t, "escalation and reminder in the thread", func() bool {
@@ -818,7 +896,7 @@ func TestSlackRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = a.Notify(t.Context(), handler.Notice{Request: handler.Request{ID: events.NewID(), Requested: events.Requested{Tool: "deploy"}, Deadline: time.Now().Add(time.Minute)}})
-	if err == nil || !strings.Contains(err.Error(), "channel_not_found") || !strings.Contains(err.Error(), "check that channel CMISSING") {
+	if err == nil || !strings.Contains(err.Error(), "channel_not_found") || !strings.Contains(err.Error(), "in CMISSING: channel_not_found: check that the channel id") {
 		t.Fatalf("Notify to a missing channel: %v", err)
 	}
 }
