@@ -296,6 +296,23 @@ func TestUIRoutesPerRole(t *testing.T) {
 	}
 }
 
+// TestUICountsWhatTheViewerSees: the pending count (the page's title, the
+// cards' X-Total) is of the requests the viewer sees.
+func TestUICountsWhatTheViewerSees(t *testing.T) {
+	s, _ := newAuthzSite(t)
+	for role, want := range map[string]int{roleApprover: 1, roleOther: 1, roleAnswered: 0, roleAgent: 1, roleAdmin: 2} {
+		_, _, h := s.get(t, role, "/ui/cards")
+		_, body, _ := s.get(t, role, "/")
+		title := "<title>Pending · "
+		if want > 0 {
+			title = fmt.Sprintf("<title>Pending (%d) · ", want)
+		}
+		if h.Get("X-Total") != fmt.Sprint(want) || !strings.Contains(body, title) {
+			t.Errorf("%s: X-Total %q and the page's title, want %d pending", role, h.Get("X-Total"), want)
+		}
+	}
+}
+
 // TestUIWithoutAuthSeesAll: without authentication (loopback only), every
 // page shows everything, as before.
 func TestUIWithoutAuthSeesAll(t *testing.T) {
