@@ -390,19 +390,28 @@ func TestBrowser(t *testing.T) {
 	})
 
 	t.Run("not-eligible-and-reload", func(t *testing.T) {
-		id, _ := e.ask(t, events.Requested{Tool: "wire_money", Args: json.RawMessage(`{"amount":100}`)})
+		// A payment asked on alice's behalf is hers to see, not to answer;
+		// one of someone else's she neither sees nor may answer.
+		other, _ := e.ask(t, events.Requested{Tool: "wire_money", Args: json.RawMessage(`{"amount":200}`)})
+		id, _ := e.ask(t, events.Requested{Tool: "wire_money", User: "alice", Args: json.RawMessage(`{"amount":100}`)})
 		var why string
-		var buttons int
+		var buttons, others int
 		e.run(t, "see it", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery), chromedp.Reload(), chromedp.WaitVisible(card(id)+` .whynot`, chromedp.ByQuery),
 			chromedp.Text(card(id)+` .whynot`, &why, chromedp.ByQuery),
-			chromedp.Evaluate(fmt.Sprintf(`document.querySelectorAll(%q).length`, card(id)+" .actions button"), &buttons))
+			chromedp.Evaluate(fmt.Sprintf(`document.querySelectorAll(%q).length`, card(id)+" .actions button"), &buttons),
+			chromedp.Evaluate(fmt.Sprintf(`document.querySelectorAll(%q).length`, card(other)), &others))
 		if buttons != 0 || !strings.Contains(why, "not an approver") {
 			t.Fatalf("alice may not answer a payment: %d buttons, %q", buttons, why)
 		}
+		if others != 0 {
+			t.Fatalf("alice sees a payment she may neither answer nor was asked on behalf of")
+		}
 		ctx, cancel := opCtx()
 		defer cancel()
-		if err := e.agent.Cancel(ctx, id, "test over"); err != nil {
-			t.Fatal(err)
+		for _, id := range []string{id, other} {
+			if err := e.agent.Cancel(ctx, id, "test over"); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 

@@ -361,7 +361,7 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 		if authn != nil {
 			uc.Identify = func(r *http.Request) (webui.Identity, bool) {
 				id, ok := auth.FromContext(r.Context())
-				return webui.Identity{Principal: id.Principal, Method: id.Method}, ok
+				return webui.Identity{Principal: id.Principal, Agent: id.Agent, Admin: id.Admin, Method: id.Method}, ok
 			}
 			uc.CSRFToken = func(r *http.Request) string { return auth.CSRFToken(r.Context()) }
 		}

@@ -9,8 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -18,6 +16,7 @@ import (
 	"time"
 
 	"github.com/assent-dev/assent/internal/auth"
+	"github.com/assent-dev/assent/internal/authtest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/internal/httpapi"
@@ -83,35 +82,15 @@ func newAuthzEnv(t *testing.T) *authzEnv {
 		t.Fatal(err)
 	}
 	b, _ := brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Policy: pol})
-	path := filepath.Join(t.TempDir(), "auth.yaml")
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	e := &authzEnv{b: b, tokens: map[string]string{roleBad: "assent_not-a-token"}}
-	for role, tok := range map[string]struct {
-		principal, agent string
-		admin            bool
-	}{
-		roleAgent:    {agent: "coder"},
-		roleApprover: {principal: "alice"},
-		roleBot:      {principal: "bob"},
-		roleGateway:  {agent: "desktop", principal: "carol"},
-		roleAdmin:    {admin: true},
-	} {
-		s, err := auth.CreateToken(path, role, tok.principal, tok.agent, tok.admin, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.tokens[role] = s
-	}
-	cfg, err := auth.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	authn, err := auth.New(context.Background(), cfg, path, auth.Options{Principals: func() auth.PrincipalResolver { return b.Policy() }, Logger: testenv.Logger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens, authn := authtest.New(t, b, map[string]authtest.Token{
+		roleAgent:    {Agent: "coder"},
+		roleApprover: {Principal: "alice"},
+		roleBot:      {Principal: "bob"},
+		roleGateway:  {Agent: "desktop", Principal: "carol"},
+		roleAdmin:    {Admin: true},
+	})
+	e := &authzEnv{b: b, tokens: tokens}
+	e.tokens[roleBad] = "assent_not-a-token"
 	api := httpapi.New(b, httpapi.Config{Identify: func(r *http.Request) (httpapi.Identity, bool) {
 		id, ok := auth.FromContext(r.Context())
 		return httpapi.Identity{Principal: id.Principal, Agent: id.Agent, Admin: id.Admin, Name: id.Name}, ok

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/assent-dev/assent/internal/access"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/policy"
@@ -265,13 +266,7 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 // them for an admin, those of rules a principal may answer, none for an
 // agent.
 func (s *Server) remembered(w http.ResponseWriter, r *http.Request) {
-	c := s.caller(r)
-	out := []policy.Grant{}
-	for _, g := range s.b.Remembered() {
-		if s.mayRevoke(c, g) {
-			out = append(out, g)
-		}
-	}
+	out := access.Revocable(s.b, s.caller(r).access(), s.b.Remembered())
 	writeJSON(w, http.StatusOK, map[string]any{"remembered": out})
 }
 

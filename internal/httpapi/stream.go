@@ -107,7 +107,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	err := s.b.Subscribe(ctx, after, f, func(batch []*broker.Event) error {
 		buf = buf[:0]
 		for _, e := range batch {
-			if !vis.event(ctx, e) {
+			if !vis.Event(ctx, e) {
 				continue
 			}
 			buf = fmt.Appendf(buf, "id: %d\nevent: %s\ndata: ", e.Seq, e.ShortType())
@@ -195,7 +195,7 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 		vis := s.visibility(c)
 		seen := page.Events[:0]
 		for _, e := range page.Events {
-			if vis.event(r.Context(), e) {
+			if vis.Event(r.Context(), e) {
 				seen = append(seen, e)
 			}
 		}

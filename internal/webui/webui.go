@@ -40,6 +40,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/assent-dev/assent/internal/access"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/human"
 	"github.com/assent-dev/assent/internal/textsafe"
@@ -62,11 +63,20 @@ type Broker interface {
 	Remembered() []policy.Grant
 	RuleOf(r broker.Record) broker.RuleInfo
 	Eligible(r broker.Record, principal string) error
+	// Policy is the policy in force.
+	Policy() *policy.Policy
 }
 
 // Identity is who is looking at a page.
 type Identity struct {
+	// Principal is who answers are made as; "" if the credential names none
+	// (an agent's token).
 	Principal string
+	// Agent is the agent a token asks for; "" for none.
+	Agent string
+	// Admin sees every request and every remembered choice (docs/web.md,
+	// "Who sees what").
+	Admin bool
 	// Method is how they signed in: "oidc", "proxy", "token".
 	Method string
 }
@@ -164,15 +174,43 @@ func New(b Broker, cfg Config, log *zap.Logger) (*UI, error) {
 func (u *UI) Register(mux interface {
 	Handle(pattern string, h http.Handler)
 }) {
-	mux.Handle("GET /{$}", u.page(u.pending))
-	mux.Handle("GET /approvals/{id}", u.page(u.approval))
-	mux.Handle("GET /history", u.page(u.history))
-	mux.Handle("GET /remembered", u.page(u.remembered))
-	mux.Handle("GET /ui/cards", u.fragment(u.cards))
-	mux.Handle("GET /ui/cards/{id}", u.fragment(u.oneCard))
+	for _, rt := range u.routes() {
+		mux.Handle(rt.pattern, rt.h)
+	}
+}
+
+// Routes lists the patterns Register adds, for the tests of who gets what.
+func (u *UI) Routes() []string {
+	var out []string
+	for _, rt := range u.routes() {
+		out = append(out, rt.pattern)
+	}
+	return out
+}
+
+type route struct {
+	pattern string
+	h       http.Handler
+}
+
+func (u *UI) routes() []route {
+	return []route{
+		{"GET /{$}", u.page(u.pending)},
+		{"GET /approvals/{id}", u.page(u.approval)},
+		{"GET /history", u.page(u.history)},
+		{"GET /remembered", u.page(u.remembered)},
+		{"GET /ui/cards", u.fragment(u.cards)},
+		{"GET /ui/cards/{id}", u.fragment(u.oneCard)},
+		{"GET /static/", u.static()},
+	}
+}
+
+// static serves the script, styles and images, for everyone: they hold
+// nothing of any request.
+func (u *UI) static() http.Handler {
 	static, _ := fs.Sub(staticFS, "static")
 	files := http.StripPrefix("/static/", http.FileServerFS(static))
-	mux.Handle("GET /static/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !utf8.ValidString(r.URL.Path) {
 			// No file has such a name; fs.Sub calls it invalid, which the
 			// file server would answer 500.
@@ -185,7 +223,7 @@ func (u *UI) Register(mux interface {
 			w.Header().Set("Cache-Control", "no-cache")
 		}
 		files.ServeHTTP(w, r)
-	}))
+	})
 }
 
 // viewer is who looks at a page, and what the page's script needs.
@@ -194,6 +232,9 @@ type viewer struct {
 	Method    string
 	Auth      bool // authentication is on
 	CSRF      string
+	// who decides what the viewer sees: the same as the HTTP API shows it
+	// (docs/web.md, "Who sees what").
+	who access.Caller
 }
 
 // frame is what every page has.
@@ -252,13 +293,14 @@ func (u *UI) fragment(fn func(w http.ResponseWriter, r *http.Request, v viewer) 
 
 func (u *UI) viewer(r *http.Request) (viewer, bool) {
 	if u.cfg.Identify == nil {
-		return viewer{}, true
+		return viewer{who: access.Caller{Open: true}}, true
 	}
 	id, ok := u.cfg.Identify(r)
 	if !ok {
 		return viewer{}, false
 	}
-	v := viewer{Principal: id.Principal, Method: id.Method, Auth: true}
+	v := viewer{Principal: id.Principal, Method: id.Method, Auth: true,
+		who: access.Caller{Principal: id.Principal, Agent: id.Agent, Admin: id.Admin}}
 	if u.cfg.CSRFToken != nil {
 		v.CSRF = u.cfg.CSRFToken(r)
 	}
@@ -393,9 +435,9 @@ func (u *UI) history(r *http.Request, v viewer) (string, string, string, any, er
 	return "history", "History", "history", l, nil
 }
 
-// list reads one page of f and makes its cards.
+// list reads one page of f, of the requests v sees, and makes its cards.
 func (u *UI) list(ctx context.Context, f broker.Filter, v viewer) (listing, error) {
-	page, err := u.b.List(ctx, f)
+	page, err := access.List(ctx, u.b, v.who, f)
 	if err != nil {
 		return listing{}, err
 	}
@@ -441,7 +483,7 @@ func (u *UI) approval(r *http.Request, v viewer) (string, string, string, any, e
 	if !events.ValidToken(id) {
 		return "", "", "", nil, fmt.Errorf("%w: %q", broker.ErrNotFound, textsafe.Line(id))
 	}
-	rec, err := u.b.Get(r.Context(), id)
+	rec, err := u.get(r.Context(), v, id)
 	if err != nil {
 		return "", "", "", nil, err
 	}
@@ -458,6 +500,19 @@ func (u *UI) approval(r *http.Request, v viewer) (string, string, string, any, e
 		d.Timeline = append(d.Timeline, describe(e))
 	}
 	return "approval", textsafe.Line(rec.Request.Tool) + " · " + shortID(id), "", d, nil
+}
+
+// get reads request id for v: one v may not see is not found, the same as
+// one there is none of, so that others' ids cannot be probed.
+func (u *UI) get(ctx context.Context, v viewer, id string) (broker.Record, error) {
+	rec, err := u.b.Get(ctx, id)
+	if err != nil {
+		return broker.Record{}, err
+	}
+	if !access.Sees(u.b, v.who, rec) {
+		return broker.Record{}, fmt.Errorf("%w: %s", broker.ErrNotFound, id) // as Get says it
+	}
+	return rec, nil
 }
 
 // describe turns an event of the audit log into a step of a timeline.
@@ -528,9 +583,12 @@ type grantRow struct {
 	Created, Expires                                                  time.Time
 }
 
-func (u *UI) remembered(_ *http.Request, _ viewer) (string, string, string, any, error) {
+// remembered lists the remembered choices v may revoke: all of them for an
+// admin (or without authentication), those of rules a principal may answer,
+// none for an agent.
+func (u *UI) remembered(_ *http.Request, v viewer) (string, string, string, any, error) {
 	var rows []grantRow
-	for _, g := range u.b.Remembered() {
+	for _, g := range access.Revocable(u.b, v.who, u.b.Remembered()) {
 		row := grantRow{ID: g.ID, Decision: string(g.Verdict), Scope: g.Scope, ScopeValue: textsafe.Line(g.ScopeValue),
 			Tool: textsafe.Line(g.Tool), CreatedBy: textsafe.Line(g.CreatedBy), RequestID: g.RequestID, Created: g.CreatedAt, Expires: g.ExpiresAt}
 		if len(g.ArgsPattern) > 0 {
@@ -568,7 +626,7 @@ func (u *UI) oneCard(w http.ResponseWriter, r *http.Request, v viewer) error {
 	if !events.ValidToken(id) {
 		return fmt.Errorf("%w: %q", broker.ErrNotFound, id)
 	}
-	rec, err := u.b.Get(r.Context(), id)
+	rec, err := u.get(r.Context(), v, id)
 	if err != nil {
 		return err
 	}

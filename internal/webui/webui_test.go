@@ -38,10 +38,12 @@ rules:
 `
 
 // site is the UI over a real broker, served with a viewer given by the
-// X-Test-User header ("" with authentication on means nobody).
+// X-Test-User header ("" with authentication on means nobody), or by the API
+// token of that name.
 type site struct {
-	b   *broker.Broker
-	url string
+	b      *broker.Broker
+	url    string
+	tokens map[string]string // by user
 }
 
 func newSite(t *testing.T, withAuth bool, pageSize int) *site {
@@ -51,11 +53,7 @@ func newSite(t *testing.T, withAuth bool, pageSize int) *site {
 
 func newSiteWith(t *testing.T, pol string, withAuth bool, pageSize int) *site {
 	t.Helper()
-	p, err := policy.Parse([]byte(pol), "policy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := brokertest.Run(t, testenv.Conn(t, testenv.Server(t)), broker.Config{Policy: p})
+	b := runBroker(t, pol)
 	cfg := webui.Config{PageSize: pageSize}
 	if withAuth {
 		cfg.Identify = func(r *http.Request) (webui.Identity, bool) {
@@ -64,13 +62,34 @@ func newSiteWith(t *testing.T, pol string, withAuth bool, pageSize int) *site {
 		}
 		cfg.CSRFToken = func(*http.Request) string { return "csrf-of-" + "session" }
 	}
+	return serve(t, b, cfg, nil)
+}
+
+// runBroker runs a broker with policy pol on an embedded NATS server.
+func runBroker(t *testing.T, pol string) *broker.Broker {
+	t.Helper()
+	p, err := policy.Parse([]byte(pol), "policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := brokertest.Run(t, testenv.Conn(t, testenv.Server(t)), broker.Config{Policy: p})
+	return b
+}
+
+// serve serves the UI over b, behind wrap if it is not nil.
+func serve(t *testing.T, b *broker.Broker, cfg webui.Config, wrap func(http.Handler) http.Handler) *site {
+	t.Helper()
 	ui, err := webui.New(b, cfg, testenv.Logger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	ui.Register(mux)
-	srv := httptest.NewServer(mux)
+	var h http.Handler = mux
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return &site{b: b, url: srv.URL}
 }
@@ -95,7 +114,9 @@ func (s *site) get(t *testing.T, user, path string) (int, string, http.Header) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if user != "" {
+	if tok := s.tokens[user]; tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	} else if user != "" {
 		req.Header.Set("X-Test-User", user)
 	}
 	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }, Timeout: 20 * time.Second}
@@ -195,13 +216,19 @@ func TestSignInRequired(t *testing.T) {
 }
 
 // TestEligibility: a card offers answers only to those who may give them, and
-// says why not to the others.
+// says why not to the others who see it (here, the user it was asked on
+// behalf of); one who may neither answer nor otherwise see it does not see
+// it at all.
 func TestEligibility(t *testing.T) {
 	s := newSite(t, true, 0)
-	pay := s.submit(t, events.Requested{Tool: "wire_money", Args: json.RawMessage(`{"amount":5}`)})
+	pay := s.submit(t, events.Requested{Tool: "wire_money", User: "alice", Args: json.RawMessage(`{"amount":5}`)})
 	_, alice, _ := s.get(t, "alice", "/ui/cards/"+pay.ID)
 	if strings.Contains(alice, `data-act="approve"`) || !strings.Contains(alice, "not an approver") {
 		t.Errorf("alice sees answers to a payment only bob may answer:\n%s", alice)
+	}
+	bobs := s.submit(t, events.Requested{Tool: "wire_money", Args: json.RawMessage(`{"amount":6}`)})
+	if code, _, _ := s.get(t, "alice", "/ui/cards/"+bobs.ID); code != http.StatusNotFound {
+		t.Errorf("alice, neither its approver nor its user, gets a payment's card: %d, want 404", code)
 	}
 	_, bob, _ := s.get(t, "bob", "/ui/cards/"+pay.ID)
 	if !strings.Contains(bob, `data-act="approve"`) {
