@@ -134,13 +134,29 @@ func (b *Broker) settle(log *zap.Logger, msg jetstream.Msg, err error) {
 		log.Info("message rejected", zap.String("subject", msg.Subject()), zap.Error(err))
 		_ = msg.TermWithReason(truncate(err.Error(), 256))
 	default:
-		delay := time.Second
-		if md, mdErr := msg.Metadata(); mdErr == nil {
-			delay = min(time.Duration(md.NumDelivered)*time.Second, 30*time.Second)
-		}
+		delay := failedDelay(msg, err)
 		log.Warn("message failed; will retry", zap.String("subject", msg.Subject()), zap.Duration("delay", delay), zap.Error(err))
 		_ = msg.NakWithDelay(delay)
 	}
+}
+
+// failedDelay is how long a message whose handling failed with err waits
+// before it is delivered again. The server not answering (a call that
+// reached its callTimeout while a leader is elected, no responders) is tried
+// again soon, a quarter second more on each delivery up to 2 s, so that a
+// message goes on within a few seconds of the new leader; after half its
+// deliveries, and for other failures, the wait is a second more on each
+// delivery up to 30 s, so that the consumer's MaxDeliver spans minutes of an
+// outage before the server stops delivering it.
+func failedDelay(msg jetstream.Msg, err error) time.Duration {
+	n := uint64(1)
+	if md, mdErr := msg.Metadata(); mdErr == nil {
+		n = md.NumDelivered
+	}
+	if unavailable(err) && n <= maxDeliver/2 {
+		return min(time.Duration(n)*250*time.Millisecond, 2*time.Second)
+	}
+	return min(time.Duration(n)*time.Second, 30*time.Second)
 }
 
 func (b *Broker) decode(msg jetstream.Msg) (events.Event, events.Subject, error) {
@@ -234,7 +250,7 @@ func (b *Broker) handleResponse(ctx context.Context, msg jetstream.Msg) (err err
 	if err == nil {
 		b.log.Info("answer applied", zap.String("request_id", rec.ID), zap.String("state", string(rec.State)), zap.String("principal", sub.Principal))
 	}
-	return b.refusal(ctx, msg, err)
+	return b.refusal(ctx, msg, sub.RequestID, err)
 }
 
 // handleCancel applies assent.cancel.<id>, and assent.cancel.<agent>.<id>,
@@ -260,7 +276,7 @@ func (b *Broker) handleCancel(ctx context.Context, msg jetstream.Msg) (err error
 	o.answer = true
 	o.agent = sub.Agent
 	rec, err = b.cancel(ctx, sub.RequestID, e.Source(), c, o)
-	return b.refusal(ctx, msg, err)
+	return b.refusal(ctx, msg, sub.RequestID, err)
 }
 
 // refusal maps the result of applying an answer or cancel to how its message
@@ -268,7 +284,7 @@ func (b *Broker) handleCancel(ctx context.Context, msg jetstream.Msg) (err error
 // decided, expired, forbidden or malformed one never will (terminated), a
 // decision whose publishing is under way is looked at again later, and
 // anything else is transient.
-func (b *Broker) refusal(ctx context.Context, msg jetstream.Msg, err error) error {
+func (b *Broker) refusal(ctx context.Context, msg jetstream.Msg, id string, err error) error {
 	var retry *retryError
 	switch {
 	case err == nil:
@@ -276,7 +292,7 @@ func (b *Broker) refusal(ctx context.Context, msg jetstream.Msg, err error) erro
 	case errors.As(err, &retry):
 		return err
 	case errors.Is(err, ErrNotFound):
-		return b.notYet(ctx, msg, err)
+		return b.notYet(ctx, msg, id, err)
 	case errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrExpired), errors.Is(err, ErrNotEligible), errors.Is(err, ErrInvalid),
 		errors.Is(err, ErrBeforeRequest), errors.Is(err, ErrForgedDecision):
 		return permanent(err)
@@ -284,35 +300,71 @@ func (b *Broker) refusal(ctx context.Context, msg jetstream.Msg, err error) erro
 	return err
 }
 
-// notYet handles an answer or cancel for a request the broker has not stored.
-// It may have overtaken its request: published on another connection, or its
-// request's replica died while ingesting it, and the request comes back only
-// once its ack wait has passed. So it is rejected as unknown only when the
-// requests consumer has handled every request the stream stored before it, or
-// on its last delivery; until then it is looked at again, less and less often.
-func (b *Broker) notYet(ctx context.Context, msg jetstream.Msg, err error) error {
+// notYet handles an answer or cancel for request id, which the broker has
+// not stored. It may have overtaken its request: published on another
+// connection, or its request's replica died while ingesting it, and the
+// request comes back only once its ack wait has passed. So it is rejected as
+// unknown only when the requests consumer has handled every request the
+// stream stored before it, or on its last delivery. Until then it is looked
+// at again after a delay (a quarter second on the first deliveries, then
+// longer, 2 s at most), or as soon as this replica's state watcher brings
+// the request, whichever comes first: the handler waits for that here, so
+// that an answer whose request was held up by a leader being elected is
+// applied within moments of its request.
+func (b *Broker) notYet(ctx context.Context, msg jetstream.Msg, id string, err error) error {
 	md, mdErr := msg.Metadata()
 	if mdErr != nil || md.NumDelivered >= maxDeliver {
 		return permanent(err)
 	}
-	if md.NumDelivered < 3 {
-		return &retryError{err, 250 * time.Millisecond}
+	stored, stop := b.records.wait(id)
+	defer stop()
+	// The request may have been stored since it was read: look once more.
+	if _, lerr := b.load(ctx, id); lerr == nil {
+		return &retryError{err, 0}
 	}
-	delay := min(time.Second<<(md.NumDelivered-3), 10*time.Second)
-	passed, ierr := b.requestsPassed(ctx, md.Sequence.Stream)
-	switch {
-	case ierr != nil:
-		return &retryError{fmt.Errorf("%w (and the requests consumer could not be read: %w)", err, ierr), delay}
-	case passed:
-		return permanent(err)
+	delay := 250 * time.Millisecond
+	if md.NumDelivered >= 3 {
+		delay = min(250*time.Millisecond<<(md.NumDelivered-3), 2*time.Second)
+		// Ask the requests consumer, unless the request comes first.
+		ictx, cancel := context.WithCancel(ctx)
+		arrived := make(chan struct{})
+		go func() {
+			select {
+			case <-stored:
+				close(arrived)
+				cancel()
+			case <-ictx.Done():
+			}
+		}()
+		passed, ierr := b.requestsPassed(ictx, md.Sequence.Stream)
+		cancel()
+		select {
+		case <-arrived:
+			return &retryError{err, 0}
+		default:
+		}
+		switch {
+		case ierr != nil:
+			err = fmt.Errorf("%w (and the requests consumer could not be read: %w)", err, ierr)
+		case passed:
+			return permanent(err)
+		}
 	}
-	return &retryError{err, delay}
+	select {
+	case <-stored:
+	case <-time.After(delay):
+	case <-ctx.Done():
+		return &retryError{err, delay}
+	}
+	return &retryError{err, 0}
 }
 
 // requestsPassed reports whether the requests consumer has handled every
 // request stored before stream sequence seq.
 func (b *Broker) requestsPassed(ctx context.Context, seq uint64) (bool, error) {
-	info, err := b.res.requests.Info(ctx)
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	info, err := b.res.requests.Info(cctx)
 	if err != nil {
 		return false, err
 	}

@@ -134,7 +134,7 @@ func (t *ticks) prune(now int64) {
 func (b *Broker) scheduleTick(ctx context.Context, sec int64) error {
 	s := strconv.FormatInt(sec, 10)
 	msg := &nats.Msg{Subject: tickTimer + s}
-	_, err := b.js.PublishMsg(ctx, msg, jetstream.WithScheduleAt(time.Unix(sec, 0)), jetstream.WithScheduleTarget(tickAt+s))
+	_, err := b.publish(ctx, msg, jetstream.WithScheduleAt(time.Unix(sec, 0)), jetstream.WithScheduleTarget(tickAt+s))
 	if err != nil {
 		return fmt.Errorf("schedule durable tick at %s: %w", time.Unix(sec, 0).UTC().Format(time.RFC3339), err)
 	}
@@ -197,9 +197,7 @@ func (b *Broker) addDue(batch, ids []string) []string {
 // so that every outcome is chosen while handling a stored message, which is
 // redelivered should its handling stop half way.
 func (b *Broker) handOver(ctx context.Context, ids []string) {
-	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	_, err := b.js.PublishMsg(octx, &nats.Msg{Subject: tickDue, Data: []byte(strings.Join(ids, "\n"))})
+	_, err := b.publish(context.WithoutCancel(ctx), &nats.Msg{Subject: tickDue, Data: []byte(strings.Join(ids, "\n"))})
 	if err == nil || ctx.Err() != nil {
 		return
 	}
@@ -260,7 +258,7 @@ func (b *Broker) sweep(ctx context.Context, sec time.Time) error {
 	}
 	b.log.Warn("durable tick found requests past their moment that no timer handed over; handing them over", zap.Int("requests", len(ids)), zap.Time("tick", sec))
 	for batch := range slices.Chunk(ids, maxBatch) {
-		if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: tickDue, Data: []byte(strings.Join(batch, "\n"))}); err != nil {
+		if _, err := b.publish(ctx, &nats.Msg{Subject: tickDue, Data: []byte(strings.Join(batch, "\n"))}); err != nil {
 			return fmt.Errorf("hand over overdue requests: %w", err)
 		}
 		b.timers.handed(batch)
