@@ -89,7 +89,7 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 	// it adds (a decision's reason, who decided, digests); both must fit the
 	// server's max_payload.
 	maxPayload := int(nc.MaxPayload())
-	if maxPayload > 0 && cfg.MaxEventSize+eventHeadroom > maxPayload {
+	if maxPayload > 0 && NeededMaxPayload(cfg.MaxEventSize) > maxPayload {
 		limit := maxPayload - eventHeadroom
 		if limit < minEventSize {
 			return nil, fmt.Errorf("broker: the NATS server's max_payload is %d bytes; the broker needs at least %d (raise max_payload in the server's configuration)", maxPayload, minEventSize+eventHeadroom)
@@ -395,6 +395,12 @@ const (
 	// minEventSize is the least useful incoming limit.
 	minEventSize = 1024
 )
+
+// NeededMaxPayload is the least max_payload a NATS server must have for a
+// broker to take events of up to maxEventSize bytes: room for what the
+// broker adds to the events it publishes. With less, the broker lowers its
+// limit to fit and logs a warning.
+func NeededMaxPayload(maxEventSize int) int { return maxEventSize + eventHeadroom }
 
 // wireHeaderSize is the size of h as NATS sends it: "NATS/1.0\r\n", a
 // "Key: Value\r\n" line per value, and a closing "\r\n"; zero without headers.

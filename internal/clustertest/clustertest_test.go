@@ -42,6 +42,11 @@ func TestDeployClusterConfigs(t *testing.T) {
 		}
 	}
 	nc := c.Conn(t)
+	// A broker on these nodes takes events of its default 1 MiB limit, not
+	// a limit lowered to fit nats-server's default max_payload.
+	if mp, need := nc.MaxPayload(), broker.NeededMaxPayload(events.DefaultMaxEventSize); int(mp) < need {
+		t.Errorf("max_payload %d, the broker needs %d", mp, need)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
