@@ -63,6 +63,10 @@ type Broker struct {
 	// max_payload, less room for the message's framing.
 	maxEmit, maxValue int
 
+	// handOverOutage coalesces the warnings of hand-overs of due requests
+	// failing through an outage.
+	handOverOutage *outage
+
 	ready   atomic.Bool
 	running atomic.Bool
 
@@ -123,6 +127,8 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 		presence:   &presence{everyone: !cfg.AnnouncedOnly, live: make(map[string]events.Announcement), ready: make(chan struct{})},
 		maxEmit:    cfg.MaxEventSize + eventHeadroom,
 		maxValue:   maxPayload - 512,
+
+		handOverOutage: newOutage(outageEvery),
 	}
 	if maxPayload <= 0 {
 		b.maxValue = 2*cfg.MaxEventSize + eventHeadroom

@@ -198,10 +198,21 @@ func (b *Broker) addDue(batch, ids []string) []string {
 // redelivered should its handling stop half way.
 func (b *Broker) handOver(ctx context.Context, ids []string) {
 	_, err := b.publish(context.WithoutCancel(ctx), &nats.Msg{Subject: tickDue, Data: []byte(strings.Join(ids, "\n"))})
-	if err == nil || ctx.Err() != nil {
+	if err == nil {
+		if ended, failures, lasted := b.handOverOutage.ok(b.now()); ended {
+			b.log.Info("hand over due requests works again", zap.Int("failures", failures), zap.Duration("after", lasted))
+		}
 		return
 	}
-	b.log.Warn("hand over due requests failed; trying again", zap.Int("requests", len(ids)), zap.Error(err))
+	if ctx.Err() != nil {
+		return
+	}
+	// Each request is tried again in a quarter second, so an outage fails
+	// many times a second: say so when it begins and every outageEvery.
+	if report, failures := b.handOverOutage.fail(b.now()); report {
+		b.log.Warn("hand over due requests failed; trying again (said again every 30s while it fails, and when it works)",
+			zap.Int("requests", len(ids)), zap.Int("failures", failures), zap.Error(err))
+	}
 	again := time.Now().Add(250 * time.Millisecond)
 	for _, id := range ids {
 		if rec, _, ok := b.index.get(id); !ok || rec.State == StatePending {
