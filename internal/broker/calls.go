@@ -22,6 +22,10 @@ import (
 // election.
 const callTimeout = 2 * time.Second
 
+// unavailableDelay is how soon a message whose handling failed because the
+// server did not answer is tried again.
+const unavailableDelay = 250 * time.Millisecond
+
 // callCtx returns ctx bounded for one call to the server: callTimeout, or
 // sooner if ctx ends sooner.
 func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -143,18 +143,18 @@ func (b *Broker) settle(log *zap.Logger, msg jetstream.Msg, err error) {
 // failedDelay is how long a message whose handling failed with err waits
 // before it is delivered again. The server not answering (a call that
 // reached its callTimeout while a leader is elected, no responders) is tried
-// again soon, a quarter second more on each delivery up to 2 s, so that a
-// message goes on within a few seconds of the new leader; after half its
-// deliveries, and for other failures, the wait is a second more on each
-// delivery up to 30 s, so that the consumer's MaxDeliver spans minutes of an
-// outage before the server stops delivering it.
+// again in a quarter second (unavailableDelay), so that a message goes on
+// within moments of the new leader; after half its deliveries, and for other
+// failures, the wait is a second more on each delivery up to 30 s, so that
+// the consumer's MaxDeliver spans minutes of an outage before the server
+// stops delivering it.
 func failedDelay(msg jetstream.Msg, err error) time.Duration {
 	n := uint64(1)
 	if md, mdErr := msg.Metadata(); mdErr == nil {
 		n = md.NumDelivered
 	}
 	if unavailable(err) && n <= maxDeliver/2 {
-		return min(time.Duration(n)*250*time.Millisecond, 2*time.Second)
+		return unavailableDelay
 	}
 	return min(time.Duration(n)*time.Second, 30*time.Second)
 }

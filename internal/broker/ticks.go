@@ -336,6 +336,8 @@ func (b *Broker) expireOne(ctx context.Context, id string, o origin) error {
 		return permanent(err)
 	case errors.As(err, &retry):
 		return err
+	case unavailable(err) && o.delivery <= maxDeliver/2:
+		return &retryError{err, unavailableDelay}
 	}
 	return &retryError{err, min(time.Duration(o.delivery)*250*time.Millisecond, 2*time.Second)}
 }
