@@ -117,21 +117,27 @@ func (f *failover) cancelRace(round int) []time.Duration {
 	t.Helper()
 	ctx := testCtx(t, 3*clustertest.Patience)
 	// The requests consumer's leader is put on a node that leads neither the
-	// stream nor the cancels consumer, so that the kill holds up the
-	// requests alone, and the cancels overtake them.
-	streamLeader := f.leader(ctx, "")
-	cancelsLeader := f.leader(ctx, "assent-broker-cancels")
-	target := f.leader(ctx, "assent-broker-requests")
-	if target == streamLeader || target == cancelsLeader {
+	// stream, nor the state bucket, nor the cancels consumer, so that the
+	// kill holds up the requests alone, and the cancels overtake them.
+	streamLeader := f.leader(ctx, broker.StreamName, "")
+	stateLeader := f.leader(ctx, "KV_"+events.StateBucket, "")
+	cancelsLeader := f.leader(ctx, broker.StreamName, "assent-broker-cancels")
+	if cancelsLeader != streamLeader && cancelsLeader != stateLeader && streamLeader != stateLeader {
+		// Three leaders on three nodes: free one.
+		f.stepDown(ctx, broker.StreamName, "assent-broker-cancels", streamLeader)
+		cancelsLeader = streamLeader
+	}
+	target := f.leader(ctx, broker.StreamName, "assent-broker-requests")
+	if busy := []string{streamLeader, stateLeader, cancelsLeader}; slices.Contains(busy, target) {
 		for _, n := range f.cl.Nodes() {
-			if n.Name != streamLeader && n.Name != cancelsLeader {
+			if !slices.Contains(busy, n.Name) {
 				target = n.Name
 			}
 		}
-		f.stepDown(ctx, "assent-broker-requests", target)
+		f.stepDown(ctx, broker.StreamName, "assent-broker-requests", target)
 	}
 	node := f.node(target)
-	t.Logf("chaos: failover round %d: kill %s, leading the requests consumer (stream leader %s, cancels consumer leader %s)", round, target, streamLeader, cancelsLeader)
+	t.Logf("chaos: failover round %d: kill %s, leading the requests consumer (stream leader %s, state bucket leader %s, cancels consumer leader %s)", round, target, streamLeader, stateLeader, cancelsLeader)
 	if err := node.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +186,7 @@ func (f *failover) expiries(round int) []time.Duration {
 	t := f.t
 	t.Helper()
 	ctx := testCtx(t, 3*clustertest.Patience)
-	target := f.leader(ctx, "")
+	target := f.leader(ctx, broker.StreamName, "")
 	node := f.node(target)
 	start := time.Now()
 	ids := make([]string, failoverExpiries)
@@ -226,9 +232,9 @@ func (f *failover) expiries(round int) []time.Duration {
 	return out
 }
 
-// leader returns the name of the node leading consumer of the stream, or the
+// leader returns the name of the node leading consumer of stream, or the
 // stream itself when consumer is "", once one is elected.
-func (f *failover) leader(ctx context.Context, consumer string) string {
+func (f *failover) leader(ctx context.Context, stream, consumer string) string {
 	f.t.Helper()
 	var name string
 	pollEvery(f.t, clustertest.Patience, 100*time.Millisecond, func() (bool, string) {
@@ -236,20 +242,20 @@ func (f *failover) leader(ctx context.Context, consumer string) string {
 		defer cancel()
 		var cluster *jetstream.ClusterInfo
 		if consumer == "" {
-			s, err := f.js.Stream(cctx, broker.StreamName)
+			s, err := f.js.Stream(cctx, stream)
 			if err != nil {
 				return false, err.Error()
 			}
 			cluster = s.CachedInfo().Cluster
 		} else {
-			c, err := f.js.Consumer(cctx, broker.StreamName, consumer)
+			c, err := f.js.Consumer(cctx, stream, consumer)
 			if err != nil {
 				return false, err.Error()
 			}
 			cluster = c.CachedInfo().Cluster
 		}
 		if cluster == nil || cluster.Leader == "" {
-			return false, fmt.Sprintf("no leader of %s %q yet", broker.StreamName, consumer)
+			return false, fmt.Sprintf("no leader of %s %q yet", stream, consumer)
 		}
 		name = cluster.Leader
 		return true, ""
@@ -257,15 +263,16 @@ func (f *failover) leader(ctx context.Context, consumer string) string {
 	return name
 }
 
-// stepDown moves consumer's leadership to node to, and waits until it leads.
-func (f *failover) stepDown(ctx context.Context, consumer, to string) {
+// stepDown moves the leadership of consumer of stream to node to, and waits
+// until it leads.
+func (f *failover) stepDown(ctx context.Context, stream, consumer, to string) {
 	f.t.Helper()
 	body, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": to}})
 	pollEvery(f.t, clustertest.Patience, 200*time.Millisecond, func() (bool, string) {
-		if f.leader(ctx, consumer) == to {
+		if f.leader(ctx, stream, consumer) == to {
 			return true, ""
 		}
-		m, err := f.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.LEADER.STEPDOWN."+broker.StreamName+"."+consumer, body)
+		m, err := f.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+consumer, body)
 		if err != nil {
 			return false, err.Error()
 		}

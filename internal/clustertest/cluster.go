@@ -28,6 +28,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/assent-dev/assent/internal/natsembed"
 )
 
 // Patience bounds every wait in this package: a node or replica becoming
@@ -378,8 +380,10 @@ func (n *Node) Options() *server.Options {
 			NoAdvertise: !c.cfg.Advertise,
 		},
 		Routes: c.routes(),
-		NoLog:  true,
-		NoSigs: true,
+		// As deploy/nats/*.conf: room for the broker's 1 MiB events.
+		MaxPayload: natsembed.MaxPayload,
+		NoLog:      true,
+		NoSigs:     true,
 	}
 	if c.cfg.SyncInterval < 0 {
 		opts.SyncAlways = true

@@ -84,6 +84,9 @@ func (n *Node) configFile() string {
 	fmt.Fprintf(&b, "server_name: %q\n", o.ServerName)
 	fmt.Fprintf(&b, "listen: \"127.0.0.1:%d\"\n", n.ClientPort)
 	fmt.Fprintf(&b, "http: \"127.0.0.1:%d\"\n", n.MonitorPort)
+	if o.MaxPayload > 0 {
+		fmt.Fprintf(&b, "max_payload: %d\n", o.MaxPayload)
+	}
 	fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n  sync_interval: %s\n}\n", n.Dir, sync)
 	fmt.Fprintf(&b, "cluster {\n  name: %q\n  listen: \"127.0.0.1:%d\"\n  routes: [%s]\n  no_advertise: %v\n}\n",
 		o.Cluster.Name, n.ClusterPort, strings.Join(routes, ", "), o.Cluster.NoAdvertise)
