@@ -74,6 +74,7 @@ func (b *Broker) consume(ctx context.Context, cons jetstream.Consumer, name stri
 		}
 	},
 		jetstream.PullMaxMessages(2*b.cfg.Workers),
+		jetstream.PullExpiry(pullExpiry),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 				log.Debug("consume", zap.Error(err))
@@ -92,6 +93,17 @@ func (b *Broker) consume(ctx context.Context, cons jetstream.Consumer, name stri
 	}
 	return nil
 }
+
+// pullExpiry is how long each pull request of a consumer lasts before the
+// client asks again; the server sends a heartbeat every half of it, and the
+// client asks again after two heartbeats missed. A consumer's leader that
+// crashed takes the pull requests it held with it, and its successor learns
+// of none until they are asked again: with nats.go's default of 30 s a
+// replica took no message from the new leader for up to 30 s after its
+// election (deferred cancels ran out of deliveries meanwhile). With 2 s it
+// asks again within 2 s; a pull request every 2 s per consumer costs
+// nothing.
+const pullExpiry = 2 * time.Second
 
 // drainTimeout bounds a consumer's drain when the broker stops.
 var drainTimeout = handleTimeout
@@ -306,11 +318,10 @@ func (b *Broker) refusal(ctx context.Context, msg jetstream.Msg, id string, err 
 // request comes back only once its ack wait has passed. So it is rejected as
 // unknown only when the requests consumer has handled every request the
 // stream stored before it, or on its last delivery. Until then it is looked
-// at again after a delay (a quarter second on the first deliveries, then
-// longer, 2 s at most), or as soon as this replica's state watcher brings
-// the request, whichever comes first: the handler waits for that here, so
-// that an answer whose request was held up by a leader being elected is
-// applied within moments of its request.
+// at again after a delay (notYetDelay), or as soon as this replica's state
+// watcher brings the request, whichever comes first: the handler waits for
+// that here, up to notYetHold, so that an answer whose request was held up
+// by a leader being elected is applied within moments of its request.
 func (b *Broker) notYet(ctx context.Context, msg jetstream.Msg, id string, err error) error {
 	md, mdErr := msg.Metadata()
 	if mdErr != nil || md.NumDelivered >= maxDeliver {
@@ -322,9 +333,8 @@ func (b *Broker) notYet(ctx context.Context, msg jetstream.Msg, id string, err e
 	if _, lerr := b.load(ctx, id); lerr == nil {
 		return &retryError{err, 0}
 	}
-	delay := 250 * time.Millisecond
+	delay := notYetDelay(md.NumDelivered)
 	if md.NumDelivered >= 3 {
-		delay = min(250*time.Millisecond<<(md.NumDelivered-3), 2*time.Second)
 		// Ask the requests consumer, unless the request comes first.
 		ictx, cancel := context.WithCancel(ctx)
 		arrived := make(chan struct{})
@@ -350,13 +360,38 @@ func (b *Broker) notYet(ctx context.Context, msg jetstream.Msg, id string, err e
 			return permanent(err)
 		}
 	}
+	hold := min(delay, notYetHold)
 	select {
 	case <-stored:
-	case <-time.After(delay):
+		return &retryError{err, 0}
+	case <-time.After(hold):
 	case <-ctx.Done():
 		return &retryError{err, delay}
 	}
-	return &retryError{err, 0}
+	return &retryError{err, delay - hold}
+}
+
+// notYetHold bounds how long a handler holds an answer or cancel whose
+// request is not stored yet, waiting for it, before it hands the message
+// back for the rest of its delay.
+const notYetHold = 2 * time.Second
+
+// notYetDelay is how long the n-th delivery of an answer or cancel whose
+// request is not stored yet waits before it is looked at again: a quarter
+// second, doubling from the third delivery up to notYetHold, so that the
+// first dozen seconds (a leader's election) are spent waiting in the
+// handler, where the request's arrival ends the wait; from the eleventh
+// delivery on, doubling up to 10 s, so that the consumer's MaxDeliver
+// spans about a minute and a half before the message is refused as naming
+// no request.
+func notYetDelay(n uint64) time.Duration {
+	switch {
+	case n < 3:
+		return 250 * time.Millisecond
+	case n <= 10:
+		return min(250*time.Millisecond<<min(n-3, 8), notYetHold)
+	}
+	return min(notYetHold<<min(n-10, 8), 10*time.Second)
 }
 
 // requestsPassed reports whether the requests consumer has handled every
