@@ -318,30 +318,25 @@ func (b *Broker) refusal(ctx context.Context, msg jetstream.Msg, id string, err 
 // request comes back only once its ack wait has passed. So it is rejected as
 // unknown only when the requests consumer has handled every request the
 // stream stored before it, or on its last delivery. Until then it is looked
-// at again after a delay (notYetDelay), or as soon as this replica's state
-// watcher brings the request, whichever comes first: the handler waits for
-// that here, up to notYetHold, so that an answer whose request was held up
-// by a leader being elected is applied within moments of its request.
+// at again after a delay (notYetDelay), or as soon as the request is stored
+// (awaitRecord), whichever comes first: the handler waits for that here, up
+// to notYetHold, so that an answer whose request was held up by a leader
+// being elected is applied within moments of its request.
 func (b *Broker) notYet(ctx context.Context, msg jetstream.Msg, id string, err error) error {
 	md, mdErr := msg.Metadata()
 	if mdErr != nil || md.NumDelivered >= maxDeliver {
 		return permanent(err)
 	}
-	stored, stop := b.records.wait(id)
-	defer stop()
-	// The request may have been stored since it was read: look once more.
-	if _, lerr := b.load(ctx, id); lerr == nil {
-		return &retryError{err, 0}
-	}
+	wctx, stopWaiting := context.WithCancel(ctx)
+	defer stopWaiting()
+	arrived := b.awaitRecord(wctx, id)
 	delay := notYetDelay(md.NumDelivered)
 	if md.NumDelivered >= 3 {
 		// Ask the requests consumer, unless the request comes first.
-		ictx, cancel := context.WithCancel(ctx)
-		arrived := make(chan struct{})
+		ictx, cancel := context.WithCancel(wctx)
 		go func() {
 			select {
-			case <-stored:
-				close(arrived)
+			case <-arrived:
 				cancel()
 			case <-ictx.Done():
 			}
@@ -362,13 +357,42 @@ func (b *Broker) notYet(ctx context.Context, msg jetstream.Msg, id string, err e
 	}
 	hold := min(delay, notYetHold)
 	select {
-	case <-stored:
+	case <-arrived:
 		return &retryError{err, 0}
 	case <-time.After(hold):
 	case <-ctx.Done():
 		return &retryError{err, delay}
 	}
 	return &retryError{err, delay - hold}
+}
+
+// awaitRecord returns a channel closed once request id is stored, until ctx
+// ends: this replica's state watcher brings it, or a read of the bucket,
+// at once and every quarter second, finds it (a watcher can lag, say while
+// its connection is replaced).
+func (b *Broker) awaitRecord(ctx context.Context, id string) <-chan struct{} {
+	stored, stop := b.records.wait(id)
+	arrived := make(chan struct{})
+	go func() {
+		defer stop()
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if _, err := b.load(ctx, id); err == nil {
+				close(arrived)
+				return
+			}
+			select {
+			case <-stored:
+				close(arrived)
+				return
+			case <-tick.C:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return arrived
 }
 
 // notYetHold bounds how long a handler holds an answer or cancel whose
