@@ -1,11 +1,13 @@
 // Package clustertest runs the production topology inside a test: a
 // three-node NATS JetStream cluster on loopback (in-process servers joined by
-// routes, each with its own store), broker replicas as child processes of the
-// built cmd/broker against it, and a network-fault proxy (Shopify's
-// toxiproxy, in process) to put between a replica and a node.
+// routes, each with its own store, or nats-server processes with
+// Config.Binary), broker replicas as child processes of the built cmd/broker
+// against it, and a network-fault proxy (Shopify's toxiproxy, in process) to
+// put between a replica and a node.
 //
 // Every piece can fail on demand: a node stops and starts again on the same
-// ports and store, a replica is SIGKILLed and restarted with the same flags,
+// ports and store (a node that is a process can also be SIGKILLed, as a
+// crash would end it), a replica is SIGKILLed and restarted with the same flags,
 // the proxy adds latency, drops traffic or cuts connections. The chaos suite
 // (integration/chaos_test.go) uses all three; docs/cluster.md runs the same
 // topology by hand.
