@@ -6,3 +6,7 @@ package integration
 //
 //	go test ./integration -run TestChaos -tags chaos -v -timeout 60m
 const defaultChaosRequests = 10000
+
+// defaultChaosFailoverRounds is TestChaosFailover's rounds of each crash
+// with -tags chaos.
+const defaultChaosFailoverRounds = 5

@@ -108,6 +108,9 @@ func checkClusterNode(t *testing.T, file string, o *server.Options) {
 	if !o.JetStream || !o.SyncAlways {
 		t.Errorf("%s: jetstream %v, sync_interval always %v", file, o.JetStream, o.SyncAlways)
 	}
+	if need := broker.NeededMaxPayload(events.DefaultMaxEventSize); int(o.MaxPayload) < need {
+		t.Errorf("%s: max_payload %d: the broker needs %d for events of the default 1 MiB, and would lower its limit", file, o.MaxPayload, need)
+	}
 	if o.Cluster.Name != "assent" || len(o.Routes) != 3 {
 		t.Errorf("%s: cluster %q with %d routes, want assent with 3 (every node, itself included)", file, o.Cluster.Name, len(o.Routes))
 	}
@@ -1143,6 +1146,9 @@ func checkNATSValues(t *testing.T, brokerURL, doc string) {
 	}
 	if n, ok := cfg.Merge["max_control_line"].(int); !ok || n < 32768 {
 		t.Errorf("nats-values.yaml: max_control_line %v: a bot's user JWT needs 32 KiB", cfg.Merge["max_control_line"])
+	}
+	if n, ok := cfg.Merge["max_payload"].(int); !ok || n < broker.NeededMaxPayload(events.DefaultMaxEventSize) {
+		t.Errorf("nats-values.yaml: max_payload %v: the broker needs %d for events of the default 1 MiB", cfg.Merge["max_payload"], broker.NeededMaxPayload(events.DefaultMaxEventSize))
 	}
 	checkNATSImage(t, "nats-values.yaml", v.Container.Image.Tag)
 	u, err := url.Parse(strings.Split(brokerURL, ",")[0])

@@ -439,7 +439,11 @@ type draining struct {
 	stopping atomic.Bool
 }
 
-func (d *draining) Ready() bool { return !d.stopping.Load() && d.Broker.Ready() }
+// Ready is false until the gate lets the API through (started), so that a
+// client that waited for /readyz is never answered not_ready.
+func (d *draining) Ready() bool {
+	return !d.stopping.Load() && d.started.Load() && d.Broker.Ready()
+}
 
 // gate answers 503 to every request but the probes and the metrics until
 // the broker has started: before, it has nothing to read requests from. A

@@ -334,6 +334,6 @@ func (b *Broker) escalate(ctx context.Context, r *Record) error {
 		return err
 	}
 	b.log.Info("request escalated", zap.String("request_id", r.ID), zap.Int("level", r.Level), zap.Strings("notify", notify), zap.Time("deadline", r.Deadline))
-	_, err = b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("escalated-%s-%d", r.ID, r.Level)))
+	_, err = b.publish(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("escalated-%s-%d", r.ID, r.Level)))
 	return err
 }

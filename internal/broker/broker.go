@@ -63,6 +63,10 @@ type Broker struct {
 	// max_payload, less room for the message's framing.
 	maxEmit, maxValue int
 
+	// handOverOutage coalesces the warnings of hand-overs of due requests
+	// failing through an outage.
+	handOverOutage *outage
+
 	ready   atomic.Bool
 	running atomic.Bool
 
@@ -89,7 +93,7 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 	// it adds (a decision's reason, who decided, digests); both must fit the
 	// server's max_payload.
 	maxPayload := int(nc.MaxPayload())
-	if maxPayload > 0 && cfg.MaxEventSize+eventHeadroom > maxPayload {
+	if maxPayload > 0 && NeededMaxPayload(cfg.MaxEventSize) > maxPayload {
 		limit := maxPayload - eventHeadroom
 		if limit < minEventSize {
 			return nil, fmt.Errorf("broker: the NATS server's max_payload is %d bytes; the broker needs at least %d (raise max_payload in the server's configuration)", maxPayload, minEventSize+eventHeadroom)
@@ -123,6 +127,8 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 		presence:   &presence{everyone: !cfg.AnnouncedOnly, live: make(map[string]events.Announcement), ready: make(chan struct{})},
 		maxEmit:    cfg.MaxEventSize + eventHeadroom,
 		maxValue:   maxPayload - 512,
+
+		handOverOutage: newOutage(outageEvery),
 	}
 	if maxPayload <= 0 {
 		b.maxValue = 2*cfg.MaxEventSize + eventHeadroom
@@ -395,6 +401,12 @@ const (
 	// minEventSize is the least useful incoming limit.
 	minEventSize = 1024
 )
+
+// NeededMaxPayload is the least max_payload a NATS server must have for a
+// broker to take events of up to maxEventSize bytes: room for what the
+// broker adds to the events it publishes. With less, the broker lowers its
+// limit to fit and logs a warning.
+func NeededMaxPayload(maxEventSize int) int { return maxEventSize + eventHeadroom }
 
 // wireHeaderSize is the size of h as NATS sends it: "NATS/1.0\r\n", a
 // "Key: Value\r\n" line per value, and a closing "\r\n"; zero without headers.

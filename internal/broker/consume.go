@@ -74,6 +74,7 @@ func (b *Broker) consume(ctx context.Context, cons jetstream.Consumer, name stri
 		}
 	},
 		jetstream.PullMaxMessages(2*b.cfg.Workers),
+		jetstream.PullExpiry(pullExpiry),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			if !errors.Is(err, jetstream.ErrNoHeartbeat) {
 				log.Debug("consume", zap.Error(err))
@@ -92,6 +93,17 @@ func (b *Broker) consume(ctx context.Context, cons jetstream.Consumer, name stri
 	}
 	return nil
 }
+
+// pullExpiry is how long each pull request of a consumer lasts before the
+// client asks again; the server sends a heartbeat every half of it, and the
+// client asks again after two heartbeats missed. A consumer's leader that
+// crashed takes the pull requests it held with it, and its successor learns
+// of none until they are asked again: with nats.go's default of 30 s a
+// replica took no message from the new leader for up to 30 s after its
+// election (deferred cancels ran out of deliveries meanwhile). With 2 s it
+// asks again within 2 s; a pull request every 2 s per consumer costs
+// nothing.
+const pullExpiry = 2 * time.Second
 
 // drainTimeout bounds a consumer's drain when the broker stops.
 var drainTimeout = handleTimeout
@@ -134,13 +146,29 @@ func (b *Broker) settle(log *zap.Logger, msg jetstream.Msg, err error) {
 		log.Info("message rejected", zap.String("subject", msg.Subject()), zap.Error(err))
 		_ = msg.TermWithReason(truncate(err.Error(), 256))
 	default:
-		delay := time.Second
-		if md, mdErr := msg.Metadata(); mdErr == nil {
-			delay = min(time.Duration(md.NumDelivered)*time.Second, 30*time.Second)
-		}
+		delay := failedDelay(msg, err)
 		log.Warn("message failed; will retry", zap.String("subject", msg.Subject()), zap.Duration("delay", delay), zap.Error(err))
 		_ = msg.NakWithDelay(delay)
 	}
+}
+
+// failedDelay is how long a message whose handling failed with err waits
+// before it is delivered again. The server not answering (a call that
+// reached its callTimeout while a leader is elected, no responders) is tried
+// again in a quarter second (unavailableDelay), so that a message goes on
+// within moments of the new leader; after half its deliveries, and for other
+// failures, the wait is a second more on each delivery up to 30 s, so that
+// the consumer's MaxDeliver spans minutes of an outage before the server
+// stops delivering it.
+func failedDelay(msg jetstream.Msg, err error) time.Duration {
+	n := uint64(1)
+	if md, mdErr := msg.Metadata(); mdErr == nil {
+		n = md.NumDelivered
+	}
+	if unavailable(err) && n <= maxDeliver/2 {
+		return unavailableDelay
+	}
+	return min(time.Duration(n)*time.Second, 30*time.Second)
 }
 
 func (b *Broker) decode(msg jetstream.Msg) (events.Event, events.Subject, error) {
@@ -234,7 +262,7 @@ func (b *Broker) handleResponse(ctx context.Context, msg jetstream.Msg) (err err
 	if err == nil {
 		b.log.Info("answer applied", zap.String("request_id", rec.ID), zap.String("state", string(rec.State)), zap.String("principal", sub.Principal))
 	}
-	return b.refusal(ctx, msg, err)
+	return b.refusal(ctx, msg, sub.RequestID, err)
 }
 
 // handleCancel applies assent.cancel.<id>, and assent.cancel.<agent>.<id>,
@@ -260,7 +288,7 @@ func (b *Broker) handleCancel(ctx context.Context, msg jetstream.Msg) (err error
 	o.answer = true
 	o.agent = sub.Agent
 	rec, err = b.cancel(ctx, sub.RequestID, e.Source(), c, o)
-	return b.refusal(ctx, msg, err)
+	return b.refusal(ctx, msg, sub.RequestID, err)
 }
 
 // refusal maps the result of applying an answer or cancel to how its message
@@ -268,7 +296,7 @@ func (b *Broker) handleCancel(ctx context.Context, msg jetstream.Msg) (err error
 // decided, expired, forbidden or malformed one never will (terminated), a
 // decision whose publishing is under way is looked at again later, and
 // anything else is transient.
-func (b *Broker) refusal(ctx context.Context, msg jetstream.Msg, err error) error {
+func (b *Broker) refusal(ctx context.Context, msg jetstream.Msg, id string, err error) error {
 	var retry *retryError
 	switch {
 	case err == nil:
@@ -276,7 +304,7 @@ func (b *Broker) refusal(ctx context.Context, msg jetstream.Msg, err error) erro
 	case errors.As(err, &retry):
 		return err
 	case errors.Is(err, ErrNotFound):
-		return b.notYet(ctx, msg, err)
+		return b.notYet(ctx, msg, id, err)
 	case errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrExpired), errors.Is(err, ErrNotEligible), errors.Is(err, ErrInvalid),
 		errors.Is(err, ErrBeforeRequest), errors.Is(err, ErrForgedDecision):
 		return permanent(err)
@@ -284,35 +312,118 @@ func (b *Broker) refusal(ctx context.Context, msg jetstream.Msg, err error) erro
 	return err
 }
 
-// notYet handles an answer or cancel for a request the broker has not stored.
-// It may have overtaken its request: published on another connection, or its
-// request's replica died while ingesting it, and the request comes back only
-// once its ack wait has passed. So it is rejected as unknown only when the
-// requests consumer has handled every request the stream stored before it, or
-// on its last delivery; until then it is looked at again, less and less often.
-func (b *Broker) notYet(ctx context.Context, msg jetstream.Msg, err error) error {
+// notYet handles an answer or cancel for request id, which the broker has
+// not stored. It may have overtaken its request: published on another
+// connection, or its request's replica died while ingesting it, and the
+// request comes back only once its ack wait has passed. So it is rejected as
+// unknown only when the requests consumer has handled every request the
+// stream stored before it, or on its last delivery. Until then it is looked
+// at again after a delay (notYetDelay), or as soon as the request is stored
+// (awaitRecord), whichever comes first: the handler waits for that here, up
+// to notYetHold, so that an answer whose request was held up by a leader
+// being elected is applied within moments of its request.
+func (b *Broker) notYet(ctx context.Context, msg jetstream.Msg, id string, err error) error {
 	md, mdErr := msg.Metadata()
 	if mdErr != nil || md.NumDelivered >= maxDeliver {
 		return permanent(err)
 	}
-	if md.NumDelivered < 3 {
-		return &retryError{err, 250 * time.Millisecond}
+	wctx, stopWaiting := context.WithCancel(ctx)
+	defer stopWaiting()
+	arrived := b.awaitRecord(wctx, id)
+	delay := notYetDelay(md.NumDelivered)
+	if md.NumDelivered >= 3 {
+		// Ask the requests consumer, unless the request comes first.
+		ictx, cancel := context.WithCancel(wctx)
+		go func() {
+			select {
+			case <-arrived:
+				cancel()
+			case <-ictx.Done():
+			}
+		}()
+		passed, ierr := b.requestsPassed(ictx, md.Sequence.Stream)
+		cancel()
+		select {
+		case <-arrived:
+			return &retryError{err, 0}
+		default:
+		}
+		switch {
+		case ierr != nil:
+			err = fmt.Errorf("%w (and the requests consumer could not be read: %w)", err, ierr)
+		case passed:
+			return permanent(err)
+		}
 	}
-	delay := min(time.Second<<(md.NumDelivered-3), 10*time.Second)
-	passed, ierr := b.requestsPassed(ctx, md.Sequence.Stream)
+	hold := min(delay, notYetHold)
+	select {
+	case <-arrived:
+		return &retryError{err, 0}
+	case <-time.After(hold):
+	case <-ctx.Done():
+		return &retryError{err, delay}
+	}
+	return &retryError{err, delay - hold}
+}
+
+// awaitRecord returns a channel closed once request id is stored, until ctx
+// ends: this replica's state watcher brings it, or a read of the bucket,
+// at once and every quarter second, finds it (a watcher can lag, say while
+// its connection is replaced).
+func (b *Broker) awaitRecord(ctx context.Context, id string) <-chan struct{} {
+	stored, stop := b.records.wait(id)
+	arrived := make(chan struct{})
+	go func() {
+		defer stop()
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if _, err := b.load(ctx, id); err == nil {
+				close(arrived)
+				return
+			}
+			select {
+			case <-stored:
+				close(arrived)
+				return
+			case <-tick.C:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return arrived
+}
+
+// notYetHold bounds how long a handler holds an answer or cancel whose
+// request is not stored yet, waiting for it, before it hands the message
+// back for the rest of its delay.
+const notYetHold = 2 * time.Second
+
+// notYetDelay is how long the n-th delivery of an answer or cancel whose
+// request is not stored yet waits before it is looked at again: a quarter
+// second, doubling from the third delivery up to notYetHold, so that the
+// first dozen seconds (a leader's election) are spent waiting in the
+// handler, where the request's arrival ends the wait; from the eleventh
+// delivery on, doubling up to 10 s, so that the consumer's MaxDeliver
+// spans about a minute and a half before the message is refused as naming
+// no request.
+func notYetDelay(n uint64) time.Duration {
 	switch {
-	case ierr != nil:
-		return &retryError{fmt.Errorf("%w (and the requests consumer could not be read: %w)", err, ierr), delay}
-	case passed:
-		return permanent(err)
+	case n < 3:
+		return 250 * time.Millisecond
+	case n <= 10:
+		return min(250*time.Millisecond<<min(n-3, 8), notYetHold)
 	}
-	return &retryError{err, delay}
+	return min(notYetHold<<min(n-10, 8), 10*time.Second)
 }
 
 // requestsPassed reports whether the requests consumer has handled every
 // request stored before stream sequence seq.
 func (b *Broker) requestsPassed(ctx context.Context, seq uint64) (bool, error) {
-	info, err := b.res.requests.Info(ctx)
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	info, err := b.res.requests.Info(cctx)
 	if err != nil {
 		return false, err
 	}

@@ -199,9 +199,7 @@ func (b *Broker) grantsFresh(ctx context.Context) (bool, error) {
 // the last one the watcher applied; it reports true if it holds none.
 func (b *Broker) grantsNewer(ctx context.Context) (bool, error) {
 	applied := b.grants.applied.Load()
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	resp, err := b.leaderMsgGet(rctx, GrantBucket, map[string]any{"seq": applied + 1, "next_by_subj": ">"})
+	resp, err := b.leaderMsgGet(ctx, GrantBucket, map[string]any{"seq": applied + 1, "next_by_subj": ">"})
 	if err != nil {
 		return false, fmt.Errorf("check remembered choices: %w", err)
 	}
@@ -242,7 +240,9 @@ func (b *Broker) leaderMsgGet(ctx context.Context, bucket string, req any) (msgG
 	if err != nil {
 		return resp, err
 	}
-	msg, err := b.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, data)
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	msg, err := b.nc.RequestWithContext(cctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, data)
 	if err != nil {
 		return resp, err
 	}
@@ -257,9 +257,7 @@ func (b *Broker) readGrants(ctx context.Context, prefix string) ([]policy.Grant,
 	filter := "$KV." + GrantBucket + "." + prefix + ".*"
 	var out []policy.Grant
 	for seq := uint64(1); ; {
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		resp, err := b.leaderMsgGet(rctx, GrantBucket, map[string]any{"seq": seq, "next_by_subj": filter})
-		cancel()
+		resp, err := b.leaderMsgGet(ctx, GrantBucket, map[string]any{"seq": seq, "next_by_subj": filter})
 		if err != nil {
 			return nil, fmt.Errorf("read remembered choices %s: %w", prefix, err)
 		}
@@ -319,7 +317,9 @@ func (b *Broker) remember(ctx context.Context, gr policy.Grant) error {
 	if ttl < time.Second {
 		return nil // expires before it could be used
 	}
-	if _, err := b.res.grants.Create(ctx, gr.Key(), val, jetstream.KeyTTL(ttl)); err != nil {
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	if _, err := b.res.grants.Create(cctx, gr.Key(), val, jetstream.KeyTTL(ttl)); err != nil {
 		return fmt.Errorf("store remembered choice: %w", err)
 	}
 	b.grants.put(gr.Key(), gr) // visible here at once; the watcher confirms it

@@ -59,7 +59,9 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 	if err != nil {
 		return Record{}, err
 	}
-	rev, err := b.res.state.Create(ctx, id, val)
+	cctx, cancel := callCtx(ctx)
+	rev, err := b.res.state.Create(cctx, id, val)
+	cancel()
 	switch {
 	case errors.Is(err, jetstream.ErrKeyExists):
 		return b.resume(ctx, id, req, digest, o)
@@ -125,7 +127,10 @@ func (b *Broker) reject(ctx context.Context, id, source string, req events.Reque
 	if err != nil {
 		return err
 	}
-	if _, err := b.res.state.Create(ctx, id, val); err != nil {
+	cctx, cancel := callCtx(ctx)
+	_, err = b.res.state.Create(cctx, id, val)
+	cancel()
+	if err != nil {
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return err
 		}
@@ -158,7 +163,7 @@ func (b *Broker) rejectConflict(ctx context.Context, id string, req events.Reque
 	if err != nil {
 		return err
 	}
-	if _, err = b.js.PublishMsg(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("rejected-%d", o.seq))); err != nil {
+	if _, err = b.publish(ctx, msg, jetstream.WithMsgID(fmt.Sprintf("rejected-%d", o.seq))); err != nil {
 		return err
 	}
 	b.copyToAgent(req.Agent, "rejected", id, msg)
@@ -178,7 +183,7 @@ func (b *Broker) await(ctx context.Context, rec *Record, pending *nats.Msg) erro
 			return err
 		}
 	}
-	_, err := b.js.PublishMsg(ctx, pending, jetstream.WithMsgID("pending-"+rec.ID))
+	_, err := b.publish(ctx, pending, jetstream.WithMsgID("pending-"+rec.ID))
 	return err
 }
 

@@ -81,7 +81,9 @@ func (b *Broker) addToLimit(ctx context.Context, l *policy.Limit, in policy.Inpu
 	for range maxCASAttempts {
 		var cur limitTotal
 		var rev uint64
-		entry, err := b.res.limits.Get(ctx, key)
+		cctx, cancel := callCtx(ctx)
+		entry, err := b.res.limits.Get(cctx, key)
+		cancel()
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
 		case err != nil:
@@ -100,11 +102,13 @@ func (b *Broker) addToLimit(ctx context.Context, l *policy.Limit, in policy.Inpu
 		}
 		cur.Total = max(cur.Total+amount, 0)
 		val, _ := json.Marshal(cur)
+		cctx, cancel = callCtx(ctx)
 		if rev == 0 {
-			_, err = b.res.limits.Create(ctx, key, val)
+			_, err = b.res.limits.Create(cctx, key, val)
 		} else {
-			_, err = b.res.limits.Update(ctx, key, val, rev)
+			_, err = b.res.limits.Update(cctx, key, val, rev)
 		}
+		cancel()
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue // another replica charged first; read again
 		}

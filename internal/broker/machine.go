@@ -58,7 +58,9 @@ func (b *Broker) load(ctx context.Context, id string) (Record, error) {
 		value    []byte
 		revision uint64
 	)
-	entry, err := b.res.state.Get(ctx, id)
+	cctx, cancel := callCtx(ctx)
+	entry, err := b.res.state.Get(cctx, id)
+	cancel()
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound) && b.cfg.Replicas > 1:
 		// The bucket's get is a direct get, which any of its stream's
@@ -150,7 +152,9 @@ func (b *Broker) transition(ctx context.Context, id string, o origin, change fun
 		if err != nil {
 			return rec, false, err
 		}
-		rev, err := b.res.state.Update(ctx, id, val, rec.revision)
+		cctx, cancel := callCtx(ctx)
+		rev, err := b.res.state.Update(cctx, id, val, rec.revision)
+		cancel()
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			continue // someone else wrote first; look again
 		}
@@ -243,7 +247,7 @@ func (b *Broker) publishDecision(ctx context.Context, r *Record, msg *nats.Msg) 
 	if b.signer != nil {
 		return b.publishSigned(ctx, r, msg)
 	}
-	_, err = b.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(0))
+	_, err = b.publish(ctx, msg, jetstream.WithExpectLastSequencePerSubject(0))
 	if !isWrongLastSeq(err) {
 		return err
 	}
@@ -265,7 +269,7 @@ func (b *Broker) publishDecision(ctx context.Context, r *Record, msg *nats.Msg) 
 func (b *Broker) publishSigned(ctx context.Context, r *Record, msg *nats.Msg) error {
 	var last uint64
 	for range maxCASAttempts {
-		_, err := b.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(last))
+		_, err := b.publish(ctx, msg, jetstream.WithExpectLastSequencePerSubject(last))
 		if !isWrongLastSeq(err) {
 			return err
 		}
@@ -315,7 +319,9 @@ func (b *Broker) scanSigned(ctx context.Context, r *Record) (published bool, las
 	subj := events.DecisionPrefix + r.ID
 	found := ""
 	for seq := uint64(1); ; {
-		m, err := b.res.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		cctx, cancel := callCtx(ctx)
+		m, err := b.res.stream.GetMsg(cctx, seq, jetstream.WithGetMsgSubject(subj))
+		cancel()
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
 		}
@@ -387,9 +393,10 @@ func (b *Broker) reportForgery(ctx context.Context, id, found string) bool {
 		if err != nil {
 			return true
 		}
-		if _, err := b.res.state.Update(ctx, id, val, rec.revision); err == nil {
-			return true
-		} else if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		cctx, cancel := callCtx(ctx)
+		_, err = b.res.state.Update(cctx, id, val, rec.revision)
+		cancel()
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return true
 		}
 	}
@@ -400,7 +407,9 @@ func (b *Broker) reportForgery(ctx context.Context, id, found string) bool {
 // decision, since the broker publishes it only where none exists. A message
 // added after it is not the decision, whatever it says.
 func (b *Broker) firstDecision(ctx context.Context, id string) (*jetstream.RawStreamMsg, error) {
-	return b.res.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.DecisionPrefix+id))
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	return b.res.stream.GetMsg(cctx, 1, jetstream.WithGetMsgSubject(events.DecisionPrefix+id))
 }
 
 func isWrongLastSeq(err error) bool {

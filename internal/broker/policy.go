@@ -140,7 +140,7 @@ func (b *Broker) compareShadow(ctx context.Context, r *Record, in policy.Input, 
 	if err != nil {
 		return
 	}
-	if _, err := b.js.PublishMsg(ctx, msg, jetstream.WithMsgID("shadow-"+r.ID)); err != nil {
+	if _, err := b.publish(ctx, msg, jetstream.WithMsgID("shadow-"+r.ID)); err != nil {
 		b.log.Warn("record shadow disagreement", zap.String("request_id", r.ID), zap.Error(err))
 	}
 }

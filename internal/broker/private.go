@@ -94,7 +94,9 @@ func (b *Broker) lookup(ctx context.Context, m *nats.Msg) {
 	}
 	subj := events.DecisionPrefix + id
 	for seq := uint64(1); ; {
-		dm, err := b.res.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		cctx, cancel := callCtx(ctx)
+		dm, err := b.res.stream.GetMsg(cctx, seq, jetstream.WithGetMsgSubject(subj))
+		cancel()
 		if err != nil {
 			// Decided but not published yet (or unreadable): pending, for
 			// now; the copy or the next lookup brings it.

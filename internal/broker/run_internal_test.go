@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
@@ -16,7 +17,13 @@ import (
 // package use internal/brokertest, which imports this one.
 func runInternal(t *testing.T, nc *nats.Conn, cfg Config) (*Broker, context.Context) {
 	t.Helper()
-	b, err := New(nc, cfg, testenv.Logger(t))
+	return runInternalLogged(t, nc, cfg, testenv.Logger(t))
+}
+
+// runInternalLogged is runInternal with the broker logging to log.
+func runInternalLogged(t *testing.T, nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, context.Context) {
+	t.Helper()
+	b, err := New(nc, cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

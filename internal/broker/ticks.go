@@ -134,7 +134,7 @@ func (t *ticks) prune(now int64) {
 func (b *Broker) scheduleTick(ctx context.Context, sec int64) error {
 	s := strconv.FormatInt(sec, 10)
 	msg := &nats.Msg{Subject: tickTimer + s}
-	_, err := b.js.PublishMsg(ctx, msg, jetstream.WithScheduleAt(time.Unix(sec, 0)), jetstream.WithScheduleTarget(tickAt+s))
+	_, err := b.publish(ctx, msg, jetstream.WithScheduleAt(time.Unix(sec, 0)), jetstream.WithScheduleTarget(tickAt+s))
 	if err != nil {
 		return fmt.Errorf("schedule durable tick at %s: %w", time.Unix(sec, 0).UTC().Format(time.RFC3339), err)
 	}
@@ -197,13 +197,22 @@ func (b *Broker) addDue(batch, ids []string) []string {
 // so that every outcome is chosen while handling a stored message, which is
 // redelivered should its handling stop half way.
 func (b *Broker) handOver(ctx context.Context, ids []string) {
-	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	_, err := b.js.PublishMsg(octx, &nats.Msg{Subject: tickDue, Data: []byte(strings.Join(ids, "\n"))})
-	if err == nil || ctx.Err() != nil {
+	_, err := b.publish(context.WithoutCancel(ctx), &nats.Msg{Subject: tickDue, Data: []byte(strings.Join(ids, "\n"))})
+	if err == nil {
+		if ended, failures, lasted := b.handOverOutage.ok(b.now()); ended {
+			b.log.Info("hand over due requests works again", zap.Int("failures", failures), zap.Duration("after", lasted))
+		}
 		return
 	}
-	b.log.Warn("hand over due requests failed; trying again", zap.Int("requests", len(ids)), zap.Error(err))
+	if ctx.Err() != nil {
+		return
+	}
+	// Each request is tried again in a quarter second, so an outage fails
+	// many times a second: say so when it begins and every outageEvery.
+	if report, failures := b.handOverOutage.fail(b.now()); report {
+		b.log.Warn("hand over due requests failed; trying again (said again every 30s while it fails, and when it works)",
+			zap.Int("requests", len(ids)), zap.Int("failures", failures), zap.Error(err))
+	}
 	again := time.Now().Add(250 * time.Millisecond)
 	for _, id := range ids {
 		if rec, _, ok := b.index.get(id); !ok || rec.State == StatePending {
@@ -260,7 +269,7 @@ func (b *Broker) sweep(ctx context.Context, sec time.Time) error {
 	}
 	b.log.Warn("durable tick found requests past their moment that no timer handed over; handing them over", zap.Int("requests", len(ids)), zap.Time("tick", sec))
 	for batch := range slices.Chunk(ids, maxBatch) {
-		if _, err := b.js.PublishMsg(ctx, &nats.Msg{Subject: tickDue, Data: []byte(strings.Join(batch, "\n"))}); err != nil {
+		if _, err := b.publish(ctx, &nats.Msg{Subject: tickDue, Data: []byte(strings.Join(batch, "\n"))}); err != nil {
 			return fmt.Errorf("hand over overdue requests: %w", err)
 		}
 		b.timers.handed(batch)
@@ -327,6 +336,8 @@ func (b *Broker) expireOne(ctx context.Context, id string, o origin) error {
 		return permanent(err)
 	case errors.As(err, &retry):
 		return err
+	case unavailable(err) && o.delivery <= maxDeliver/2:
+		return &retryError{err, unavailableDelay}
 	}
 	return &retryError{err, min(time.Duration(o.delivery)*250*time.Millisecond, 2*time.Second)}
 }

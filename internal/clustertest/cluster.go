@@ -1,11 +1,13 @@
 // Package clustertest runs the production topology inside a test: a
 // three-node NATS JetStream cluster on loopback (in-process servers joined by
-// routes, each with its own store), broker replicas as child processes of the
-// built cmd/broker against it, and a network-fault proxy (Shopify's
-// toxiproxy, in process) to put between a replica and a node.
+// routes, each with its own store, or nats-server processes with
+// Config.Binary), broker replicas as child processes of the built cmd/broker
+// against it, and a network-fault proxy (Shopify's toxiproxy, in process) to
+// put between a replica and a node.
 //
 // Every piece can fail on demand: a node stops and starts again on the same
-// ports and store, a replica is SIGKILLed and restarted with the same flags,
+// ports and store (a node that is a process can also be SIGKILLed, as a
+// crash would end it), a replica is SIGKILLed and restarted with the same flags,
 // the proxy adds latency, drops traffic or cuts connections. The chaos suite
 // (integration/chaos_test.go) uses all three; docs/cluster.md runs the same
 // topology by hand.
@@ -28,6 +30,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/assent-dev/assent/internal/natsembed"
 )
 
 // Patience bounds every wait in this package: a node or replica becoming
@@ -53,6 +57,13 @@ type Config struct {
 	// proxy's) stays on it across reconnects, as a client behind a load
 	// balancer would.
 	Advertise bool
+	// Binary, if set, is a nats-server executable (BuildNATSServer): every
+	// node then runs as a process of its own, configured by a file written
+	// from Options, so that Kill can SIGKILL it as a crash would (Stop
+	// shuts an in-process server down cleanly, which hands its raft
+	// leaderships over first). Server returns nil for such nodes; their
+	// state is read from their monitoring port.
+	Binary string
 }
 
 // Cluster is a JetStream cluster of in-process NATS servers on loopback.
@@ -68,11 +79,16 @@ type Node struct {
 	Dir         string // JetStream store
 	ClientPort  int
 	ClusterPort int
+	// MonitorPort serves the node's monitoring endpoints (/varz, /jsz,
+	// /healthz) when it runs as a process (Config.Binary), else 0.
+	MonitorPort int
 
 	cluster *Cluster
 	base    *server.Options // from a configuration file (FromConfigs), or nil
 	mu      sync.Mutex
 	srv     *server.Server // nil while stopped
+	proc    *process       // the running process of a node that is one, or nil
+	kills   int
 }
 
 // Start starts a cluster for t, waits until it is formed (every route up, a
@@ -129,6 +145,9 @@ func start(t testing.TB, cfg Config, bases []*server.Options) *Cluster {
 				ClusterPort: FreePort(t),
 				cluster:     c,
 			})
+			if cfg.Binary != "" {
+				c.nodes[i].MonitorPort = FreePort(t)
+			}
 			if bases != nil {
 				c.nodes[i].base = bases[i]
 			}
@@ -225,57 +244,81 @@ func (c *Cluster) WaitFormed(ctx context.Context) error {
 
 // formed says what the cluster still lacks, or "" when it is formed.
 func (c *Cluster) formed() string {
-	var running []*server.Server
+	var running []nodeView
 	for _, n := range c.nodes {
-		if s := n.Server(); s != nil {
-			running = append(running, s)
+		if !n.Running() {
+			continue
 		}
+		v, err := n.view()
+		if err != nil {
+			return fmt.Sprintf("%s: %v", n.Name, err)
+		}
+		running = append(running, v)
 	}
 	leaders := 0
-	for _, s := range running {
-		rz, err := s.Routez(nil)
-		if err != nil {
-			return fmt.Sprintf("%s: routez: %v", s.Name(), err)
-		}
-		peers := map[string]bool{}
-		for _, r := range rz.Routes {
-			peers[r.RemoteName] = true
-		}
+	for _, v := range running {
 		for _, o := range running {
-			if o != s && !peers[o.Name()] {
-				return fmt.Sprintf("%s has no route to %s yet", s.Name(), o.Name())
+			if o.name != v.name && !v.routes[o.name] {
+				return fmt.Sprintf("%s has no route to %s yet", v.name, o.name)
 			}
 		}
-		if !s.JetStreamIsClustered() {
-			return s.Name() + ": JetStream not clustered yet"
+		if !v.clustered {
+			return v.name + ": JetStream not clustered yet"
 		}
-		if s.JetStreamIsLeader() {
+		if v.leader {
 			leaders++
 		}
-		if !s.JetStreamIsCurrent() {
-			return s.Name() + ": JetStream not current with the meta leader"
+		if !v.current {
+			return v.name + ": JetStream not current with the meta leader"
 		}
 	}
 	if leaders != 1 {
-		return fmt.Sprintf("%d JetStream meta leaders (%s)", leaders, metaViews(running))
+		var views []string
+		for _, v := range running {
+			views = append(views, v.meta)
+		}
+		return fmt.Sprintf("%d JetStream meta leaders (%s)", leaders, strings.Join(views, "; "))
 	}
 	return ""
 }
 
-// metaViews says how each server sees the JetStream meta group: its leader,
-// size and quorum, and the pending work.
-func metaViews(servers []*server.Server) string {
-	var views []string
-	for _, s := range servers {
-		jsz, err := s.Jsz(nil)
-		if err != nil || jsz.Meta == nil {
-			views = append(views, fmt.Sprintf("%s: no meta view (%v)", s.Name(), err))
-			continue
-		}
-		m := jsz.Meta
-		views = append(views, fmt.Sprintf("%s sees leader %q, size %d, quorum %d, %d pending", s.Name(), m.Leader, m.Size, m.QuorumNeeded, m.Pending))
+// nodeView is what formed needs to know of a running node.
+type nodeView struct {
+	name      string
+	routes    map[string]bool // the servers it has a route to, by name
+	clustered bool            // JetStream runs clustered
+	leader    bool            // it is the JetStream meta leader
+	current   bool            // current with the meta leader
+	meta      string          // how it sees the meta group, for errors
+}
+
+// view reads the node's view of the cluster, from the server itself or
+// from the monitoring port of a node that is a process.
+func (n *Node) view() (nodeView, error) {
+	if n.cluster.cfg.Binary != "" {
+		return n.processView()
 	}
-	return strings.Join(views, "; ")
+	s := n.Server()
+	if s == nil {
+		return nodeView{}, fmt.Errorf("stopped")
+	}
+	v := nodeView{name: s.Name(), routes: map[string]bool{}}
+	rz, err := s.Routez(nil)
+	if err != nil {
+		return v, fmt.Errorf("routez: %w", err)
+	}
+	for _, r := range rz.Routes {
+		v.routes[r.RemoteName] = true
+	}
+	v.clustered, v.leader, v.current = s.JetStreamIsClustered(), s.JetStreamIsLeader(), s.JetStreamIsCurrent()
+	jsz, err := s.Jsz(nil)
+	if err != nil || jsz.Meta == nil {
+		v.meta = fmt.Sprintf("%s: no meta view (%v)", s.Name(), err)
+	} else {
+		m := jsz.Meta
+		v.meta = fmt.Sprintf("%s sees leader %q, size %d, quorum %d, %d pending", s.Name(), m.Leader, m.Size, m.QuorumNeeded, m.Pending)
+	}
+	return v, nil
 }
 
 // ClientURL is the node's client URL.
@@ -288,7 +331,8 @@ func (n *Node) ClientAddr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.ClientPort))
 }
 
-// Server returns the running server, or nil while the node is stopped.
+// Server returns the running server, or nil while the node is stopped or
+// runs as a process (Config.Binary).
 func (n *Node) Server() *server.Server {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -296,7 +340,14 @@ func (n *Node) Server() *server.Server {
 }
 
 // Running reports whether the node runs.
-func (n *Node) Running() bool { return n.Server() != nil }
+func (n *Node) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.proc != nil {
+		return n.proc.running()
+	}
+	return n.srv != nil
+}
 
 // Options returns the server options the node runs with.
 func (n *Node) Options() *server.Options {
@@ -331,8 +382,10 @@ func (n *Node) Options() *server.Options {
 			NoAdvertise: !c.cfg.Advertise,
 		},
 		Routes: c.routes(),
-		NoLog:  true,
-		NoSigs: true,
+		// As deploy/nats/*.conf: room for the broker's 1 MiB events.
+		MaxPayload: natsembed.MaxPayload,
+		NoLog:      true,
+		NoSigs:     true,
 	}
 	if c.cfg.SyncInterval < 0 {
 		opts.SyncAlways = true
@@ -346,6 +399,9 @@ func (n *Node) Options() *server.Options {
 func (n *Node) start() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.cluster.cfg.Binary != "" {
+		return n.startProcess()
+	}
 	if n.srv != nil {
 		return nil
 	}
@@ -364,16 +420,51 @@ func (n *Node) start() error {
 }
 
 // Stop shuts the node down and waits until it is gone; clients connected to
-// it reconnect to the others. Safe to call on a stopped node.
+// it reconnect to the others. The server hands the raft leaderships it holds
+// over to the other nodes first (a process node is sent SIGTERM, which does
+// the same). Safe to call on a stopped node.
 func (n *Node) Stop() {
 	n.mu.Lock()
-	s := n.srv
-	n.srv = nil
+	s, p := n.srv, n.proc
+	n.srv, n.proc = nil, nil
 	n.mu.Unlock()
 	if s != nil {
 		s.Shutdown()
 		s.WaitForShutdown()
 	}
+	if p != nil {
+		p.terminate()
+	}
+}
+
+// Kill ends a node that runs as a process (Config.Binary) with SIGKILL, as
+// a crash or kill -9 would: it hands nothing over, and the other nodes elect
+// new leaders for its raft groups only once their election timeouts pass
+// (4 to 9 s in nats-server 2.15). It waits until the process is gone; clients
+// connected to it reconnect to the others. Restart starts it again. Killing
+// a stopped node does nothing; an in-process node cannot be killed (error).
+func (n *Node) Kill() error {
+	if n.cluster.cfg.Binary == "" {
+		return fmt.Errorf("%s runs in process: only a node that is a process (Config.Binary) can be killed", n.Name)
+	}
+	n.mu.Lock()
+	p := n.proc
+	n.proc = nil
+	if p != nil {
+		n.kills++
+	}
+	n.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return p.kill()
+}
+
+// Kills reports how often the node was killed.
+func (n *Node) Kills() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.kills
 }
 
 // Restart starts the node again (stopping it first if it runs) on the same

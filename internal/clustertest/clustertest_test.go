@@ -42,6 +42,11 @@ func TestDeployClusterConfigs(t *testing.T) {
 		}
 	}
 	nc := c.Conn(t)
+	// A broker on these nodes takes events of its default 1 MiB limit, not
+	// a limit lowered to fit nats-server's default max_payload.
+	if mp, need := nc.MaxPayload(), broker.NeededMaxPayload(events.DefaultMaxEventSize); int(mp) < need {
+		t.Errorf("max_payload %d, the broker needs %d", mp, need)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +72,74 @@ func TestDeployClusterConfigs(t *testing.T) {
 	if info.State.Msgs != 2 || info.Config.Replicas != 3 {
 		t.Fatalf("stream after the restart: %d messages, R%d", info.State.Msgs, info.Config.Replicas)
 	}
+}
+
+// TestKillStreamLeader runs the nodes as nats-server processes and kills
+// the one leading an R3 stream with SIGKILL, as a crash would: the stream
+// keeps every write acknowledged before, takes writes again once the other
+// two elected a leader, and the killed node comes back on its ports and
+// store, and current.
+func TestKillStreamLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs nats-server")
+	}
+	c := clustertest.Start(t, clustertest.Config{Binary: clustertest.BuildNATSServer(t)})
+	for _, n := range c.Nodes() {
+		if n.Server() != nil || !n.Running() {
+			t.Fatalf("%s: want a running process, not an in-process server", n.Name)
+		}
+	}
+	js, err := jetstream.New(c.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*clustertest.Patience)
+	defer cancel()
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "R3", Subjects: []string{"r3.>"}, Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, js, "1")
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := nodeNamed(t, c, info.Cluster.Leader)
+	if err := leader.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if leader.Running() || leader.Kills() != 1 {
+		t.Fatalf("%s after Kill: running %v, %d kills", leader.Name, leader.Running(), leader.Kills())
+	}
+	publish(t, js, "2") // once a new leader is elected
+	if info, err = s.Info(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info.Cluster.Leader == leader.Name || info.Cluster.Leader == "" {
+		t.Fatalf("stream leader after the kill: %q", info.Cluster.Leader)
+	}
+	if err := leader.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, js, "3")
+	if info, err = s.Info(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 3 {
+		t.Fatalf("stream after the restart: %d messages, want 3", info.State.Msgs)
+	}
+}
+
+// nodeNamed returns the node of c named name.
+func nodeNamed(t *testing.T, c *clustertest.Cluster, name string) *clustertest.Node {
+	t.Helper()
+	for _, n := range c.Nodes() {
+		if n.Name == name {
+			return n
+		}
+	}
+	t.Fatalf("no node named %q", name)
+	return nil
 }
 
 // TestReplicasOnCluster runs two broker replicas as processes on the cluster,

@@ -21,9 +21,23 @@ import (
 // skips the test when go is not on PATH.
 func BuildBroker(t testing.TB) string {
 	t.Helper()
+	return goBuild(t, "./cmd/broker", "broker")
+}
+
+// BuildNATSServer builds nats-server, at the version this module requires,
+// into a directory of t's and returns its path, for a cluster whose nodes
+// are processes (Config.Binary). It skips the test when go is not on PATH.
+func BuildNATSServer(t testing.TB) string {
+	t.Helper()
+	return goBuild(t, "github.com/nats-io/nats-server/v2", "nats-server")
+}
+
+// goBuild builds pkg inside this module as name in a directory of t's.
+func goBuild(t testing.TB, pkg, name string) string {
+	t.Helper()
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("go is not on PATH; cannot build cmd/broker")
+		t.Skipf("go is not on PATH; cannot build %s", pkg)
 	}
 	out, err := exec.Command(gobin, "env", "GOMOD").Output()
 	if err != nil {
@@ -33,11 +47,11 @@ func BuildBroker(t testing.TB) string {
 	if gomod == "" || gomod == os.DevNull {
 		t.Fatal("not inside the module: go env GOMOD is empty")
 	}
-	path := filepath.Join(t.TempDir(), "broker")
-	cmd := exec.Command(gobin, "build", "-o", path, "./cmd/broker")
+	path := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command(gobin, "build", "-o", path, pkg)
 	cmd.Dir = filepath.Dir(gomod)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/broker: %v\n%s", err, out)
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 	}
 	return path
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/assent-dev/assent/internal/creds"
+	"github.com/assent-dev/assent/internal/natsembed"
 )
 
 // TestServerConfig: `broker creds server-config` output is a configuration
@@ -41,6 +42,14 @@ func TestServerConfig(t *testing.T) {
 	opts, err := server.ProcessConfigFile(conf)
 	if err != nil {
 		t.Fatalf("nats-server refuses the configuration: %v\n%s", err, src)
+	}
+	// What docs/cluster.md and operations.md recommend, and what the broker
+	// needs to take events of its default 1 MiB limit.
+	if !opts.JetStream || !opts.SyncAlways {
+		t.Errorf("jetstream %v, sync_interval always %v; want both:\n%s", opts.JetStream, opts.SyncAlways, src)
+	}
+	if opts.MaxPayload != natsembed.MaxPayload {
+		t.Errorf("max_payload %d, want %d:\n%s", opts.MaxPayload, natsembed.MaxPayload, src)
 	}
 	opts.NoSigs = true
 	s, err := server.NewServer(opts)

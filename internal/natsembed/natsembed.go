@@ -50,6 +50,13 @@ type TLS struct {
 	ClientCAFile string
 }
 
+// MaxPayload is the largest message a server Assent runs takes: nats-server's
+// default of 1 MiB leaves no room for the 64 KiB the broker adds to an event
+// of the default 1 MiB limit (broker.NeededMaxPayload), so the broker would
+// lower its limit. The configurations under deploy/ and `broker creds
+// server-config` set it too; 8 MiB is the most nats-server recommends.
+const MaxPayload = 8 << 20
+
 // MaxControlLine is the longest protocol line a server in operator mode
 // takes: room for the user JWTs internal/creds issues.
 const MaxControlLine = 32 << 10
@@ -114,7 +121,7 @@ func Start(cfg Config, log *zap.Logger) (*server.Server, error) {
 		SyncInterval:      every,
 		JetStreamMaxStore: cfg.MaxStore,
 		NoSigs:            true,
-		MaxPayload:        8 << 20,
+		MaxPayload:        MaxPayload,
 	}
 	if opts.Host == "" {
 		opts.Host = "127.0.0.1"
