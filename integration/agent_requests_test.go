@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/creds"
 	"github.com/assent-dev/assent/pkg/events"
@@ -25,7 +26,7 @@ func TestAgentOwnRequestsPerRole(t *testing.T) {
 	if _, err := nats.Connect(ns.ClientURL()); err == nil {
 		t.Fatal("a client without credentials connected")
 	}
-	ctx := testCtx(t, patience)
+	ctx := itest.TestCtx(t, itest.Patience)
 	submit := func(id, agent, session string) {
 		t.Helper()
 		rec, err := b.Submit(ctx, id, "test", events.Requested{Agent: agent, Tool: "deploy", Session: session, Args: json.RawMessage(`{"secret":"` + agent + `"}`)})
@@ -54,7 +55,7 @@ func TestAgentOwnRequestsPerRole(t *testing.T) {
 
 	list := func(nc *nats.Conn, agent string) []string {
 		t.Helper()
-		m, err := nc.Request(events.PrivatePrefix+agent+"."+events.AgentList, nil, patience)
+		m, err := nc.Request(events.PrivatePrefix+agent+"."+events.AgentList, nil, itest.Patience)
 		if err != nil {
 			t.Fatalf("list %s: %v", agent, err)
 		}
@@ -117,7 +118,7 @@ func TestAgentOwnRequestsPerRole(t *testing.T) {
 		t.Fatalf("quiet cancels all: %v %v", got, err)
 	}
 	for id, want := range map[string]string{"c1": "agent/coder", "q1": "agent/quiet"} {
-		rec := waitState(t, b, id, broker.StateCancelled)
+		rec := itest.WaitState(t, b, id, broker.StateCancelled)
 		if by := rec.Decision.DecidedBy[0].Principal; by != want {
 			t.Errorf("%s cancelled by %q, want %q", id, by, want)
 		}

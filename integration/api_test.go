@@ -1,8 +1,5 @@
 package integration
 
-// The HTTP API beyond single approvals: listings from the index, the event
-// stream, the audit log, batch decisions.
-
 import (
 	"bufio"
 	"context"
@@ -16,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/app"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/httpapi"
@@ -33,12 +31,12 @@ type listBody struct {
 
 func listAPI(t *testing.T, base, query string) listBody {
 	t.Helper()
-	r := call(t, http.MethodGet, base+"/v1/approvals?"+query, nil)
-	if r.status != http.StatusOK {
-		t.Fatalf("GET /v1/approvals?%s: %d %s", query, r.status, r.body)
+	r := itest.Call(t, http.MethodGet, base+"/v1/approvals?"+query, nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("GET /v1/approvals?%s: %d %s", query, r.Status, r.Body)
 	}
 	var out listBody
-	if err := json.Unmarshal(r.body, &out); err != nil {
+	if err := json.Unmarshal(r.Body, &out); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -50,33 +48,33 @@ func listAPI(t *testing.T, base, query string) listBody {
 // whole.
 func TestListings(t *testing.T) {
 	ns := testenv.Server(t)
-	b1, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "l1"})
-	b2, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "l2"})
-	api1, api2 := serveAPI(t, b1), serveAPI(t, b2)
+	b1, _ := itest.RunBroker(t, testenv.Conn(t, ns), broker.Config{Name: "l1"})
+	b2, _ := itest.RunBroker(t, testenv.Conn(t, ns), broker.Config{Name: "l2"})
+	api1, api2 := itest.ServeAPI(t, b1), itest.ServeAPI(t, b2)
 	var pending, decided []string
 	for i := range 12 {
 		session := "s-even"
 		if i%2 == 1 {
 			session = "s-odd"
 		}
-		rec, err := b1.Submit(testCtx(t, patience), "", "agent/lister", events.Requested{Agent: "lister", Tool: "t", Session: session, Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
+		rec, err := b1.Submit(itest.TestCtx(t, itest.Patience), "", "agent/lister", events.Requested{Agent: "lister", Tool: "t", Session: session, Args: json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))})
 		if err != nil {
 			t.Fatal(err)
 		}
 		pending = append(pending, rec.ID)
 	}
 	for _, id := range pending[:4] {
-		approvalOf(t, call(t, http.MethodPost, api1+"/v1/approvals/"+id+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusOK)
+		itest.ApprovalOf(t, itest.Call(t, http.MethodPost, api1+"/v1/approvals/"+id+"/decision", itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Approve}}), http.StatusOK)
 		decided = append([]string{id}, decided...) // newest first
 	}
 	pending = pending[4:]
-	big, err := b1.Submit(testCtx(t, patience), "", "agent/other", events.Requested{Agent: "other", Tool: "upload", Args: json.RawMessage(fmt.Sprintf(`{"blob":%q}`, strings.Repeat("x", 40_000)))})
+	big, err := b1.Submit(itest.TestCtx(t, itest.Patience), "", "agent/other", events.Requested{Agent: "other", Tool: "upload", Args: json.RawMessage(fmt.Sprintf(`{"blob":%q}`, strings.Repeat("x", 40_000)))})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	for _, api := range []string{api1, api2} {
-		eventually(t, patience, func() (bool, string) {
+		itest.Eventually(t, itest.Patience, func() (bool, string) {
 			got := listAPI(t, api, "state=pending&agent=lister")
 			return got.Total == len(pending), fmt.Sprintf("%s lists %d pending", api, got.Total)
 		})
@@ -118,8 +116,8 @@ func TestListings(t *testing.T) {
 			t.Fatalf("large args listed as %d bytes", len(whole.Approvals[0].Request.Args))
 		}
 	}
-	wantError(t, call(t, http.MethodGet, api1+"/v1/approvals?state=maybe", nil), http.StatusBadRequest, "invalid_request")
-	wantError(t, call(t, http.MethodGet, api1+"/v1/approvals?limit=0", nil), http.StatusBadRequest, "invalid_request")
+	itest.WantError(t, itest.Call(t, http.MethodGet, api1+"/v1/approvals?state=maybe", nil), http.StatusBadRequest, "invalid_request")
+	itest.WantError(t, itest.Call(t, http.MethodGet, api1+"/v1/approvals?limit=0", nil), http.StatusBadRequest, "invalid_request")
 }
 
 // sse is an event stream client.
@@ -189,7 +187,7 @@ func (s *sse) next(t *testing.T) sseEvent {
 			t.Fatal("event stream ended")
 		}
 		return e
-	case <-time.After(patience):
+	case <-time.After(itest.Patience):
 		t.Fatal("no event on the stream")
 	}
 	return sseEvent{}
@@ -199,22 +197,22 @@ func (s *sse) next(t *testing.T) sseEvent {
 // session and type; a client that reconnects with Last-Event-ID gets every
 // event it missed, once, in order, and then the live ones.
 func TestEventStream(t *testing.T) {
-	e := newEnv(t, broker.Config{})
-	all := openSSE(t, e.api, "", 0)
-	mine := openSSE(t, e.api, "agent=streamer&type=decided,pending", 0)
+	e := itest.NewEnv(t, broker.Config{})
+	all := openSSE(t, e.API, "", 0)
+	mine := openSSE(t, e.API, "agent=streamer&type=decided,pending", 0)
 
-	rec, err := e.b.Submit(testCtx(t, patience), "", "agent/streamer", events.Requested{Agent: "streamer", Tool: "rm", Session: "s-1"})
+	rec, err := e.B.Submit(itest.TestCtx(t, itest.Patience), "", "agent/streamer", events.Requested{Agent: "streamer", Tool: "rm", Session: "s-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.b.Submit(testCtx(t, patience), "", "agent/bystander", events.Requested{Agent: "bystander", Tool: "ls"}); err != nil {
+	if _, err := e.B.Submit(itest.TestCtx(t, itest.Patience), "", "agent/bystander", events.Requested{Agent: "bystander", Tool: "ls"}); err != nil {
 		t.Fatal(err)
 	}
 	var seen []string
 	var last uint64
 	for len(seen) < 5 {
 		if len(seen) == 4 { // both announced: answer
-			approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+rec.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusOK)
+			itest.ApprovalOf(t, itest.Call(t, http.MethodPost, e.API+"/v1/approvals/"+rec.ID+"/decision", itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Approve}}), http.StatusOK)
 		}
 		ev := all.next(t)
 		if ev.id <= last {
@@ -245,16 +243,16 @@ func TestEventStream(t *testing.T) {
 	all.close()
 	var missed []string
 	for i := range 5 {
-		r, err := e.b.Submit(testCtx(t, patience), "", "agent/streamer", events.Requested{Agent: "streamer", Tool: fmt.Sprintf("t%d", i)})
+		r, err := e.B.Submit(itest.TestCtx(t, itest.Patience), "", "agent/streamer", events.Requested{Agent: "streamer", Tool: fmt.Sprintf("t%d", i)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		missed = append(missed, r.ID)
 	}
-	resumed := openSSE(t, e.api, "type=requested", last)
+	resumed := openSSE(t, e.API, "type=requested", last)
 	// And live ones after the resumption.
 	for i := range 3 {
-		r, err := e.b.Submit(testCtx(t, patience), "", "agent/streamer", events.Requested{Agent: "streamer", Tool: fmt.Sprintf("u%d", i)})
+		r, err := e.B.Submit(itest.TestCtx(t, itest.Patience), "", "agent/streamer", events.Requested{Agent: "streamer", Tool: fmt.Sprintf("u%d", i)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -273,8 +271,8 @@ func TestEventStream(t *testing.T) {
 	if !slices.Equal(got, missed) {
 		t.Fatalf("resumed with %v, want %v", got, missed)
 	}
-	r := call(t, http.MethodGet, e.api+"/v1/events?after=yesterday", nil)
-	wantError(t, r, http.StatusBadRequest, "invalid_request")
+	r := itest.Call(t, http.MethodGet, e.API+"/v1/events?after=yesterday", nil)
+	itest.WantError(t, r, http.StatusBadRequest, "invalid_request")
 }
 
 // TestAuditLog: the audit log reads the stream: one request's timeline, and
@@ -282,15 +280,15 @@ func TestEventStream(t *testing.T) {
 func TestAuditLog(t *testing.T) {
 	e := policyEnv(t)
 	start := time.Now().UTC().Add(-time.Second)
-	rec := submit(t, e, events.Requested{Agent: "auditor", Tool: "write_file", Args: json.RawMessage(`{"path":"/a"}`)})
+	rec := itest.Submit(t, e, events.Requested{Agent: "auditor", Tool: "write_file", Args: json.RawMessage(`{"path":"/a"}`)})
 	// Answer once the request is announced, as an approver would: an answer
 	// by id alone may be stored before the pending event.
-	waitPending(t, e.js, "auditor", rec.ID)
-	approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+rec.ID+"/decision", decisionBody{"dave", events.Responded{Decision: events.Approve, Channel: "web"}}), http.StatusOK)
-	other := submit(t, e, events.Requested{Agent: "auditor2", Tool: "write_file"})
-	answerNATS(t, e.js, "alice", other.ID, events.Responded{Decision: events.Deny, Channel: "slack", Reason: "no"})
-	waitDecision(t, e.js, other.ID)
-	auto := submit(t, e, events.Requested{Agent: "auditor", Tool: "read_file"})
+	itest.WaitPending(t, e.JS, "auditor", rec.ID)
+	itest.ApprovalOf(t, itest.Call(t, http.MethodPost, e.API+"/v1/approvals/"+rec.ID+"/decision", itest.DecisionBody{Principal: "dave", Responded: events.Responded{Decision: events.Approve, Channel: "web"}}), http.StatusOK)
+	other := itest.Submit(t, e, events.Requested{Agent: "auditor2", Tool: "write_file"})
+	itest.AnswerNATS(t, e.JS, "alice", other.ID, events.Responded{Decision: events.Deny, Channel: "slack", Reason: "no"})
+	itest.WaitDecision(t, e.JS, other.ID)
+	auto := itest.Submit(t, e, events.Requested{Agent: "auditor", Tool: "read_file"})
 
 	type page struct {
 		Events []broker.Event `json:"events"`
@@ -298,12 +296,12 @@ func TestAuditLog(t *testing.T) {
 	}
 	get := func(query string) page {
 		t.Helper()
-		r := call(t, http.MethodGet, e.api+"/v1/audit?"+query, nil)
-		if r.status != http.StatusOK {
-			t.Fatalf("audit %s: %d %s", query, r.status, r.body)
+		r := itest.Call(t, http.MethodGet, e.API+"/v1/audit?"+query, nil)
+		if r.Status != http.StatusOK {
+			t.Fatalf("audit %s: %d %s", query, r.Status, r.Body)
 		}
 		var p page
-		if err := json.Unmarshal(r.body, &p); err != nil {
+		if err := json.Unmarshal(r.Body, &p); err != nil {
 			t.Fatal(err)
 		}
 		return p
@@ -357,12 +355,12 @@ func TestAuditLog(t *testing.T) {
 	if !slices.Equal(paged, wholeSeqs) || len(paged) < 5 {
 		t.Fatalf("paged %v, whole %v", paged, wholeSeqs)
 	}
-	r := call(t, http.MethodGet, e.api+"/v1/audit?format=ndjson&request="+rec.ID, nil)
-	if lines := strings.Split(strings.TrimSpace(string(r.body)), "\n"); r.header.Get("Content-Type") != "application/x-ndjson" || len(lines) != 4 {
-		t.Fatalf("ndjson: %s %q", r.header.Get("Content-Type"), r.body)
+	r := itest.Call(t, http.MethodGet, e.API+"/v1/audit?format=ndjson&request="+rec.ID, nil)
+	if lines := strings.Split(strings.TrimSpace(string(r.Body)), "\n"); r.Header.Get("Content-Type") != "application/x-ndjson" || len(lines) != 4 {
+		t.Fatalf("ndjson: %s %q", r.Header.Get("Content-Type"), r.Body)
 	}
-	wantError(t, call(t, http.MethodGet, e.api+"/v1/audit?since=today", nil), http.StatusBadRequest, "invalid_request")
-	wantError(t, call(t, http.MethodGet, e.api+"/v1/audit?request=nope", nil), http.StatusNotFound, "not_found")
+	itest.WantError(t, itest.Call(t, http.MethodGet, e.API+"/v1/audit?since=today", nil), http.StatusBadRequest, "invalid_request")
+	itest.WantError(t, itest.Call(t, http.MethodGet, e.API+"/v1/audit?request=nope", nil), http.StatusNotFound, "not_found")
 }
 
 // TestBatchDecisions: one answer for every pending request of a session, or
@@ -371,13 +369,13 @@ func TestBatchDecisions(t *testing.T) {
 	e := policyEnv(t)
 	var session []string
 	for range 3 {
-		session = append(session, submit(t, e, events.Requested{Agent: "batch", Tool: "write_file", Session: "s-b"}).ID)
+		session = append(session, itest.Submit(t, e, events.Requested{Agent: "batch", Tool: "write_file", Session: "s-b"}).ID)
 	}
 	// Needs two finance approvals: alice's is a vote.
-	reimb := submit(t, e, events.Requested{Agent: "batch", Tool: "reimburse", Session: "s-b", Args: json.RawMessage(`{"amount":5000}`)})
-	done := submit(t, e, events.Requested{Agent: "batch", Tool: "write_file", Session: "s-b"})
-	approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+done.ID+"/decision", decisionBody{"bob", events.Responded{Decision: events.Deny}}), http.StatusOK)
-	elsewhere := submit(t, e, events.Requested{Agent: "batch", Tool: "write_file", Session: "s-other"})
+	reimb := itest.Submit(t, e, events.Requested{Agent: "batch", Tool: "reimburse", Session: "s-b", Args: json.RawMessage(`{"amount":5000}`)})
+	done := itest.Submit(t, e, events.Requested{Agent: "batch", Tool: "write_file", Session: "s-b"})
+	itest.ApprovalOf(t, itest.Call(t, http.MethodPost, e.API+"/v1/approvals/"+done.ID+"/decision", itest.DecisionBody{Principal: "bob", Responded: events.Responded{Decision: events.Deny}}), http.StatusOK)
+	elsewhere := itest.Submit(t, e, events.Requested{Agent: "batch", Tool: "write_file", Session: "s-other"})
 
 	type result struct {
 		ID     string `json:"id"`
@@ -390,12 +388,12 @@ func TestBatchDecisions(t *testing.T) {
 	}
 	post := func(body any) batch {
 		t.Helper()
-		r := call(t, http.MethodPost, e.api+"/v1/decisions", body)
-		if r.status != http.StatusOK {
-			t.Fatalf("POST /v1/decisions: %d %s", r.status, r.body)
+		r := itest.Call(t, http.MethodPost, e.API+"/v1/decisions", body)
+		if r.Status != http.StatusOK {
+			t.Fatalf("POST /v1/decisions: %d %s", r.Status, r.Body)
 		}
 		var out batch
-		if err := json.Unmarshal(r.body, &out); err != nil {
+		if err := json.Unmarshal(r.Body, &out); err != nil {
 			t.Fatal(err)
 		}
 		return out
@@ -413,7 +411,7 @@ func TestBatchDecisions(t *testing.T) {
 	if status[reimb.ID] != "voted" || len(got.Results) != 4 || got.Decided != 3 {
 		t.Fatalf("results %+v", got)
 	}
-	if rec, _ := e.b.Get(testCtx(t, patience), elsewhere.ID); rec.State != broker.StatePending {
+	if rec, _ := e.B.Get(itest.TestCtx(t, itest.Patience), elsewhere.ID); rec.State != broker.StatePending {
 		t.Fatalf("another session's request: %s", rec.State)
 	}
 	// By ids: each gets its own result.
@@ -429,7 +427,7 @@ func TestBatchDecisions(t *testing.T) {
 		{"principal": "alice", "decision": "maybe", "ids": []string{"a"}},
 		{"decision": "approve", "ids": []string{"a"}},
 	} {
-		wantError(t, call(t, http.MethodPost, e.api+"/v1/decisions", body), http.StatusBadRequest, "invalid_request")
+		itest.WantError(t, itest.Call(t, http.MethodPost, e.API+"/v1/decisions", body), http.StatusBadRequest, "invalid_request")
 	}
 }
 
@@ -437,20 +435,20 @@ func TestBatchDecisions(t *testing.T) {
 // errors it documents, and checks each JSON body against /v1/openapi.json.
 func TestAPIConformsToOpenAPI(t *testing.T) {
 	e := policyEnv(t)
-	r := call(t, http.MethodGet, e.api+"/v1/openapi.json", nil)
-	if r.status != http.StatusOK {
-		t.Fatalf("GET /v1/openapi.json: %d", r.status)
+	r := itest.Call(t, http.MethodGet, e.API+"/v1/openapi.json", nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("GET /v1/openapi.json: %d", r.Status)
 	}
-	doc, err := openapicheck.Load(r.body)
+	doc, err := openapicheck.Load(r.Body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	check := func(op string, r httpResp, want int) {
+	check := func(op string, r itest.HTTPResp, want int) {
 		t.Helper()
-		if r.status != want {
-			t.Fatalf("%s: %d, want %d: %s", op, r.status, want, r.body)
+		if r.Status != want {
+			t.Fatalf("%s: %d, want %d: %s", op, r.Status, want, r.Body)
 		}
-		if err := doc.CheckResponse(op, r.status, r.body); err != nil {
+		if err := doc.CheckResponse(op, r.Status, r.Body); err != nil {
 			t.Error(err)
 		}
 	}
@@ -466,59 +464,59 @@ func TestAPIConformsToOpenAPI(t *testing.T) {
 		remember = "GET /v1/remembered"
 		revoke   = "DELETE /v1/remembered/{id}"
 	)
-	created := call(t, http.MethodPost, e.api+"/v1/approvals", map[string]any{"agent": "doc", "tool": "write_file", "args": map[string]any{"path": "/a"}, "session": "s", "response_schema": map[string]any{"type": "object"}})
+	created := itest.Call(t, http.MethodPost, e.API+"/v1/approvals", map[string]any{"agent": "doc", "tool": "write_file", "args": map[string]any{"path": "/a"}, "session": "s", "response_schema": map[string]any{"type": "object"}})
 	check(create, created, http.StatusCreated)
 	var a httpapi.Approval
-	_ = json.Unmarshal(created.body, &a)
-	check(create, call(t, http.MethodPost, e.api+"/v1/approvals", map[string]any{"tool": "x"}), http.StatusBadRequest)
-	check(create, call(t, http.MethodPost, e.api+"/v1/approvals", map[string]any{"id": a.ID, "agent": "doc", "tool": "other"}), http.StatusConflict)
-	check(create, call(t, http.MethodPost, e.api+"/v1/approvals", []byte(`{"agent":"doc","tool":"x","args":{"blob":"`+strings.Repeat("a", 1<<20)+`"}}`)), http.StatusRequestEntityTooLarge)
-	check(list, call(t, http.MethodGet, e.api+"/v1/approvals?state=pending", nil), http.StatusOK)
-	check(list, call(t, http.MethodGet, e.api+"/v1/approvals?state=nope", nil), http.StatusBadRequest)
-	check(get, call(t, http.MethodGet, e.api+"/v1/approvals/"+a.ID, nil), http.StatusOK)
-	check(get, call(t, http.MethodGet, e.api+"/v1/approvals/nope", nil), http.StatusNotFound)
-	url := e.api + "/v1/approvals/" + a.ID + "/decision"
-	check(decide, call(t, http.MethodPost, url, decisionBody{"carol", events.Responded{Decision: events.Approve, Payload: json.RawMessage(`{}`)}}), http.StatusOK)
-	check(decide, call(t, http.MethodPost, url, decisionBody{"bob", events.Responded{Decision: events.Deny}}), http.StatusConflict)
-	check(decide, call(t, http.MethodPost, url, decisionBody{"bob", events.Responded{Decision: "maybe"}}), http.StatusBadRequest)
-	check(decide, call(t, http.MethodPost, e.api+"/v1/approvals/nope/decision", decisionBody{"bob", events.Responded{Decision: events.Deny}}), http.StatusNotFound)
-	other := submit(t, e, events.Requested{Agent: "doc", Tool: "write_file", Session: "s"})
-	check(decide, call(t, http.MethodPost, e.api+"/v1/approvals/"+other.ID+"/decision", decisionBody{"mallory", events.Responded{Decision: events.Approve}}), http.StatusForbidden)
-	nightly := submit(t, e, events.Requested{Agent: "doc", Tool: "rotate_logs", Timeout: events.Duration(time.Second)})
-	waitState(t, e.b, nightly.ID, broker.StateApproved)
-	late := submit(t, e, events.Requested{Agent: "doc", Tool: "write_file", Timeout: events.Duration(time.Second)})
+	_ = json.Unmarshal(created.Body, &a)
+	check(create, itest.Call(t, http.MethodPost, e.API+"/v1/approvals", map[string]any{"tool": "x"}), http.StatusBadRequest)
+	check(create, itest.Call(t, http.MethodPost, e.API+"/v1/approvals", map[string]any{"id": a.ID, "agent": "doc", "tool": "other"}), http.StatusConflict)
+	check(create, itest.Call(t, http.MethodPost, e.API+"/v1/approvals", []byte(`{"agent":"doc","tool":"x","args":{"blob":"`+strings.Repeat("a", 1<<20)+`"}}`)), http.StatusRequestEntityTooLarge)
+	check(list, itest.Call(t, http.MethodGet, e.API+"/v1/approvals?state=pending", nil), http.StatusOK)
+	check(list, itest.Call(t, http.MethodGet, e.API+"/v1/approvals?state=nope", nil), http.StatusBadRequest)
+	check(get, itest.Call(t, http.MethodGet, e.API+"/v1/approvals/"+a.ID, nil), http.StatusOK)
+	check(get, itest.Call(t, http.MethodGet, e.API+"/v1/approvals/nope", nil), http.StatusNotFound)
+	url := e.API + "/v1/approvals/" + a.ID + "/decision"
+	check(decide, itest.Call(t, http.MethodPost, url, itest.DecisionBody{Principal: "carol", Responded: events.Responded{Decision: events.Approve, Payload: json.RawMessage(`{}`)}}), http.StatusOK)
+	check(decide, itest.Call(t, http.MethodPost, url, itest.DecisionBody{Principal: "bob", Responded: events.Responded{Decision: events.Deny}}), http.StatusConflict)
+	check(decide, itest.Call(t, http.MethodPost, url, itest.DecisionBody{Principal: "bob", Responded: events.Responded{Decision: "maybe"}}), http.StatusBadRequest)
+	check(decide, itest.Call(t, http.MethodPost, e.API+"/v1/approvals/nope/decision", itest.DecisionBody{Principal: "bob", Responded: events.Responded{Decision: events.Deny}}), http.StatusNotFound)
+	other := itest.Submit(t, e, events.Requested{Agent: "doc", Tool: "write_file", Session: "s"})
+	check(decide, itest.Call(t, http.MethodPost, e.API+"/v1/approvals/"+other.ID+"/decision", itest.DecisionBody{Principal: "mallory", Responded: events.Responded{Decision: events.Approve}}), http.StatusForbidden)
+	nightly := itest.Submit(t, e, events.Requested{Agent: "doc", Tool: "rotate_logs", Timeout: events.Duration(time.Second)})
+	itest.WaitState(t, e.B, nightly.ID, broker.StateApproved)
+	late := itest.Submit(t, e, events.Requested{Agent: "doc", Tool: "write_file", Timeout: events.Duration(time.Second)})
 	time.Sleep(time.Until(late.Deadline.Add(100 * time.Millisecond)))
-	check(decide, call(t, http.MethodPost, e.api+"/v1/approvals/"+late.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusGone)
-	check(many, call(t, http.MethodPost, e.api+"/v1/decisions", map[string]any{"principal": "alice", "decision": "deny", "session": "s"}), http.StatusOK)
-	check(many, call(t, http.MethodPost, e.api+"/v1/decisions", map[string]any{"principal": "alice", "decision": "deny"}), http.StatusBadRequest)
-	third := submit(t, e, events.Requested{Agent: "doc", Tool: "write_file"})
-	check(cancel, call(t, http.MethodPost, e.api+"/v1/approvals/"+third.ID+"/cancel", map[string]string{"reason": "done"}), http.StatusOK)
-	check(cancel, call(t, http.MethodPost, e.api+"/v1/approvals/"+third.ID+"/cancel", nil), http.StatusConflict)
-	check(cancel, call(t, http.MethodPost, e.api+"/v1/approvals/"+third.ID+"/cancel", map[string]string{"by": "a b"}), http.StatusBadRequest)
-	submit(t, e, events.Requested{Agent: "doc", Tool: "write_file", Session: "to-cancel"})
-	check(cancels, call(t, http.MethodPost, e.api+"/v1/cancels", map[string]string{"session": "to-cancel", "reason": "the user stopped"}), http.StatusOK)
-	check(cancels, call(t, http.MethodPost, e.api+"/v1/cancels", map[string]any{"ids": []string{third.ID, "nope"}}), http.StatusOK)
-	check(cancels, call(t, http.MethodPost, e.api+"/v1/cancels", map[string]string{}), http.StatusBadRequest)
-	check(audit, call(t, http.MethodGet, e.api+"/v1/audit?request="+a.ID, nil), http.StatusOK)
-	check(audit, call(t, http.MethodGet, e.api+"/v1/audit?limit=0", nil), http.StatusBadRequest)
-	check(audit, call(t, http.MethodGet, e.api+"/v1/audit?request=nope", nil), http.StatusNotFound)
-	check(remember, call(t, http.MethodGet, e.api+"/v1/remembered", nil), http.StatusOK)
-	check(revoke, call(t, http.MethodDelete, e.api+"/v1/remembered/nope", nil), http.StatusNotFound)
-	check("GET /healthz", call(t, http.MethodGet, e.api+"/healthz", nil), http.StatusOK)
-	check("GET /readyz", call(t, http.MethodGet, e.api+"/readyz", nil), http.StatusOK)
+	check(decide, itest.Call(t, http.MethodPost, e.API+"/v1/approvals/"+late.ID+"/decision", itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Approve}}), http.StatusGone)
+	check(many, itest.Call(t, http.MethodPost, e.API+"/v1/decisions", map[string]any{"principal": "alice", "decision": "deny", "session": "s"}), http.StatusOK)
+	check(many, itest.Call(t, http.MethodPost, e.API+"/v1/decisions", map[string]any{"principal": "alice", "decision": "deny"}), http.StatusBadRequest)
+	third := itest.Submit(t, e, events.Requested{Agent: "doc", Tool: "write_file"})
+	check(cancel, itest.Call(t, http.MethodPost, e.API+"/v1/approvals/"+third.ID+"/cancel", map[string]string{"reason": "done"}), http.StatusOK)
+	check(cancel, itest.Call(t, http.MethodPost, e.API+"/v1/approvals/"+third.ID+"/cancel", nil), http.StatusConflict)
+	check(cancel, itest.Call(t, http.MethodPost, e.API+"/v1/approvals/"+third.ID+"/cancel", map[string]string{"by": "a b"}), http.StatusBadRequest)
+	itest.Submit(t, e, events.Requested{Agent: "doc", Tool: "write_file", Session: "to-cancel"})
+	check(cancels, itest.Call(t, http.MethodPost, e.API+"/v1/cancels", map[string]string{"session": "to-cancel", "reason": "the user stopped"}), http.StatusOK)
+	check(cancels, itest.Call(t, http.MethodPost, e.API+"/v1/cancels", map[string]any{"ids": []string{third.ID, "nope"}}), http.StatusOK)
+	check(cancels, itest.Call(t, http.MethodPost, e.API+"/v1/cancels", map[string]string{}), http.StatusBadRequest)
+	check(audit, itest.Call(t, http.MethodGet, e.API+"/v1/audit?request="+a.ID, nil), http.StatusOK)
+	check(audit, itest.Call(t, http.MethodGet, e.API+"/v1/audit?limit=0", nil), http.StatusBadRequest)
+	check(audit, itest.Call(t, http.MethodGet, e.API+"/v1/audit?request=nope", nil), http.StatusNotFound)
+	check(remember, itest.Call(t, http.MethodGet, e.API+"/v1/remembered", nil), http.StatusOK)
+	check(revoke, itest.Call(t, http.MethodDelete, e.API+"/v1/remembered/nope", nil), http.StatusNotFound)
+	check("GET /healthz", itest.Call(t, http.MethodGet, e.API+"/healthz", nil), http.StatusOK)
+	check("GET /readyz", itest.Call(t, http.MethodGet, e.API+"/readyz", nil), http.StatusOK)
 }
 
 // TestAuditCommand: "broker audit" (app.Audit) prints a request's timeline as
 // JSON lines, through pages, and honours a limit.
 func TestAuditCommand(t *testing.T) {
 	e := policyEnv(t)
-	rec := submit(t, e, events.Requested{Agent: "cli", Tool: "write_file"})
-	approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+rec.ID+"/decision", decisionBody{"dave", events.Responded{Decision: events.Deny, Reason: "no"}}), http.StatusOK)
+	rec := itest.Submit(t, e, events.Requested{Agent: "cli", Tool: "write_file"})
+	itest.ApprovalOf(t, itest.Call(t, http.MethodPost, e.API+"/v1/approvals/"+rec.ID+"/decision", itest.DecisionBody{Principal: "dave", Responded: events.Responded{Decision: events.Deny, Reason: "no"}}), http.StatusOK)
 	for range 5 {
-		submit(t, e, events.Requested{Agent: "cli", Tool: "read_file"})
+		itest.Submit(t, e, events.Requested{Agent: "cli", Tool: "read_file"})
 	}
 	var out strings.Builder
-	if err := app.Audit(testCtx(t, patience), &out, e.api, app.AuditQuery{Request: rec.ID}); err != nil {
+	if err := app.Audit(itest.TestCtx(t, itest.Patience), &out, e.API, app.AuditQuery{Request: rec.ID}); err != nil {
 		t.Fatal(err)
 	}
 	var types []string
@@ -533,13 +531,13 @@ func TestAuditCommand(t *testing.T) {
 		t.Fatalf("timeline %v", types)
 	}
 	out.Reset()
-	if err := app.Audit(testCtx(t, patience), &out, e.api, app.AuditQuery{Agent: "cli", Type: "requested", Limit: 4}); err != nil {
+	if err := app.Audit(itest.TestCtx(t, itest.Patience), &out, e.API, app.AuditQuery{Agent: "cli", Type: "requested", Limit: 4}); err != nil {
 		t.Fatal(err)
 	}
 	if n := strings.Count(out.String(), "\n"); n != 4 {
 		t.Fatalf("%d lines with limit 4:\n%s", n, out.String())
 	}
-	err := app.Audit(testCtx(t, patience), &out, e.api, app.AuditQuery{Since: "yesterday"})
+	err := app.Audit(itest.TestCtx(t, itest.Patience), &out, e.API, app.AuditQuery{Since: "yesterday"})
 	if err == nil || !strings.Contains(err.Error(), "invalid_request") {
 		t.Fatalf("bad since: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
@@ -30,16 +31,16 @@ type racerResult struct {
 // decided event; every HTTP loser gets 409 already_decided; the winner is the
 // one named in decided_by, with its verdict. Several rounds, to vary who wins.
 func TestRacingApprovers(t *testing.T) {
-	e := newEnv(t, broker.Config{})
+	e := itest.NewEnv(t, broker.Config{})
 	const agent, racers = "contested", 50
-	client := newClient(t, e.nc, agent)
+	client := itest.NewClient(t, e.NC, agent)
 	for round := range 3 {
 		t.Run(fmt.Sprintf("round-%d", round), func(t *testing.T) {
 			id := events.NewID()
-			res := requestAsync(t, testCtx(t, time.Minute), client, handler.Request{ID: id, Requested: events.Requested{
+			res := itest.RequestAsync(t, itest.TestCtx(t, time.Minute), client, handler.Request{ID: id, Requested: events.Requested{
 				Tool: "transfer", Args: json.RawMessage(`{"amount":100}`), Timeout: events.Duration(time.Minute),
 			}})
-			waitState(t, e.b, id, broker.StatePending)
+			itest.WaitState(t, e.B, id, broker.StatePending)
 
 			start := make(chan struct{})
 			results := make([]racerResult, racers)
@@ -57,14 +58,14 @@ func TestRacingApprovers(t *testing.T) {
 				}
 				wg.Go(func() {
 					<-start
-					ctx, cancel := opCtx()
+					ctx, cancel := itest.OpCtx()
 					defer cancel()
 					resp := events.Responded{Decision: r.verdict, Reason: "by " + r.principal}
 					if !r.viaHTTP {
-						r.err = handler.Answer(ctx, e.js, r.principal, id, resp)
+						r.err = handler.Answer(ctx, e.JS, r.principal, id, resp)
 						return
 					}
-					r.status, r.code, r.err = postDecision(ctx, e.api, id, r.principal, resp)
+					r.status, r.code, r.err = postDecision(ctx, e.API, id, r.principal, resp)
 				})
 			}
 			close(start)
@@ -92,7 +93,7 @@ func TestRacingApprovers(t *testing.T) {
 				}
 			}
 
-			d := waitDecision(t, e.js, id)
+			d := itest.WaitDecision(t, e.JS, id)
 			if len(d.DecidedBy) != 1 {
 				t.Fatalf("decided_by %+v, want one principal", d.DecidedBy)
 			}
@@ -115,16 +116,16 @@ func TestRacingApprovers(t *testing.T) {
 			}
 			t.Logf("won by %s (%s)", winner.principal, winner.verdict)
 
-			r := await(t, res)
-			if r.err != nil {
-				t.Fatal(r.err)
+			r := itest.Await(t, res)
+			if r.Err != nil {
+				t.Fatal(r.Err)
 			}
-			sameDecision(t, d, r.d)
-			waitBrokerIdle(t, e.js)
-			if n := countDecisions(t, e.js, id); n != 1 {
+			itest.SameDecision(t, d, r.D)
+			itest.WaitBrokerIdle(t, e.JS)
+			if n := itest.CountDecisions(t, e.JS, id); n != 1 {
 				t.Fatalf("%d decided messages, want 1", n)
 			}
-			if rec := waitState(t, e.b, id, broker.State(d.Outcome)); !rec.Decision.DecidedAt.Equal(d.DecidedAt) {
+			if rec := itest.WaitState(t, e.B, id, broker.State(d.Outcome)); !rec.Decision.DecidedAt.Equal(d.DecidedAt) {
 				t.Fatalf("record %+v, stream %+v", rec.Decision, d)
 			}
 		})
@@ -134,47 +135,47 @@ func TestRacingApprovers(t *testing.T) {
 // postDecision posts an answer over HTTP from a goroutine that is not the
 // test's, returning the status and the error code, if any.
 func postDecision(ctx context.Context, api, id, principal string, r events.Responded) (int, string, error) {
-	resp, err := doHTTP(ctx, http.MethodPost, api+"/v1/approvals/"+id+"/decision", decisionBody{principal, r})
-	if err != nil || resp.status == http.StatusOK {
-		return resp.status, "", err
+	resp, err := itest.DoHTTP(ctx, http.MethodPost, api+"/v1/approvals/"+id+"/decision", itest.DecisionBody{Principal: principal, Responded: r})
+	if err != nil || resp.Status == http.StatusOK {
+		return resp.Status, "", err
 	}
 	var e struct {
 		Error struct{ Code, Message string } `json:"error"`
 	}
-	if err := json.Unmarshal(resp.body, &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
-		return resp.status, "", fmt.Errorf("status %d with a body not in the error shape: %s", resp.status, strings.TrimSpace(string(resp.body)))
+	if err := json.Unmarshal(resp.Body, &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
+		return resp.Status, "", fmt.Errorf("status %d with a body not in the error shape: %s", resp.Status, strings.TrimSpace(string(resp.Body)))
 	}
-	return resp.status, e.Error.Code, nil
+	return resp.Status, e.Error.Code, nil
 }
 
 // TestLateAnswer answers a request after it expired: HTTP says 410 expired
 // (for a decision and for a cancel); a NATS answer changes nothing.
 func TestLateAnswer(t *testing.T) {
-	e := newEnv(t, broker.Config{})
-	client := newClient(t, e.nc, "slowpoke")
+	e := itest.NewEnv(t, broker.Config{})
+	client := itest.NewClient(t, e.NC, "slowpoke")
 	id := events.NewID()
-	r := await(t, requestAsync(t, testCtx(t, time.Minute), client, handler.Request{ID: id, Requested: events.Requested{
+	r := itest.Await(t, itest.RequestAsync(t, itest.TestCtx(t, time.Minute), client, handler.Request{ID: id, Requested: events.Requested{
 		Tool: "rm", Timeout: events.Duration(time.Second),
 	}}))
-	if r.err != nil || r.d.Outcome != events.Expired {
-		t.Fatalf("Request: %+v, %v; want expired", r.d, r.err)
+	if r.Err != nil || r.D.Outcome != events.Expired {
+		t.Fatalf("Request: %+v, %v; want expired", r.D, r.Err)
 	}
-	url := e.api + "/v1/approvals/" + id
+	url := e.API + "/v1/approvals/" + id
 	for _, v := range []events.Verdict{events.Approve, events.Deny} {
-		wantError(t, call(t, http.MethodPost, url+"/decision", decisionBody{"alice", events.Responded{Decision: v}}), http.StatusGone, "expired")
+		itest.WantError(t, itest.Call(t, http.MethodPost, url+"/decision", itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: v}}), http.StatusGone, "expired")
 	}
-	wantError(t, call(t, http.MethodPost, url+"/cancel", map[string]string{"reason": "too late"}), http.StatusGone, "expired")
-	answerNATS(t, e.js, "bob", id, events.Responded{Decision: events.Approve, Reason: "sorry, was at lunch"})
-	answerNATS(t, e.js, "carol", id, events.Responded{Decision: events.Deny})
+	itest.WantError(t, itest.Call(t, http.MethodPost, url+"/cancel", map[string]string{"reason": "too late"}), http.StatusGone, "expired")
+	itest.AnswerNATS(t, e.JS, "bob", id, events.Responded{Decision: events.Approve, Reason: "sorry, was at lunch"})
+	itest.AnswerNATS(t, e.JS, "carol", id, events.Responded{Decision: events.Deny})
 
-	waitBrokerIdle(t, e.js)
-	a := approvalOf(t, call(t, http.MethodGet, url, nil), http.StatusOK)
-	if a.State != broker.StateExpired || a.Decision == nil || a.Decision.Outcome != events.Expired || !a.Decision.DecidedAt.Equal(r.d.DecidedAt) || len(a.Decision.DecidedBy) != 0 {
+	itest.WaitBrokerIdle(t, e.JS)
+	a := itest.ApprovalOf(t, itest.Call(t, http.MethodGet, url, nil), http.StatusOK)
+	if a.State != broker.StateExpired || a.Decision == nil || a.Decision.Outcome != events.Expired || !a.Decision.DecidedAt.Equal(r.D.DecidedAt) || len(a.Decision.DecidedBy) != 0 {
 		t.Fatalf("after late answers the request reads %+v", a)
 	}
-	d := waitDecision(t, e.js, id)
-	sameDecision(t, r.d, d)
-	if n := countDecisions(t, e.js, id); n != 1 {
+	d := itest.WaitDecision(t, e.JS, id)
+	itest.SameDecision(t, r.D, d)
+	if n := itest.CountDecisions(t, e.JS, id); n != 1 {
 		t.Fatalf("%d decided messages, want 1", n)
 	}
 }

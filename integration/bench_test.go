@@ -3,81 +3,20 @@ package integration
 import (
 	"context"
 	"fmt"
-	"go.opentelemetry.io/otel/trace/noop"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/brokertest"
-	"github.com/assent-dev/assent/internal/natsembed"
 	"github.com/assent-dev/assent/internal/worker"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
 	"github.com/assent-dev/assent/pkg/policy"
 )
-
-// benchServer starts an embedded server with file storage and the given fsync
-// policy for a benchmark.
-func benchServer(b *testing.B, sync string) *nats.Conn {
-	b.Helper()
-	s, err := natsembed.Start(natsembed.Config{Port: -1, StoreDir: b.TempDir(), Sync: sync}, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
-	return nc
-}
-
-// runLoad calls one b.N times from conc goroutines and reports throughput and
-// latency percentiles.
-func runLoad(b *testing.B, conc int, one func(ctx context.Context, i int) error) {
-	b.Helper()
-	ctx := context.Background()
-	lat := make([]time.Duration, b.N)
-	var next atomic.Int64
-	var failed atomic.Int64
-	var firstErr atomic.Value
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
-	for range conc {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= b.N {
-					return
-				}
-				t0 := time.Now()
-				if err := one(ctx, i); err != nil {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, err)
-				}
-				lat[i] = time.Since(t0)
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if n := failed.Load(); n > 0 {
-		b.Fatalf("%d of %d failed; first: %v", n, b.N, firstErr.Load())
-	}
-	slices.Sort(lat)
-	pct := func(p float64) float64 { return float64(lat[int(float64(len(lat)-1)*p)].Microseconds()) / 1000 }
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
-	b.ReportMetric(pct(0.50), "p50-ms")
-	b.ReportMetric(pct(0.99), "p99-ms")
-}
 
 // BenchmarkRoundTrip measures request-to-decision through the broker in
 // auto-approve mode: the SDK publishes a request, the broker stores its state
@@ -88,14 +27,14 @@ func BenchmarkRoundTrip(b *testing.B) {
 		for _, conc := range []int{1, 64} {
 			b.Run(fmt.Sprintf("assent/sync=%s/c=%d", sync, conc), func(b *testing.B) {
 				b.ReportAllocs()
-				nc := benchServer(b, sync)
+				nc := itest.BenchServer(b, sync)
 				// Tracing off, as the broker program runs by default.
 				brokertest.Run(b, nc, broker.Config{Mode: broker.ModeAutoApprove, TracerProvider: noop.NewTracerProvider()})
 				client, err := handler.NewClient(nc, handler.Config{Agent: "bench"})
 				if err != nil {
 					b.Fatal(err)
 				}
-				runLoad(b, conc, func(ctx context.Context, _ int) error {
+				itest.RunLoad(b, conc, func(ctx context.Context, _ int) error {
 					d, err := client.Request(ctx, handler.Request{Requested: events.Requested{Tool: "noop", Args: []byte(`{"n":1}`)}})
 					if err == nil && !d.Approved() {
 						err = fmt.Errorf("outcome %s", d.Outcome)
@@ -105,7 +44,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 			})
 			b.Run(fmt.Sprintf("raw-jetstream/sync=%s/c=%d", sync, conc), func(b *testing.B) {
 				b.ReportAllocs()
-				benchRaw(b, benchServer(b, sync), conc)
+				benchRaw(b, itest.BenchServer(b, sync), conc)
 			})
 		}
 	}
@@ -118,7 +57,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 // reply.
 func benchRaw(b *testing.B, nc *nats.Conn, conc int) {
 	client := startRaw(b, nc, nc, false)
-	runLoad(b, conc, func(ctx context.Context, _ int) error {
+	itest.RunLoad(b, conc, func(ctx context.Context, _ int) error {
 		_, err := client.Request(ctx, handler.Request{Requested: events.Requested{Tool: "noop", Args: []byte(`{"n":1}`)}})
 		return err
 	})
@@ -172,7 +111,7 @@ func BenchmarkAnswerToDecision(b *testing.B) {
 	for _, sync := range []string{"always", "2m"} {
 		for _, conc := range []int{1, 16} {
 			b.Run(fmt.Sprintf("assent/sync=%s/c=%d", sync, conc), func(b *testing.B) {
-				nc := benchServer(b, sync)
+				nc := itest.BenchServer(b, sync)
 				brokertest.Run(b, nc, broker.Config{})
 				client, err := handler.NewClient(benchConn(b, nc), handler.Config{Agent: "bench"})
 				if err != nil {
@@ -185,7 +124,7 @@ func BenchmarkAnswerToDecision(b *testing.B) {
 				runAnswerLoad(b, benchConn(b, nc), target, conc)
 			})
 			b.Run(fmt.Sprintf("raw-jetstream/sync=%s/c=%d", sync, conc), func(b *testing.B) {
-				nc := benchServer(b, sync)
+				nc := itest.BenchServer(b, sync)
 				runAnswerLoad(b, benchConn(b, nc), startRaw(b, nc, benchConn(b, nc), true), conc)
 			})
 		}
@@ -221,7 +160,7 @@ func runAnswerLoad(b *testing.B, approver *nats.Conn, target worker.AnswerTarget
 func BenchmarkRememberedRoundTrip(b *testing.B) {
 	for _, how := range []string{"auto-approve-mode", "remembered"} {
 		b.Run(fmt.Sprintf("%s/sync=2m/c=64", how), func(b *testing.B) {
-			nc := benchServer(b, "2m")
+			nc := itest.BenchServer(b, "2m")
 			cfg := broker.Config{Mode: broker.ModeAutoApprove}
 			if how == "remembered" {
 				p, err := policy.Parse([]byte("version: 1\nrules:\n  - name: guarded\n    tools: [noop]\n    action: require_approval\n"), "bench.yaml")
@@ -245,7 +184,7 @@ func BenchmarkRememberedRoundTrip(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			runLoad(b, 64, func(ctx context.Context, _ int) error {
+			itest.RunLoad(b, 64, func(ctx context.Context, _ int) error {
 				d, err := client.Request(ctx, handler.Request{Requested: events.Requested{Tool: "noop", Args: []byte(`{"n":1}`)}})
 				if err == nil && (!d.Approved() || !d.Auto) {
 					err = fmt.Errorf("outcome %s by %s", d.Outcome, d.Rule)

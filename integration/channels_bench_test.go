@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/slacktest"
 	"github.com/assent-dev/assent/internal/smtptest"
@@ -58,7 +59,7 @@ func BenchmarkFanOut(b *testing.B) {
 		for i := range b.N {
 			ids[i], _ = w.ask(b, fmt.Sprintf("svc-%d", i))
 		}
-		eventually(b, 10*time.Minute, func() (bool, string) {
+		itest.Eventually(b, 10*time.Minute, func() (bool, string) {
 			s, m, h := len(w.slack.Messages()), len(w.smtp.Matching(func(smtptest.Delivery) bool { return true })), len(w.hooks.byType(events.TypePending))
 			return s > b.N && m > b.N && h > b.N, fmt.Sprintf("%d Slack messages, %d mails, %d pending webhooks of %d requests", s-1, m-1, h-1, b.N)
 		})
@@ -85,7 +86,7 @@ func BenchmarkFanOut(b *testing.B) {
 	b.Run("raw-jetstream", func(b *testing.B) {
 		ns := testenv.Server(b)
 		nc := testenv.Conn(b, ns)
-		js := newJS(b, nc)
+		js := itest.NewJS(b, nc)
 		ctx := context.Background()
 		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"}, Storage: jetstream.FileStorage}); err != nil {
 			b.Fatal(err)
@@ -164,7 +165,7 @@ func (r *hookReceiver) byType(typ string) []hookEvent {
 // pendingTimes reads when each request's pending event was stored.
 func pendingTimes(b *testing.B, w *channelWorld) map[string]time.Time {
 	b.Helper()
-	ctx, cancel := opCtx()
+	ctx, cancel := itest.OpCtx()
 	defer cancel()
 	c, err := w.js.OrderedConsumer(ctx, broker.StreamName, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.PendingPrefix + "*"}})
 	if err != nil {

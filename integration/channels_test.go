@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/bot"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/brokertest"
@@ -101,10 +102,10 @@ func newChannelWorldOn(t testing.TB, ns *testenv.NATS, brokerNC, agentNC *nats.C
 	if err := os.WriteFile(w.policy, []byte(channelsPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	w.js = newJS(t, brokerNC)
-	cfg.Name, cfg.Policy = "itest", mustPolicy(t, channelsPolicy, w.policy)
+	w.js = itest.NewJS(t, brokerNC)
+	cfg.Name, cfg.Policy = "itest", itest.MustPolicy(t, channelsPolicy, w.policy)
 	w.b, _ = brokertest.Run(t, brokerNC, cfg)
-	w.api = serveAPI(t, w.b)
+	w.api = itest.ServeAPI(t, w.b)
 	var err error
 	w.agent, err = handler.NewClient(agentNC, handler.Config{Agent: "coder", Logger: quietLogger(t)})
 	if err != nil {
@@ -224,8 +225,8 @@ func (w *channelWorld) runBot(t testing.TB, name string) string {
 			if err != nil {
 				t.Errorf("bot %s: Run: %v", name, err)
 			}
-		case <-time.After(patience):
-			t.Errorf("bot %s: Run did not return %s after its context ended", name, patience)
+		case <-time.After(itest.Patience):
+			t.Errorf("bot %s: Run did not return %s after its context ended", name, itest.Patience)
 		}
 	})
 	select {
@@ -233,8 +234,8 @@ func (w *channelWorld) runBot(t testing.TB, name string) string {
 		return "http://" + addr
 	case err := <-done:
 		t.Fatalf("bot %s stopped: %v", name, err)
-	case <-time.After(patience):
-		t.Fatalf("bot %s not serving after %s", name, patience)
+	case <-time.After(itest.Patience):
+		t.Fatalf("bot %s not serving after %s", name, itest.Patience)
 	}
 	return ""
 }
@@ -344,7 +345,7 @@ func (r *hookReceiver) events(id, typ string) []hookEvent {
 func (r *hookReceiver) wait(t testing.TB, id, typ string) hookEvent {
 	t.Helper()
 	var got []hookEvent
-	eventually(t, patience, func() (bool, string) {
+	itest.Eventually(t, itest.Patience, func() (bool, string) {
 		got = r.events(id, typ)
 		return len(got) > 0, "no " + typ + " event for " + id + " at the webhook receiver"
 	})
@@ -414,10 +415,10 @@ func TestFanOutRace(t *testing.T) {
 				if leader != "" && channel != leader {
 					time.Sleep(50 * time.Millisecond)
 				}
-				ctx, cancel := opCtx()
+				ctx, cancel := itest.OpCtx()
 				defer cancel()
-				r, err := doHTTPWith(ctx, method, u, h, body)
-				answers <- answer{channel, r.status, string(r.body), err}
+				r, err := itest.DoHTTPWith(ctx, method, u, h, body)
+				answers <- answer{channel, r.Status, string(r.Body), err}
 			})
 		}
 		slackBot := bots[round%2]
@@ -450,7 +451,7 @@ func TestFanOutRace(t *testing.T) {
 			t.Fatalf("round %d: decision %s by %s via %s", round, d.Outcome, by.Principal, by.Channel)
 		}
 		winners[by.Principal]++
-		if n := countDecisions(t, w.js, id); n != 1 {
+		if n := itest.CountDecisions(t, w.js, id); n != 1 {
 			t.Fatalf("round %d: %d decided events on the stream, want 1", round, n)
 		}
 		who := by.Principal + " via " + by.Channel
@@ -502,21 +503,21 @@ func (w *channelWorld) countSlackMessages(id string) int {
 // getPage fetches u and returns its status and body.
 func getPage(t *testing.T, u string) (int, string) {
 	t.Helper()
-	r := call(t, http.MethodGet, u, nil)
-	return r.status, string(r.body)
+	r := itest.Call(t, http.MethodGet, u, nil)
+	return r.Status, string(r.Body)
 }
 
 // startBotProc runs the built approver-bot with the configuration name on
 // listen, with the world's secrets in its environment, and waits until it
 // is ready.
-func (w *channelWorld) startBotProc(t *testing.T, bin, name, listen string, log *lockedBuffer) *proc {
+func (w *channelWorld) startBotProc(t *testing.T, bin, name, listen string, log *itest.LockedBuffer) *itest.Proc {
 	t.Helper()
 	cfg := w.config(t, name, listen)
 	env := os.Environ()
 	for k, v := range w.env {
 		env = append(env, k+"="+v)
 	}
-	return startProc(t, "approver-bot", func() *exec.Cmd {
+	return itest.StartProc(t, "approver-bot", func() *exec.Cmd {
 		cmd := exec.Command(bin, "run", "--config", cfg, "--log-level", "warn")
 		cmd.Env = env
 		return cmd
@@ -529,21 +530,21 @@ func (w *channelWorld) startBotProc(t *testing.T, bin, name, listen string, log 
 // pending is answered from its old Slack message; nothing is shown twice.
 // Then the same after SIGKILL.
 func TestBotRestart(t *testing.T) {
-	bin := binary(t, "approver-bot")
+	bin := itest.Binary(t, "approver-bot")
 	w := newChannelWorld(t)
 	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(clustertest.FreePort(t)))
-	var log lockedBuffer
+	var log itest.LockedBuffer
 	p := w.startBotProc(t, bin, "bot", listen, &log)
 
 	decidedWhileDown, _ := w.ask(t, "decided-while-down")
 	stillPending, stillDecision := w.ask(t, "still-pending")
 	w.shown(t, decidedWhileDown)
 	old, _ := w.shown(t, stillPending)
-	p.stop(t)
+	p.Stop(t)
 
 	askedWhileDown, askedDecision := w.ask(t, "asked-while-down")
-	waitState(t, w.b, askedWhileDown, broker.StatePending)
-	approvalOf(t, call(t, http.MethodPost, w.api+"/v1/approvals/"+decidedWhileDown+"/decision", `{"principal":"carol","decision":"approve"}`), http.StatusOK)
+	itest.WaitState(t, w.b, askedWhileDown, broker.StatePending)
+	itest.ApprovalOf(t, itest.Call(t, http.MethodPost, w.api+"/v1/approvals/"+decidedWhileDown+"/decision", `{"principal":"carol","decision":"approve"}`), http.StatusOK)
 
 	p = w.startBotProc(t, bin, "bot", listen, &log)
 	m, _ := w.shown(t, askedWhileDown)
@@ -562,7 +563,7 @@ func TestBotRestart(t *testing.T) {
 	w.outcome(t, stillPending, "alice via slack")
 	w.hooks.wait(t, stillPending, events.TypeDecided)
 	w.hooks.wait(t, decidedWhileDown, events.TypeDecided)
-	p.stop(t)
+	p.Stop(t)
 	if d := w.hooks.duplicates(); len(d) > 0 {
 		t.Errorf("webhook ids delivered twice across a graceful restart: %v", d)
 	}
@@ -570,7 +571,7 @@ func TestBotRestart(t *testing.T) {
 	// SIGKILL, with a request pending and shown: the next process shows it
 	// no second time, and a new one once.
 	p = w.startBotProc(t, bin, "bot", listen, &log)
-	p.kill(t)
+	p.Kill(t)
 	afterKill, afterKillDecision := w.ask(t, "after-kill")
 	p = w.startBotProc(t, bin, "bot", listen, &log)
 	w.shown(t, afterKill)
@@ -582,7 +583,7 @@ func TestBotRestart(t *testing.T) {
 		t.Fatalf("asked-while-down decided %+v", d)
 	}
 	w.outcome(t, askedWhileDown, "alice via slack")
-	approvalOf(t, call(t, http.MethodPost, w.api+"/v1/approvals/"+afterKill+"/decision", `{"principal":"carol","decision":"approve"}`), http.StatusOK)
+	itest.ApprovalOf(t, itest.Call(t, http.MethodPost, w.api+"/v1/approvals/"+afterKill+"/decision", `{"principal":"carol","decision":"approve"}`), http.StatusOK)
 	brokertest.Decision(t, afterKillDecision)
 	w.outcome(t, afterKill, "carol via http")
 

@@ -7,28 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
 )
 
-// sameDecision fails t unless a and b are the same decided event's data.
-func sameDecision(t *testing.T, a, b events.Decided) {
-	t.Helper()
-	if a.RequestID != b.RequestID || a.Outcome != b.Outcome || !a.DecidedAt.Equal(b.DecidedAt) || a.ArgsDigest != b.ArgsDigest || a.Reason != b.Reason || len(a.DecidedBy) != len(b.DecidedBy) {
-		t.Fatalf("different decisions:\n%+v\n%+v", a, b)
-	}
-	for i := range a.DecidedBy {
-		if a.DecidedBy[i].Principal != b.DecidedBy[i].Principal {
-			t.Fatalf("different deciders:\n%+v\n%+v", a.DecidedBy, b.DecidedBy)
-		}
-	}
-}
-
 // countRecords counts the broker's records of agent.
 func countRecords(t *testing.T, b *broker.Broker, agent string) int {
 	t.Helper()
-	ctx, cancel := opCtx()
+	ctx, cancel := itest.OpCtx()
 	defer cancel()
 	page, err := b.List(ctx, broker.Filter{Agent: agent, Limit: 1000})
 	if err != nil {
@@ -45,56 +33,56 @@ func countRecords(t *testing.T, b *broker.Broker, agent string) int {
 // again after the decision (the same client, or a fresh one as after a crash)
 // returns the original decision at once.
 func TestDuplicateRequestSDK(t *testing.T) {
-	e := newEnv(t, broker.Config{})
+	e := itest.NewEnv(t, broker.Config{})
 	const agent = "dup-sdk"
-	client := newClient(t, e.nc, agent)
+	client := itest.NewClient(t, e.NC, agent)
 	id := events.NewID()
 	req := handler.Request{ID: id, Requested: events.Requested{Tool: "rm", Args: json.RawMessage(`{"path":"/a"}`), Timeout: events.Duration(time.Minute)}}
 
 	const callers = 8
-	results := make([]<-chan result, callers)
+	results := make([]<-chan itest.Result, callers)
 	for i := range results {
-		results[i] = requestAsync(t, testCtx(t, time.Minute), client, req)
+		results[i] = itest.RequestAsync(t, itest.TestCtx(t, time.Minute), client, req)
 	}
-	waitState(t, e.b, id, broker.StatePending)
-	answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Deny, Reason: "no"})
+	itest.WaitState(t, e.B, id, broker.StatePending)
+	itest.AnswerNATS(t, e.JS, "alice", id, events.Responded{Decision: events.Deny, Reason: "no"})
 	var first events.Decided
 	for i, ch := range results {
-		r := await(t, ch)
-		if r.err != nil {
-			t.Fatalf("caller %d: %v", i, r.err)
+		r := itest.Await(t, ch)
+		if r.Err != nil {
+			t.Fatalf("caller %d: %v", i, r.Err)
 		}
-		if r.d.Outcome != events.Denied || r.d.Reason != "no" {
-			t.Fatalf("caller %d got %+v", i, r.d)
+		if r.D.Outcome != events.Denied || r.D.Reason != "no" {
+			t.Fatalf("caller %d got %+v", i, r.D)
 		}
 		if i == 0 {
-			first = r.d
+			first = r.D
 		}
-		sameDecision(t, first, r.d)
+		itest.SameDecision(t, first, r.D)
 	}
 
 	// Retries after the decision: sequentially, from the same client and from
 	// a new one, each with a Timeout far beyond the test's patience, so only
 	// the stored decision can answer them in time.
-	for i, c := range []*handler.Client{client, newClient(t, e.nc, agent), client} {
-		ctx, cancel := context.WithTimeout(context.Background(), patience)
+	for i, c := range []*handler.Client{client, itest.NewClient(t, e.NC, agent), client} {
+		ctx, cancel := context.WithTimeout(context.Background(), itest.Patience)
 		d, err := c.Request(ctx, req)
 		cancel()
 		if err != nil {
 			t.Fatalf("retry %d: %v", i, err)
 		}
-		sameDecision(t, first, d)
+		itest.SameDecision(t, first, d)
 	}
 	// The retries leave the record as it was.
-	rec := waitState(t, e.b, id, broker.StateDenied)
+	rec := itest.WaitState(t, e.B, id, broker.StateDenied)
 	if !rec.Decision.DecidedAt.Equal(first.DecidedAt) {
 		t.Fatalf("record %+v", rec.Decision)
 	}
-	waitBrokerIdle(t, e.js)
-	if n := countRecords(t, e.b, agent); n != 1 {
+	itest.WaitBrokerIdle(t, e.JS)
+	if n := countRecords(t, e.B, agent); n != 1 {
 		t.Fatalf("%d records for agent %s, want 1", n, agent)
 	}
-	if n := countDecisions(t, e.js, id); n != 1 {
+	if n := itest.CountDecisions(t, e.JS, id); n != 1 {
 		t.Fatalf("%d decided messages, want 1", n)
 	}
 }
@@ -104,7 +92,7 @@ func TestDuplicateRequestSDK(t *testing.T) {
 // first is stored, and again after the decision: one request, one decision,
 // the first contents.
 func TestDuplicateRequestRawNATS(t *testing.T) {
-	e := newEnv(t, broker.Config{})
+	e := itest.NewEnv(t, broker.Config{})
 	for _, withMsgID := range []bool{true, false} {
 		name := "without-msg-id"
 		if withMsgID {
@@ -121,37 +109,37 @@ func TestDuplicateRequestRawNATS(t *testing.T) {
 			if withMsgID {
 				msgID = id
 			}
-			body := rawEvent(id, events.TypeRequested, "agent/"+agent, `{"tool":"rm","args":{"path":"/first"},"timeout":"1m"}`)
-			mustPublish(t, e.js, subj, body, msgID)
-			mustPublish(t, e.js, subj, body, msgID)
+			body := itest.RawEvent(id, events.TypeRequested, "agent/"+agent, `{"tool":"rm","args":{"path":"/first"},"timeout":"1m"}`)
+			itest.MustPublish(t, e.JS, subj, body, msgID)
+			itest.MustPublish(t, e.JS, subj, body, msgID)
 			// Same id, different contents, once the first is stored: still
 			// the first request. (Published together without Nats-Msg-Id,
 			// the broker's workers race and the one stored first wins.)
-			rec := waitState(t, e.b, id, broker.StatePending)
-			mustPublish(t, e.js, subj, rawEvent(id, events.TypeRequested, "agent/"+agent, `{"tool":"format_disk","args":{"disk":"/dev/sda"},"timeout":"1h"}`), msgID)
-			waitIdle(t, e.js, false, "assent-broker-requests")
-			rec2 := waitState(t, e.b, id, broker.StatePending)
-			if rec2.Request.Tool != "rm" || !sameJSON(rec2.Request.Args, json.RawMessage(`{"path":"/first"}`)) || !rec2.Deadline.Equal(rec.Deadline) || rec2.Revision() != rec.Revision() {
+			rec := itest.WaitState(t, e.B, id, broker.StatePending)
+			itest.MustPublish(t, e.JS, subj, itest.RawEvent(id, events.TypeRequested, "agent/"+agent, `{"tool":"format_disk","args":{"disk":"/dev/sda"},"timeout":"1h"}`), msgID)
+			itest.WaitIdle(t, e.JS, false, "assent-broker-requests")
+			rec2 := itest.WaitState(t, e.B, id, broker.StatePending)
+			if rec2.Request.Tool != "rm" || !itest.SameJSON(rec2.Request.Args, json.RawMessage(`{"path":"/first"}`)) || !rec2.Deadline.Equal(rec.Deadline) || rec2.Revision() != rec.Revision() {
 				t.Fatalf("after duplicates the record is %+v, first read %+v", rec2, rec)
 			}
 
-			answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Approve})
-			d := waitDecision(t, e.js, id)
-			if d.Outcome != events.Approved || !sameJSON(d.Args, json.RawMessage(`{"path":"/first"}`)) {
+			itest.AnswerNATS(t, e.JS, "alice", id, events.Responded{Decision: events.Approve})
+			d := itest.WaitDecision(t, e.JS, id)
+			if d.Outcome != events.Approved || !itest.SameJSON(d.Args, json.RawMessage(`{"path":"/first"}`)) {
 				t.Fatalf("decision %+v", d)
 			}
 			// Published again after the decision: nothing changes.
-			mustPublish(t, e.js, subj, body, msgID)
-			mustPublish(t, e.js, subj, body, "")
-			waitBrokerIdle(t, e.js)
-			final := waitState(t, e.b, id, broker.StateApproved)
+			itest.MustPublish(t, e.JS, subj, body, msgID)
+			itest.MustPublish(t, e.JS, subj, body, "")
+			itest.WaitBrokerIdle(t, e.JS)
+			final := itest.WaitState(t, e.B, id, broker.StateApproved)
 			if !final.Decision.DecidedAt.Equal(d.DecidedAt) {
 				t.Fatalf("decision changed: %+v then %+v", d, final.Decision)
 			}
-			if n := countRecords(t, e.b, agent); n != 1 {
+			if n := countRecords(t, e.B, agent); n != 1 {
 				t.Fatalf("%d records for agent %s, want 1", n, agent)
 			}
-			if n := countDecisions(t, e.js, id); n != 1 {
+			if n := itest.CountDecisions(t, e.JS, id); n != 1 {
 				t.Fatalf("%d decided messages, want 1", n)
 			}
 		})
@@ -162,18 +150,18 @@ func TestDuplicateRequestRawNATS(t *testing.T) {
 // publishers at once, without Nats-Msg-Id, so every copy reaches the broker's
 // workers together.
 func TestDuplicateRequestConcurrentRaw(t *testing.T) {
-	e := newEnv(t, broker.Config{})
+	e := itest.NewEnv(t, broker.Config{})
 	const agent = "dup-storm"
 	subj, _ := events.RequestSubject(agent)
 	id := events.NewID()
-	body := rawEvent(id, events.TypeRequested, "agent/"+agent, `{"tool":"rm","args":{"n":1},"timeout":"1m"}`)
+	body := itest.RawEvent(id, events.TypeRequested, "agent/"+agent, `{"tool":"rm","args":{"n":1},"timeout":"1m"}`)
 	var wg sync.WaitGroup
 	errs := make(chan error, 32)
 	for range 32 {
 		wg.Go(func() {
-			ctx, cancel := opCtx()
+			ctx, cancel := itest.OpCtx()
 			defer cancel()
-			if err := publishCtx(ctx, e.js, subj, body); err != nil {
+			if err := itest.PublishCtx(ctx, e.JS, subj, body); err != nil {
 				errs <- err
 			}
 		})
@@ -183,20 +171,20 @@ func TestDuplicateRequestConcurrentRaw(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("publish: %v", err)
 	}
-	waitState(t, e.b, id, broker.StatePending)
-	rec, err := e.b.Respond(testCtx(t, patience), "alice", id, events.Responded{Decision: events.Approve})
+	itest.WaitState(t, e.B, id, broker.StatePending)
+	rec, err := e.B.Respond(itest.TestCtx(t, itest.Patience), "alice", id, events.Responded{Decision: events.Approve})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitBrokerIdle(t, e.js)
-	final := waitState(t, e.b, id, broker.StateApproved)
+	itest.WaitBrokerIdle(t, e.JS)
+	final := itest.WaitState(t, e.B, id, broker.StateApproved)
 	if !final.Decision.DecidedAt.Equal(rec.Decision.DecidedAt) {
 		t.Fatalf("decision changed: %+v then %+v", rec.Decision, final.Decision)
 	}
-	if n := countDecisions(t, e.js, id); n != 1 {
+	if n := itest.CountDecisions(t, e.JS, id); n != 1 {
 		t.Fatalf("%d decided messages, want 1", n)
 	}
-	if n := countRecords(t, e.b, agent); n != 1 {
+	if n := countRecords(t, e.B, agent); n != 1 {
 		t.Fatalf("%d records, want 1", n)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/creds"
 	"github.com/assent-dev/assent/internal/testenv"
@@ -38,12 +39,12 @@ type exampleAgent struct {
 	// the test where the program is missing (fails with CI=true).
 	command func(t *testing.T) []string
 	// flags tell the agent where e's broker is.
-	flags func(e *env) []string
+	flags func(e *itest.Env) []string
 }
 
 var exampleAgents = []exampleAgent{
-	{"python", pythonAgent, func(e *env) []string { return []string{"--url", e.api} }},
-	{"typescript", typescriptAgent, func(e *env) []string { return []string{"--nats-url", e.ns.ClientURL()} }},
+	{"python", pythonAgent, func(e *itest.Env) []string { return []string{"--url", e.API} }},
+	{"typescript", typescriptAgent, func(e *itest.Env) []string { return []string{"--nats-url", e.NS.ClientURL()} }},
 }
 
 // TestExampleAgents: each example deletes the file only once approved, and
@@ -56,7 +57,7 @@ func TestExampleAgents(t *testing.T) {
 	for _, ex := range exampleAgents {
 		t.Run(ex.name, func(t *testing.T) {
 			prog := ex.command(t)
-			e := newEnv(t, broker.Config{})
+			e := itest.NewEnv(t, broker.Config{})
 			start := func(t *testing.T, agent, id, file string, more ...string) *agentProc {
 				t.Helper()
 				return startAgent(t, append(append(append(prog, ex.flags(e)...), "--agent", agent, "--id", id), append(more, file)...))
@@ -68,7 +69,7 @@ func TestExampleAgents(t *testing.T) {
 				p := start(t, "ex-approve", id, file)
 				p.waitPending(t, e, id)
 				mustExist(t, file, true) // nothing runs before the decision
-				answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Approve, Reason: "fine"})
+				itest.AnswerNATS(t, e.JS, "alice", id, events.Responded{Decision: events.Approve, Reason: "fine"})
 				p.exits(t, 0, "deleted "+file)
 				mustExist(t, file, false)
 			})
@@ -83,7 +84,7 @@ func TestExampleAgents(t *testing.T) {
 				// that sort differently by UTF-8 bytes than by UTF-16 units.
 				edit := fmt.Sprintf(`{"path":%s,"note":"Q3 \u003cdraft\u003e & \u2028 \ud83d\ude00 \"x\"\n","ratio":1.50,`+
 					`"max_bytes":12345678901234567890,"\uff61":1,"😀":[1e3,-0.0,true,null,{}]}`, jsonText(t, draft))
-				answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Approve, Args: json.RawMessage(edit)})
+				itest.AnswerNATS(t, e.JS, "alice", id, events.Responded{Decision: events.Approve, Args: json.RawMessage(edit)})
 				p.exits(t, 0, "deleted "+draft)
 				mustExist(t, file, true)
 				mustExist(t, draft, false)
@@ -94,12 +95,12 @@ func TestExampleAgents(t *testing.T) {
 				id := events.NewID()
 				p := start(t, "ex-deny", id, file)
 				p.waitPending(t, e, id)
-				answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Deny, Reason: "keep Q3 until the audit"})
+				itest.AnswerNATS(t, e.JS, "alice", id, events.Responded{Decision: events.Deny, Reason: "keep Q3 until the audit"})
 				p.exits(t, 3, "keep Q3 until the audit")
 				// The same id again is the same request: its decision, at once.
 				start(t, "ex-deny", id, file).exits(t, 3, "keep Q3 until the audit")
 				mustExist(t, file, true)
-				if n := countDecisions(t, e.js, id); n != 1 {
+				if n := itest.CountDecisions(t, e.JS, id); n != 1 {
 					t.Fatalf("%d decided events for %s, want 1", n, id)
 				}
 			})
@@ -113,17 +114,17 @@ func TestExampleAgents(t *testing.T) {
 					t.Fatal(err)
 				}
 				p.exits(t, 5, "cancelled")
-				waitState(t, e.b, id, broker.StateCancelled)
+				itest.WaitState(t, e.B, id, broker.StateCancelled)
 				mustExist(t, file, true)
 			})
 
 			t.Run("id of another request", func(t *testing.T) {
 				file, other := tempFile(t, "q3.csv"), tempFile(t, "other.csv")
 				id := events.NewID()
-				approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals", map[string]any{
+				itest.ApprovalOf(t, itest.Call(t, http.MethodPost, e.API+"/v1/approvals", map[string]any{
 					"id": id, "agent": "ex-conflict", "tool": "delete_file", "args": map[string]string{"path": other}}), http.StatusCreated)
-				answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Approve})
-				waitState(t, e.b, id, broker.StateApproved)
+				itest.AnswerNATS(t, e.JS, "alice", id, events.Responded{Decision: events.Approve})
+				itest.WaitState(t, e.B, id, broker.StateApproved)
 				start(t, "ex-conflict", id, file).exits(t, 1, "different request")
 				mustExist(t, file, true)
 				mustExist(t, other, true)
@@ -135,16 +136,16 @@ func TestExampleAgents(t *testing.T) {
 				// gets that request's decision, not a second request.
 				t.Run("network error", func(t *testing.T) {
 					lossy := *e
-					lossy.api = loseFirstCreate(t, e.api)
+					lossy.API = loseFirstCreate(t, e.API)
 					file := tempFile(t, "q3.csv")
 					id := events.NewID()
 					p := startAgent(t, append(append(prog, ex.flags(&lossy)...), "--agent", "ex-lossy", "--id", id, file))
 					p.waitPending(t, e, id)
-					answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Approve})
+					itest.AnswerNATS(t, e.JS, "alice", id, events.Responded{Decision: events.Approve})
 					if out := p.exits(t, 0, "deleted "+file); !strings.Contains(out, "retrying") {
 						t.Fatalf("the agent did not say it retried:\n%s", out)
 					}
-					if n := countRecords(t, e.b, "ex-lossy"); n != 1 {
+					if n := countRecords(t, e.B, "ex-lossy"); n != 1 {
 						t.Fatalf("%d requests of ex-lossy, want 1", n)
 					}
 				})
@@ -164,16 +165,16 @@ func TestExampleAgentSignedDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub, _ := key.PublicKey()
-	e := newEnv(t, broker.Config{DecisionKey: key})
+	e := itest.NewEnv(t, broker.Config{DecisionKey: key})
 	file, other := tempFile(t, "q3.csv"), tempFile(t, "other.csv")
 	id := events.NewID()
-	p := startAgent(t, append(prog, "--nats-url", e.ns.ClientURL(), "--agent", "ex-signed", "--id", id, "--trust-decision-key", pub, file))
+	p := startAgent(t, append(prog, "--nats-url", e.NS.ClientURL(), "--agent", "ex-signed", "--id", id, "--trust-decision-key", pub, file))
 	rec := p.waitPending(t, e, id)
 	forged := fmt.Sprintf(`{"path":%s}`, jsonText(t, other))
-	mustPublish(t, e.js, events.DecisionPrefix+id, rawEvent(events.NewID(), events.TypeDecided, "broker/evil",
+	itest.MustPublish(t, e.JS, events.DecisionPrefix+id, itest.RawEvent(events.NewID(), events.TypeDecided, "broker/evil",
 		fmt.Sprintf(`{"request_id":%q,"outcome":"approved","args":%s,"args_digest":%q,"request_digest":%q,"decided_at":%q}`,
 			id, forged, mustDigest(t, forged), rec.RequestDigest, time.Now().UTC().Format(time.RFC3339Nano))), "")
-	answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Approve})
+	itest.AnswerNATS(t, e.JS, "alice", id, events.Responded{Decision: events.Approve})
 	if out := p.exits(t, 0, "deleted "+file); !strings.Contains(out, "no trusted key signed") {
 		t.Fatalf("the agent did not report skipping the forgery:\n%s", out)
 	}
@@ -192,8 +193,8 @@ func TestExampleAgentWithCredentials(t *testing.T) {
 	}
 	ns := testenv.OperatorServer(t, a.Embedded())
 	brokerNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleBroker, Name: "broker-1"})
-	b, _ := runBroker(t, brokerNC, broker.Config{Name: "creds"})
-	e := &env{ns: ns, nc: brokerNC, js: newJS(t, brokerNC), b: b}
+	b, _ := itest.RunBroker(t, brokerNC, broker.Config{Name: "creds"})
+	e := &itest.Env{NS: ns, NC: brokerNC, JS: itest.NewJS(t, brokerNC), B: b}
 	data, err := a.Issue(creds.Identity{Role: creds.RoleAgent, Name: "ex-creds"})
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +211,7 @@ func TestExampleAgentWithCredentials(t *testing.T) {
 	id := events.NewID()
 	p := start(id, report)
 	p.waitPending(t, e, id)
-	answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Deny, Reason: "not today"})
+	itest.AnswerNATS(t, e.JS, "alice", id, events.Responded{Decision: events.Deny, Reason: "not today"})
 	p.exits(t, 3, "not today")
 	start(id, report).exits(t, 3, "not today") // read from the stream
 
@@ -225,7 +226,7 @@ func TestExampleAgentWithCredentials(t *testing.T) {
 	id = events.NewID()
 	p = start(id, report)
 	p.waitPending(t, e, id)
-	answerNATS(t, e.js, "alice", id, events.Responded{Decision: events.Approve})
+	itest.AnswerNATS(t, e.JS, "alice", id, events.Responded{Decision: events.Approve})
 	p.exits(t, 0, "deleted "+report)
 }
 
@@ -314,17 +315,17 @@ func startAgent(t *testing.T, args []string) *agentProc {
 
 // waitPending waits until the broker holds request id pending, failing
 // with the agent's output if the agent exits first.
-func (p *agentProc) waitPending(t *testing.T, e *env, id string) broker.Record {
+func (p *agentProc) waitPending(t *testing.T, e *itest.Env, id string) broker.Record {
 	t.Helper()
 	var rec broker.Record
-	eventually(t, patience, func() (bool, string) {
+	itest.Eventually(t, itest.Patience, func() (bool, string) {
 		select {
 		case <-p.done:
 			t.Fatalf("the agent exited (%v) before request %s was pending:\n%s", p.err, id, p.out.String())
 		default:
 		}
 		var err error
-		rec, err = e.b.Get(context.Background(), id)
+		rec, err = e.B.Get(context.Background(), id)
 		return err == nil && rec.State == broker.StatePending, fmt.Sprintf("request %s: %q %v", id, rec.State, err)
 	})
 	return rec
@@ -336,10 +337,10 @@ func (p *agentProc) exits(t *testing.T, code int, want string) string {
 	t.Helper()
 	select {
 	case <-p.done:
-	case <-time.After(patience):
+	case <-time.After(itest.Patience):
 		_ = p.cmd.Process.Kill()
 		<-p.done
-		t.Fatalf("the agent still ran after %s:\n%s", patience, p.out.String())
+		t.Fatalf("the agent still ran after %s:\n%s", itest.Patience, p.out.String())
 	}
 	out := p.out.String()
 	got := 0

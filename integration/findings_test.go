@@ -1,8 +1,5 @@
 package integration
 
-// Tests that pin down defects found while writing this suite. Each names the
-// invariant or contract clause it checks; see the comments for the cause.
-
 import (
 	"context"
 	"encoding/json"
@@ -17,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
@@ -28,36 +26,36 @@ import (
 // Late answers, duplicate requests and fired timers must not broadcast the
 // decision again.
 func TestDecisionPublishedOnceOnTheWire(t *testing.T) {
-	e := newEnv(t, broker.Config{})
-	rec, err := e.b.Submit(testCtx(t, patience), "", "agent/wire", events.Requested{Tool: "rm", Agent: "wire", Timeout: events.Duration(time.Minute)})
+	e := itest.NewEnv(t, broker.Config{})
+	rec, err := e.B.Submit(itest.TestCtx(t, itest.Patience), "", "agent/wire", events.Requested{Tool: "rm", Agent: "wire", Timeout: events.Duration(time.Minute)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	subj, _ := events.DecisionSubject(rec.ID)
 	var seen atomic.Int64
-	sub, err := e.nc.Subscribe(subj, func(*nats.Msg) { seen.Add(1) })
+	sub, err := e.NC.Subscribe(subj, func(*nats.Msg) { seen.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := e.nc.Flush(); err != nil {
+	if err := e.NC.Flush(); err != nil {
 		t.Fatal(err)
 	}
 
-	approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+rec.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusOK)
-	waitDecision(t, e.js, rec.ID)
+	itest.ApprovalOf(t, itest.Call(t, http.MethodPost, e.API+"/v1/approvals/"+rec.ID+"/decision", itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Approve}}), http.StatusOK)
+	itest.WaitDecision(t, e.JS, rec.ID)
 	// Five late answers over HTTP, five over NATS, and the request again.
 	for range 5 {
-		wantError(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+rec.ID+"/decision", decisionBody{"bob", events.Responded{Decision: events.Deny}}), http.StatusConflict, "already_decided")
-		answerNATS(t, e.js, "carol", rec.ID, events.Responded{Decision: events.Deny})
+		itest.WantError(t, itest.Call(t, http.MethodPost, e.API+"/v1/approvals/"+rec.ID+"/decision", itest.DecisionBody{Principal: "bob", Responded: events.Responded{Decision: events.Deny}}), http.StatusConflict, "already_decided")
+		itest.AnswerNATS(t, e.JS, "carol", rec.ID, events.Responded{Decision: events.Deny})
 	}
 	reqSubj, _ := events.RequestSubject("wire")
-	mustPublish(t, e.js, reqSubj, rawEvent(rec.ID, events.TypeRequested, "agent/wire", `{"tool":"rm"}`), "")
-	waitBrokerIdle(t, e.js)
-	if err := e.nc.Flush(); err != nil {
+	itest.MustPublish(t, e.JS, reqSubj, itest.RawEvent(rec.ID, events.TypeRequested, "agent/wire", `{"tool":"rm"}`), "")
+	itest.WaitBrokerIdle(t, e.JS)
+	if err := e.NC.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if n := countDecisions(t, e.js, rec.ID); n != 1 {
+	if n := itest.CountDecisions(t, e.JS, rec.ID); n != 1 {
 		t.Fatalf("the stream holds %d decided messages, want 1", n)
 	}
 	if n := seen.Load(); n != 1 {
@@ -68,12 +66,12 @@ func TestDecisionPublishedOnceOnTheWire(t *testing.T) {
 // TestHTTPAnswerToMalformedID: an id that cannot exist is "not found" for
 // every route, as GET already says (404 not_found), not an internal error.
 func TestHTTPAnswerToMalformedID(t *testing.T) {
-	e := newEnv(t, broker.Config{})
+	e := itest.NewEnv(t, broker.Config{})
 	for _, id := range []string{"no such id", "a*b", "a>b"} {
-		base := e.api + "/v1/approvals/" + url.PathEscape(id)
-		wantError(t, call(t, http.MethodGet, base, nil), http.StatusNotFound, "not_found")
-		wantError(t, call(t, http.MethodPost, base+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusNotFound, "not_found")
-		wantError(t, call(t, http.MethodPost, base+"/cancel", nil), http.StatusNotFound, "not_found")
+		base := e.API + "/v1/approvals/" + url.PathEscape(id)
+		itest.WantError(t, itest.Call(t, http.MethodGet, base, nil), http.StatusNotFound, "not_found")
+		itest.WantError(t, itest.Call(t, http.MethodPost, base+"/decision", itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Approve}}), http.StatusNotFound, "not_found")
+		itest.WantError(t, itest.Call(t, http.MethodPost, base+"/cancel", nil), http.StatusNotFound, "not_found")
 	}
 }
 
@@ -82,23 +80,23 @@ func TestHTTPAnswerToMalformedID(t *testing.T) {
 // which the request consumer terminates without storing anything. The POST must
 // get a prompt 4xx, not hang until the client gives up.
 func TestHTTPCreateJustUnderBodyLimit(t *testing.T) {
-	e := newEnv(t, broker.Config{})
+	e := itest.NewEnv(t, broker.Config{})
 	prefix, suffix := `{"agent":"big","tool":"rm","args":{"blob":"`, `"}}`
 	body := prefix + strings.Repeat("x", events.DefaultMaxEventSize-len(prefix)-len(suffix)-16) + suffix
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := doHTTP(ctx, http.MethodPost, e.api+"/v1/approvals", body)
+	r, err := itest.DoHTTP(ctx, http.MethodPost, e.API+"/v1/approvals", body)
 	if errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("POST /v1/approvals with a %d-byte body (under the %d-byte limit) got no answer in 10s", len(body), events.DefaultMaxEventSize)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.status == http.StatusCreated {
+	if r.Status == http.StatusCreated {
 		return // stored after all: fine
 	}
-	if r.status != http.StatusRequestEntityTooLarge && r.status != http.StatusBadRequest {
-		t.Fatalf("status %d: %s", r.status, r.body)
+	if r.Status != http.StatusRequestEntityTooLarge && r.Status != http.StatusBadRequest {
+		t.Fatalf("status %d: %s", r.Status, r.Body)
 	}
 }
 
@@ -109,16 +107,16 @@ func TestHTTPCreateJustUnderBodyLimit(t *testing.T) {
 // KV update's core NATS message and then re-reads the entry; the read can
 // still return the previous revision, and no further wake-up comes.)
 func TestLongPollSeesEveryDecision(t *testing.T) {
-	e := newEnv(t, broker.Config{})
+	e := itest.NewEnv(t, broker.Config{})
 	const n, rounds = 200, 3
 	for round := range rounds {
 		ids := make([]string, n)
 		var wg sync.WaitGroup
 		for i := range ids {
 			wg.Go(func() {
-				ctx, cancel := opCtx()
+				ctx, cancel := itest.OpCtx()
 				defer cancel()
-				rec, err := e.b.Submit(ctx, "", "agent/poller", events.Requested{Tool: "rm", Agent: "poller", Timeout: events.Duration(time.Minute)})
+				rec, err := e.B.Submit(ctx, "", "agent/poller", events.Requested{Tool: "rm", Agent: "poller", Timeout: events.Duration(time.Minute)})
 				if err != nil {
 					t.Error(err)
 				}
@@ -141,13 +139,13 @@ func TestLongPollSeesEveryDecision(t *testing.T) {
 				defer func() { returned[i] = time.Now() }()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
-				r, err := doHTTP(ctx, http.MethodGet, e.api+"/v1/approvals/"+id+"?wait=5s", nil)
-				if err != nil || r.status != http.StatusOK {
-					t.Errorf("GET %s: %v %d %s", id, err, r.status, r.body)
+				r, err := itest.DoHTTP(ctx, http.MethodGet, e.API+"/v1/approvals/"+id+"?wait=5s", nil)
+				if err != nil || r.Status != http.StatusOK {
+					t.Errorf("GET %s: %v %d %s", id, err, r.Status, r.Body)
 					return
 				}
 				var a struct{ State broker.State }
-				if err := json.Unmarshal(r.body, &a); err != nil {
+				if err := json.Unmarshal(r.Body, &a); err != nil {
 					t.Error(err)
 				}
 				states[i] = a.State
@@ -157,9 +155,9 @@ func TestLongPollSeesEveryDecision(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		for i, id := range ids {
 			wg.Go(func() {
-				ctx, cancel := opCtx()
+				ctx, cancel := itest.OpCtx()
 				defer cancel()
-				if _, err := e.b.Respond(ctx, "alice", id, events.Responded{Decision: events.Approve}); err != nil {
+				if _, err := e.B.Respond(ctx, "alice", id, events.Responded{Decision: events.Approve}); err != nil {
 					t.Error(err)
 				}
 				decided[i] = time.Now()
@@ -171,7 +169,7 @@ func TestLongPollSeesEveryDecision(t *testing.T) {
 		for i, st := range states {
 			if st == broker.StatePending && returned[i].Sub(decided[i]) > time.Second {
 				missed++
-				if rec, err := e.b.Get(testCtx(t, patience), ids[i]); err != nil || rec.State != broker.StateApproved {
+				if rec, err := e.B.Get(itest.TestCtx(t, itest.Patience), ids[i]); err != nil || rec.State != broker.StateApproved {
 					t.Fatalf("request %s: %+v, %v", ids[i], rec, err)
 				}
 			}
@@ -200,14 +198,14 @@ func TestBrokerRunReturnsNilOnShutdown(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- b.Run(ctx) }()
-		eventually(t, patience, func() (bool, string) { return b.Ready(), "broker not ready" })
+		itest.Eventually(t, itest.Patience, func() (bool, string) { return b.Ready(), "broker not ready" })
 		cancel()
 		select {
 		case err := <-done:
 			if err != nil {
 				t.Fatalf("cycle %d: Run returned %q after its context was cancelled, want nil", cycle, err)
 			}
-		case <-time.After(patience):
+		case <-time.After(itest.Patience):
 			t.Fatalf("cycle %d: Run did not return after its context was cancelled", cycle)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/creds"
 	"github.com/assent-dev/assent/internal/mcpgateway"
@@ -50,7 +51,7 @@ func TestGatewayWithCredentials(t *testing.T) {
 		v.DecidedBy[0].Channel != mcpgateway.ElicitChannel || runs.Load() != 1 {
 		t.Fatalf("accepted in the client: IsError %v, verdict %+v, %d run(s)", res.IsError, v, runs.Load())
 	}
-	if rec := waitState(t, b, v.RequestID, broker.StateApproved); rec.Request.Agent != "coder" {
+	if rec := itest.WaitState(t, b, v.RequestID, broker.StateApproved); rec.Request.Agent != "coder" {
 		t.Fatalf("asked as %q", rec.Request.Agent)
 	}
 	res = callMCP(t, cs, "deploy", `{"v":2}`)
@@ -107,7 +108,7 @@ func TestGatewayWithPrivateCredentials(t *testing.T) {
 	if res.IsError || verdict.Outcome != events.Approved || runs.Load() != 1 {
 		t.Fatalf("accepted in the client: IsError %v, verdict %+v, %d run(s)", res.IsError, verdict, runs.Load())
 	}
-	waitState(t, b, verdict.RequestID, broker.StateApproved)
+	itest.WaitState(t, b, verdict.RequestID, broker.StateApproved)
 	v.none(t, "the gateway, on private credentials,")
 }
 
@@ -136,7 +137,7 @@ func gatewayOn(t *testing.T, nc *nats.Conn, cfg mcpgateway.Config, elicit func(c
 			t.Errorf("close the gateway: %v", err)
 		}
 	})
-	if err := g.Start(testCtx(t, patience)); err != nil {
+	if err := g.Start(itest.TestCtx(t, itest.Patience)); err != nil {
 		t.Fatal(err)
 	}
 	server, client := net.Pipe()
@@ -150,7 +151,7 @@ func gatewayOn(t *testing.T, nc *nats.Conn, cfg mcpgateway.Config, elicit func(c
 		}
 	})
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "desktop", Version: "1"}, &mcp.ClientOptions{ElicitationHandler: elicit}).
-		Connect(testCtx(t, patience), &mcp.IOTransport{Reader: client, Writer: client}, nil)
+		Connect(itest.TestCtx(t, itest.Patience), &mcp.IOTransport{Reader: client, Writer: client}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,17 +6,16 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/app"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/httpapi"
-	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 )
 
@@ -31,7 +30,7 @@ type appEnv struct {
 // NATS as for HTTP) and storage in t.TempDir().
 func newAppEnv(t *testing.T) *appEnv {
 	t.Helper()
-	addrs := startApp(t, app.Options{
+	addrs := itest.StartApp(t, app.Options{
 		NATSListen: "127.0.0.1:0",
 		DataDir:    t.TempDir(),
 		HTTPListen: "127.0.0.1:0",
@@ -48,18 +47,18 @@ func newAppEnv(t *testing.T) *appEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	return &appEnv{api: addrs.HTTP, js: newJS(t, nc)}
+	return &appEnv{api: addrs.HTTP, js: itest.NewJS(t, nc)}
 }
 
 // create posts a request and checks it was created pending.
 func (a *appEnv) create(t *testing.T, body map[string]any) httpapi.Approval {
 	t.Helper()
-	r := call(t, http.MethodPost, a.api+"/v1/approvals", body)
-	got := approvalOf(t, r, http.StatusCreated)
+	r := itest.Call(t, http.MethodPost, a.api+"/v1/approvals", body)
+	got := itest.ApprovalOf(t, r, http.StatusCreated)
 	if got.State != broker.StatePending || got.ID == "" || got.Decision != nil {
 		t.Fatalf("created %+v", got)
 	}
-	if loc := r.header.Get("Location"); loc != "/v1/approvals/"+got.ID {
+	if loc := r.Header.Get("Location"); loc != "/v1/approvals/"+got.ID {
 		t.Fatalf("Location %q, want /v1/approvals/%s", loc, got.ID)
 	}
 	return got
@@ -68,18 +67,18 @@ func (a *appEnv) create(t *testing.T, body map[string]any) httpapi.Approval {
 // list returns the ids GET /v1/approvals?query lists.
 func (a *appEnv) list(t *testing.T, query string) []string {
 	t.Helper()
-	r := call(t, http.MethodGet, a.api+"/v1/approvals?"+query, nil)
-	if r.status != http.StatusOK {
-		t.Fatalf("list ?%s: %d %s", query, r.status, r.body)
+	r := itest.Call(t, http.MethodGet, a.api+"/v1/approvals?"+query, nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("list ?%s: %d %s", query, r.Status, r.Body)
 	}
 	var out struct {
 		Approvals []httpapi.Approval `json:"approvals"`
 	}
-	if err := json.Unmarshal(r.body, &out); err != nil {
+	if err := json.Unmarshal(r.Body, &out); err != nil {
 		t.Fatal(err)
 	}
 	if out.Approvals == nil {
-		t.Fatalf("list ?%s: approvals is not an array: %s", query, r.body)
+		t.Fatalf("list ?%s: approvals is not an array: %s", query, r.Body)
 	}
 	ids := []string{}
 	for _, ap := range out.Approvals {
@@ -91,14 +90,14 @@ func (a *appEnv) list(t *testing.T, query string) []string {
 // longPoll sends a request in the background; the channel yields its
 // response (or, on a transport error, a response with status 0 and the error
 // as its body).
-func longPoll(method, url string, body any) <-chan httpResp {
-	done := make(chan httpResp, 1)
+func longPoll(method, url string, body any) <-chan itest.HTTPResp {
+	done := make(chan itest.HTTPResp, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		r, err := doHTTP(ctx, method, url, body)
+		r, err := itest.DoHTTP(ctx, method, url, body)
 		if err != nil {
-			r.body = []byte(err.Error())
+			r.Body = []byte(err.Error())
 		}
 		done <- r
 	}()
@@ -116,7 +115,7 @@ func (a *appEnv) decidedByLongPoll(t *testing.T, id string, got httpapi.Approval
 		return got
 	}
 	t.Logf("long poll on %s missed its decision (see TestLongPollSeesEveryDecision)", id)
-	return approvalOf(t, call(t, http.MethodGet, a.api+"/v1/approvals/"+id, nil), http.StatusOK)
+	return itest.ApprovalOf(t, itest.Call(t, http.MethodGet, a.api+"/v1/approvals/"+id, nil), http.StatusOK)
 }
 
 func sameSet(got []string, want ...string) bool {
@@ -141,30 +140,30 @@ func TestHTTPAPI(t *testing.T) {
 
 	t.Run("health", func(t *testing.T) {
 		for path, want := range map[string]string{"/healthz": "ok", "/readyz": "ready"} {
-			r := call(t, http.MethodGet, a.api+path, nil)
+			r := itest.Call(t, http.MethodGet, a.api+path, nil)
 			var body struct{ Status string }
-			if r.status != http.StatusOK || json.Unmarshal(r.body, &body) != nil || body.Status != want {
-				t.Fatalf("%s: %d %s", path, r.status, r.body)
+			if r.Status != http.StatusOK || json.Unmarshal(r.Body, &body) != nil || body.Status != want {
+				t.Fatalf("%s: %d %s", path, r.Status, r.Body)
 			}
 		}
 	})
 
 	t.Run("create-and-get", func(t *testing.T) {
 		got := a.create(t, map[string]any{"agent": "web", "tool": "rm", "args": map[string]any{"path": "/x"}, "session": "s-1", "user": "carol", "hint": "Remove /x?", "timeout": "1m", "labels": map[string]string{"env": "prod"}})
-		if got.Request.Agent != "web" || got.Request.Tool != "rm" || !sameJSON(got.Request.Args, []byte(`{"path":"/x"}`)) || got.Request.User != "carol" || got.Request.Labels["env"] != "prod" {
+		if got.Request.Agent != "web" || got.Request.Tool != "rm" || !itest.SameJSON(got.Request.Args, []byte(`{"path":"/x"}`)) || got.Request.User != "carol" || got.Request.Labels["env"] != "prod" {
 			t.Fatalf("request echoed as %+v", got.Request)
 		}
 		if d := got.Deadline.Sub(got.ReceivedAt); d != time.Minute {
 			t.Fatalf("deadline %s after receipt, want 1m", d)
 		}
-		r := call(t, http.MethodGet, a.api+"/v1/approvals/"+got.ID, nil)
-		again := approvalOf(t, r, http.StatusOK)
+		r := itest.Call(t, http.MethodGet, a.api+"/v1/approvals/"+got.ID, nil)
+		again := itest.ApprovalOf(t, r, http.StatusOK)
 		if again.ID != got.ID || again.State != broker.StatePending || !again.Deadline.Equal(got.Deadline) {
 			t.Fatalf("GET %+v, created %+v", again, got)
 		}
 		var raw map[string]json.RawMessage
-		if err := json.Unmarshal(r.body, &raw); err != nil || string(raw["decision"]) != "null" {
-			t.Fatalf("a pending approval must have \"decision\": null: %s", r.body)
+		if err := json.Unmarshal(r.Body, &raw); err != nil || string(raw["decision"]) != "null" {
+			t.Fatalf("a pending approval must have \"decision\": null: %s", r.Body)
 		}
 
 		// A chosen id is kept; creating it again is the same request, and a
@@ -174,38 +173,38 @@ func TestHTTPAPI(t *testing.T) {
 		if first.ID != id {
 			t.Fatalf("created %s, asked for id %s", first.ID, id)
 		}
-		r = call(t, http.MethodPost, a.api+"/v1/approvals", map[string]any{"id": id, "agent": "web", "tool": "ls", "hint": "hints may change"})
-		if r.status/100 != 2 {
-			t.Fatalf("creating id %s again: %d %s", id, r.status, r.body)
+		r = itest.Call(t, http.MethodPost, a.api+"/v1/approvals", map[string]any{"id": id, "agent": "web", "tool": "ls", "hint": "hints may change"})
+		if r.Status/100 != 2 {
+			t.Fatalf("creating id %s again: %d %s", id, r.Status, r.Body)
 		}
-		dup := approvalOf(t, r, r.status)
+		dup := itest.ApprovalOf(t, r, r.Status)
 		if dup.ID != id || dup.Request.Tool != "ls" || !dup.ReceivedAt.Equal(first.ReceivedAt) {
 			t.Fatalf("creating id %s again gave %+v", id, dup)
 		}
-		wantError(t, call(t, http.MethodPost, a.api+"/v1/approvals", map[string]any{"id": id, "agent": "web", "tool": "format_disk"}), http.StatusConflict, "id_conflict")
+		itest.WantError(t, itest.Call(t, http.MethodPost, a.api+"/v1/approvals", map[string]any{"id": id, "agent": "web", "tool": "format_disk"}), http.StatusConflict, "id_conflict")
 	})
 
 	t.Run("create-with-wait", func(t *testing.T) {
 		id := events.NewID()
 		done := longPoll(http.MethodPost, a.api+"/v1/approvals?wait=10s", map[string]any{"id": id, "agent": "web", "tool": "deploy", "timeout": "1m"})
-		eventually(t, patience, func() (bool, string) {
-			r := call(t, http.MethodGet, a.api+"/v1/approvals/"+id, nil)
-			return r.status == http.StatusOK, "not created yet"
+		itest.Eventually(t, itest.Patience, func() (bool, string) {
+			r := itest.Call(t, http.MethodGet, a.api+"/v1/approvals/"+id, nil)
+			return r.Status == http.StatusOK, "not created yet"
 		})
-		approvalOf(t, call(t, http.MethodPost, a.api+"/v1/approvals/"+id+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusOK)
+		itest.ApprovalOf(t, itest.Call(t, http.MethodPost, a.api+"/v1/approvals/"+id+"/decision", itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Approve}}), http.StatusOK)
 		r := <-done
-		if loc := r.header.Get("Location"); loc != "/v1/approvals/"+id {
+		if loc := r.Header.Get("Location"); loc != "/v1/approvals/"+id {
 			t.Fatalf("Location %q", loc)
 		}
 		// 201 whether or not it waited.
-		got := a.decidedByLongPoll(t, id, approvalOf(t, r, http.StatusCreated))
+		got := a.decidedByLongPoll(t, id, itest.ApprovalOf(t, r, http.StatusCreated))
 		if got.State != broker.StateApproved || got.Decision == nil || got.Decision.DecidedBy[0].Principal != "alice" {
 			t.Fatalf("POST ?wait= returned %+v", got)
 		}
 
 		// Nobody answers: the wait ends with the request still pending.
-		r = call(t, http.MethodPost, a.api+"/v1/approvals?wait=300ms", map[string]any{"agent": "web", "tool": "deploy", "timeout": "1m"})
-		if got := approvalOf(t, r, http.StatusCreated); got.State != broker.StatePending {
+		r = itest.Call(t, http.MethodPost, a.api+"/v1/approvals?wait=300ms", map[string]any{"agent": "web", "tool": "deploy", "timeout": "1m"})
+		if got := itest.ApprovalOf(t, r, http.StatusCreated); got.State != broker.StatePending {
 			t.Fatalf("POST ?wait= with no answer: %+v", got)
 		}
 	})
@@ -216,18 +215,18 @@ func TestHTTPAPI(t *testing.T) {
 		// Answer over NATS while the GET waits. (The pause only makes it likely
 		// that the GET is waiting already; the test holds either way.)
 		time.Sleep(100 * time.Millisecond)
-		answerNATS(t, a.js, "bob", pending.ID, events.Responded{Decision: events.Deny, Reason: "not today"})
-		ap := a.decidedByLongPoll(t, pending.ID, approvalOf(t, <-done, http.StatusOK))
+		itest.AnswerNATS(t, a.js, "bob", pending.ID, events.Responded{Decision: events.Deny, Reason: "not today"})
+		ap := a.decidedByLongPoll(t, pending.ID, itest.ApprovalOf(t, <-done, http.StatusOK))
 		if ap.State != broker.StateDenied || ap.Decision.Reason != "not today" {
 			t.Fatalf("GET ?wait= returned %+v", ap)
 		}
 		// Already decided: no waiting at all is needed.
-		if ap := approvalOf(t, call(t, http.MethodGet, a.api+"/v1/approvals/"+pending.ID+"?wait=1m", nil), http.StatusOK); ap.State != broker.StateDenied {
+		if ap := itest.ApprovalOf(t, itest.Call(t, http.MethodGet, a.api+"/v1/approvals/"+pending.ID+"?wait=1m", nil), http.StatusOK); ap.State != broker.StateDenied {
 			t.Fatalf("GET ?wait= on a decided request: %+v", ap)
 		}
 		// Nobody answers: the wait ends with the request still pending.
 		other := a.create(t, map[string]any{"agent": "web", "tool": "deploy", "timeout": "1m"})
-		if ap := approvalOf(t, call(t, http.MethodGet, a.api+"/v1/approvals/"+other.ID+"?wait=300ms", nil), http.StatusOK); ap.State != broker.StatePending {
+		if ap := itest.ApprovalOf(t, itest.Call(t, http.MethodGet, a.api+"/v1/approvals/"+other.ID+"?wait=300ms", nil), http.StatusOK); ap.State != broker.StatePending {
 			t.Fatalf("GET ?wait= with no answer: %+v", ap)
 		}
 	})
@@ -236,7 +235,7 @@ func TestHTTPAPI(t *testing.T) {
 		a1 := a.create(t, map[string]any{"agent": "lister-a", "session": "ls-1", "tool": "t1", "timeout": "1m"})
 		a2 := a.create(t, map[string]any{"agent": "lister-a", "session": "ls-2", "tool": "t2", "timeout": "1m"})
 		b1 := a.create(t, map[string]any{"agent": "lister-b", "session": "ls-1", "tool": "t3", "timeout": "1m"})
-		approvalOf(t, call(t, http.MethodPost, a.api+"/v1/approvals/"+a2.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusOK)
+		itest.ApprovalOf(t, itest.Call(t, http.MethodPost, a.api+"/v1/approvals/"+a2.ID+"/decision", itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Approve}}), http.StatusOK)
 		for _, c := range []struct {
 			query string
 			want  []string
@@ -257,7 +256,7 @@ func TestHTTPAPI(t *testing.T) {
 			t.Errorf("?limit=1 lists %v", got)
 		}
 		for _, q := range []string{"state=bogus", "limit=0", "limit=x", "limit=1001"} {
-			wantError(t, call(t, http.MethodGet, a.api+"/v1/approvals?"+q, nil), http.StatusBadRequest, "invalid_request")
+			itest.WantError(t, itest.Call(t, http.MethodGet, a.api+"/v1/approvals?"+q, nil), http.StatusBadRequest, "invalid_request")
 		}
 	})
 
@@ -274,17 +273,17 @@ func TestHTTPAPI(t *testing.T) {
 			`{"principal":"a b","decision":"approve"}`,
 			`{"principal":"alice","decision":"approve","remember":{"scope":"forever"}}`,
 		} {
-			wantError(t, call(t, http.MethodPost, url, body), http.StatusBadRequest, "invalid_request")
+			itest.WantError(t, itest.Call(t, http.MethodPost, url, body), http.StatusBadRequest, "invalid_request")
 		}
-		if ap := approvalOf(t, call(t, http.MethodGet, a.api+"/v1/approvals/"+p.ID, nil), http.StatusOK); ap.State != broker.StatePending {
+		if ap := itest.ApprovalOf(t, itest.Call(t, http.MethodGet, a.api+"/v1/approvals/"+p.ID, nil), http.StatusOK); ap.State != broker.StatePending {
 			t.Fatalf("bad answers changed the request: %+v", ap)
 		}
-		ap := approvalOf(t, call(t, http.MethodPost, url, `{"principal":"alice","decision":"approve","args":{"path":"/b"},"reason":"b, not a"}`), http.StatusOK)
-		if ap.State != broker.StateApproved || !ap.Decision.Edited || !sameJSON(ap.Decision.Args, []byte(`{"path":"/b"}`)) || ap.Decision.DecidedBy[0].Channel != "http" {
+		ap := itest.ApprovalOf(t, itest.Call(t, http.MethodPost, url, `{"principal":"alice","decision":"approve","args":{"path":"/b"},"reason":"b, not a"}`), http.StatusOK)
+		if ap.State != broker.StateApproved || !ap.Decision.Edited || !itest.SameJSON(ap.Decision.Args, []byte(`{"path":"/b"}`)) || ap.Decision.DecidedBy[0].Channel != "http" {
 			t.Fatalf("approved %+v", ap.Decision)
 		}
-		wantError(t, call(t, http.MethodPost, url, decisionBody{"bob", events.Responded{Decision: events.Deny}}), http.StatusConflict, "already_decided")
-		d := waitDecision(t, a.js, p.ID)
+		itest.WantError(t, itest.Call(t, http.MethodPost, url, itest.DecisionBody{Principal: "bob", Responded: events.Responded{Decision: events.Deny}}), http.StatusConflict, "already_decided")
+		d := itest.WaitDecision(t, a.js, p.ID)
 		if d.Outcome != events.Approved || !d.DecidedAt.Equal(ap.Decision.DecidedAt) {
 			t.Fatalf("stream holds %+v", d)
 		}
@@ -292,32 +291,32 @@ func TestHTTPAPI(t *testing.T) {
 
 	t.Run("cancel", func(t *testing.T) {
 		p := a.create(t, map[string]any{"agent": "web", "tool": "rm", "timeout": "1m"})
-		ap := approvalOf(t, call(t, http.MethodPost, a.api+"/v1/approvals/"+p.ID+"/cancel", map[string]string{"reason": "changed my mind", "by": "carol"}), http.StatusOK)
+		ap := itest.ApprovalOf(t, itest.Call(t, http.MethodPost, a.api+"/v1/approvals/"+p.ID+"/cancel", map[string]string{"reason": "changed my mind", "by": "carol"}), http.StatusOK)
 		if ap.State != broker.StateCancelled || ap.Decision.Reason != "changed my mind" || ap.Decision.DecidedBy[0].Principal != "carol" {
 			t.Fatalf("cancelled %+v", ap.Decision)
 		}
-		wantError(t, call(t, http.MethodPost, a.api+"/v1/approvals/"+p.ID+"/cancel", nil), http.StatusConflict, "already_decided")
-		wantError(t, call(t, http.MethodPost, a.api+"/v1/approvals/"+p.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusConflict, "already_decided")
+		itest.WantError(t, itest.Call(t, http.MethodPost, a.api+"/v1/approvals/"+p.ID+"/cancel", nil), http.StatusConflict, "already_decided")
+		itest.WantError(t, itest.Call(t, http.MethodPost, a.api+"/v1/approvals/"+p.ID+"/decision", itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Approve}}), http.StatusConflict, "already_decided")
 
 		// No body at all is a cancel without a reason.
 		q := a.create(t, map[string]any{"agent": "web", "tool": "rm", "timeout": "1m"})
-		ap = approvalOf(t, call(t, http.MethodPost, a.api+"/v1/approvals/"+q.ID+"/cancel", nil), http.StatusOK)
+		ap = itest.ApprovalOf(t, itest.Call(t, http.MethodPost, a.api+"/v1/approvals/"+q.ID+"/cancel", nil), http.StatusOK)
 		if ap.State != broker.StateCancelled || len(ap.Decision.DecidedBy) != 1 || !strings.HasPrefix(ap.Decision.DecidedBy[0].Principal, "http/") {
 			t.Fatalf("cancelled %+v", ap.Decision)
 		}
-		wantError(t, call(t, http.MethodPost, a.api+"/v1/approvals/"+q.ID+"/cancel", `{"reason":`), http.StatusBadRequest, "invalid_request")
-		if d := waitDecision(t, a.js, q.ID); d.Outcome != events.Cancelled {
+		itest.WantError(t, itest.Call(t, http.MethodPost, a.api+"/v1/approvals/"+q.ID+"/cancel", `{"reason":`), http.StatusBadRequest, "invalid_request")
+		if d := itest.WaitDecision(t, a.js, q.ID); d.Outcome != events.Cancelled {
 			t.Fatalf("stream holds %+v", d)
 		}
 	})
 
 	t.Run("not-found", func(t *testing.T) {
 		ghost := a.api + "/v1/approvals/" + events.NewID()
-		wantError(t, call(t, http.MethodGet, ghost, nil), http.StatusNotFound, "not_found")
-		wantError(t, call(t, http.MethodGet, ghost+"?wait=200ms", nil), http.StatusNotFound, "not_found")
-		wantError(t, call(t, http.MethodPost, ghost+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusNotFound, "not_found")
-		wantError(t, call(t, http.MethodPost, ghost+"/cancel", nil), http.StatusNotFound, "not_found")
-		wantError(t, call(t, http.MethodGet, a.api+"/v1/approvals/"+url.PathEscape("no such id"), nil), http.StatusNotFound, "not_found")
+		itest.WantError(t, itest.Call(t, http.MethodGet, ghost, nil), http.StatusNotFound, "not_found")
+		itest.WantError(t, itest.Call(t, http.MethodGet, ghost+"?wait=200ms", nil), http.StatusNotFound, "not_found")
+		itest.WantError(t, itest.Call(t, http.MethodPost, ghost+"/decision", itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Approve}}), http.StatusNotFound, "not_found")
+		itest.WantError(t, itest.Call(t, http.MethodPost, ghost+"/cancel", nil), http.StatusNotFound, "not_found")
+		itest.WantError(t, itest.Call(t, http.MethodGet, a.api+"/v1/approvals/"+url.PathEscape("no such id"), nil), http.StatusNotFound, "not_found")
 	})
 
 	t.Run("bad-create-bodies", func(t *testing.T) {
@@ -336,12 +335,12 @@ func TestHTTPAPI(t *testing.T) {
 			`{"tool":"rm","agent":"web","timeout":"-5s"}`,
 			`{"tool":"rm","agent":"web","response_schema":"yes"}`,
 		} {
-			r := call(t, http.MethodPost, a.api+"/v1/approvals", body)
-			if r.status != http.StatusBadRequest {
-				t.Errorf("body %s: %d %s", body, r.status, r.body)
+			r := itest.Call(t, http.MethodPost, a.api+"/v1/approvals", body)
+			if r.Status != http.StatusBadRequest {
+				t.Errorf("body %s: %d %s", body, r.Status, r.Body)
 				continue
 			}
-			wantError(t, r, http.StatusBadRequest, "invalid_request")
+			itest.WantError(t, r, http.StatusBadRequest, "invalid_request")
 		}
 	})
 
@@ -349,65 +348,26 @@ func TestHTTPAPI(t *testing.T) {
 		p := a.create(t, map[string]any{"agent": "web", "tool": "rm", "timeout": "1m"})
 		for _, w := range []string{"abc", "-1s", "10", "1x"} {
 			q := "?wait=" + url.QueryEscape(w)
-			wantError(t, call(t, http.MethodPost, a.api+"/v1/approvals"+q, map[string]any{"agent": "web", "tool": "rm"}), http.StatusBadRequest, "invalid_request")
-			wantError(t, call(t, http.MethodGet, a.api+"/v1/approvals/"+p.ID+q, nil), http.StatusBadRequest, "invalid_request")
+			itest.WantError(t, itest.Call(t, http.MethodPost, a.api+"/v1/approvals"+q, map[string]any{"agent": "web", "tool": "rm"}), http.StatusBadRequest, "invalid_request")
+			itest.WantError(t, itest.Call(t, http.MethodGet, a.api+"/v1/approvals/"+p.ID+q, nil), http.StatusBadRequest, "invalid_request")
 		}
 	})
 
 	t.Run("too-large", func(t *testing.T) {
 		p := a.create(t, map[string]any{"agent": "web", "tool": "rm", "timeout": "1m"})
 		huge := `{"agent":"web","tool":"rm","args":{"blob":"` + strings.Repeat("x", 2<<20) + `"}}`
-		wantError(t, call(t, http.MethodPost, a.api+"/v1/approvals", huge), http.StatusRequestEntityTooLarge, "too_large")
-		wantError(t, call(t, http.MethodPost, a.api+"/v1/approvals/"+p.ID+"/decision", `{"principal":"alice","decision":"deny","reason":"`+strings.Repeat("x", 2<<20)+`"}`), http.StatusRequestEntityTooLarge, "too_large")
-		if ap := approvalOf(t, call(t, http.MethodGet, a.api+"/v1/approvals/"+p.ID, nil), http.StatusOK); ap.State != broker.StatePending {
+		itest.WantError(t, itest.Call(t, http.MethodPost, a.api+"/v1/approvals", huge), http.StatusRequestEntityTooLarge, "too_large")
+		itest.WantError(t, itest.Call(t, http.MethodPost, a.api+"/v1/approvals/"+p.ID+"/decision", `{"principal":"alice","decision":"deny","reason":"`+strings.Repeat("x", 2<<20)+`"}`), http.StatusRequestEntityTooLarge, "too_large")
+		if ap := itest.ApprovalOf(t, itest.Call(t, http.MethodGet, a.api+"/v1/approvals/"+p.ID, nil), http.StatusOK); ap.State != broker.StatePending {
 			t.Fatalf("an oversized answer changed the request: %+v", ap)
 		}
 	})
 
 	// Everything decided over HTTP is on the stream exactly once.
-	waitBrokerIdle(t, a.js)
-	for id, n := range decisionCounts(t, a.js) {
+	itest.WaitBrokerIdle(t, a.js)
+	for id, n := range itest.DecisionCounts(t, a.js) {
 		if n != 1 {
 			t.Errorf("request %s has %d decided messages, want 1", id, n)
 		}
 	}
-}
-
-// startApp runs the whole broker process (app.Run) with o until the test ends
-// and returns where it listens, learnt through Options.Ready.
-func startApp(t testing.TB, o app.Options) app.Addrs {
-	t.Helper()
-	ready := make(chan app.Addrs, 1)
-	o.Ready = func(a app.Addrs) { ready <- a }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- app.Run(ctx, o, testenv.Logger(t)) }()
-	var once sync.Once
-	stop := func(wait bool) {
-		once.Do(func() {
-			cancel()
-			if !wait {
-				return
-			}
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("app.Run: %v", err)
-				}
-			case <-time.After(patience):
-				t.Errorf("app.Run did not return %s after its context ended", patience)
-			}
-		})
-	}
-	t.Cleanup(func() { stop(true) })
-	select {
-	case a := <-ready:
-		return a
-	case err := <-done:
-		stop(false)
-		t.Fatalf("app.Run returned before it was ready: %v", err)
-	case <-time.After(patience):
-		t.Fatalf("app not ready after %s", patience)
-	}
-	return app.Addrs{}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/mcpgateway"
 	"github.com/assent-dev/assent/pkg/events"
@@ -37,8 +38,8 @@ rules:
 // policy, a delete runs with the args an approver edited, a denied one does
 // not run, and check reports the tools.
 func TestMCPGatewayBinary(t *testing.T) {
-	gateway, workerBin := binary(t, "mcp-gateway"), binary(t, "agent-worker")
-	e := newEnv(t, broker.Config{Policy: mustPolicy(t, mcpPolicy, "policy.yaml")})
+	gateway, workerBin := itest.Binary(t, "mcp-gateway"), itest.Binary(t, "agent-worker")
+	e := itest.NewEnv(t, broker.Config{Policy: itest.MustPolicy(t, mcpPolicy, "policy.yaml")})
 	sandbox := t.TempDir()
 	for _, f := range []string{"a.txt", "b.txt", "c.txt"} {
 		if err := os.WriteFile(filepath.Join(sandbox, f), []byte(f), 0o644); err != nil {
@@ -47,7 +48,7 @@ func TestMCPGatewayBinary(t *testing.T) {
 	}
 	config := filepath.Join(t.TempDir(), "gateway.yaml")
 	src := "upstreams:\n  - name: fs\n    command: " + workerBin + "\n    args: [mcp, --sandbox, " + sandbox + "]\n    prefix: fs__\n" +
-		"identity:\n  user: carol\nnats:\n  url: " + e.ns.ClientURL() + "\n"
+		"identity:\n  user: carol\nnats:\n  url: " + e.NS.ClientURL() + "\n"
 	if err := os.WriteFile(config, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -57,10 +58,10 @@ func TestMCPGatewayBinary(t *testing.T) {
 	}
 
 	t.Run("stdio", func(t *testing.T) {
-		var stderr lockedBuffer
+		var stderr itest.LockedBuffer
 		cmd := exec.Command(gateway, "--config", config)
 		cmd.Stderr = &stderr
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: "Claude Desktop", Version: "1"}, nil).Connect(testCtx(t, patience), &mcp.CommandTransport{Command: cmd}, nil)
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "Claude Desktop", Version: "1"}, nil).Connect(itest.TestCtx(t, itest.Patience), &mcp.CommandTransport{Command: cmd}, nil)
 		if err != nil {
 			t.Fatalf("connect: %v\n%s", err, stderr.String())
 		}
@@ -83,23 +84,23 @@ func TestMCPGatewayBinary(t *testing.T) {
 	})
 
 	t.Run("http", func(t *testing.T) {
-		var out lockedBuffer
-		p := &proc{cmd: exec.Command(gateway, "--config", config, "--http", "127.0.0.1:0"), done: make(chan struct{})}
-		p.cmd.Stdout, p.cmd.Stderr = &out, &out
-		if err := p.cmd.Start(); err != nil {
+		var out itest.LockedBuffer
+		p := &itest.Proc{Cmd: exec.Command(gateway, "--config", config, "--http", "127.0.0.1:0"), Done: make(chan struct{})}
+		p.Cmd.Stdout, p.Cmd.Stderr = &out, &out
+		if err := p.Cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		go func() { p.err = p.cmd.Wait(); close(p.done) }()
-		t.Cleanup(func() { p.kill(t) })
+		go func() { p.Err = p.Cmd.Wait(); close(p.Done) }()
+		t.Cleanup(func() { p.Kill(t) })
 		served := regexp.MustCompile(`serving MCP over streamable HTTP at (http://\S+/mcp)`)
 		var url string
-		eventually(t, patience, func() (bool, string) {
+		itest.Eventually(t, itest.Patience, func() (bool, string) {
 			if m := served.FindStringSubmatch(out.String()); m != nil {
 				url = m[1]
 			}
 			return url != "", "the gateway has not said where it serves: " + out.String()
 		})
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: "vscode", Version: "1"}, nil).Connect(testCtx(t, patience), &mcp.StreamableClientTransport{Endpoint: url}, nil)
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "vscode", Version: "1"}, nil).Connect(itest.TestCtx(t, itest.Patience), &mcp.StreamableClientTransport{Endpoint: url}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +113,7 @@ func TestMCPGatewayBinary(t *testing.T) {
 			t.Error("the denied delete ran")
 		}
 		_ = cs.Close()
-		p.stop(t) // SIGTERM: exit status 0
+		p.Stop(t) // SIGTERM: exit status 0
 	})
 
 	t.Run("check", func(t *testing.T) {
@@ -126,7 +127,7 @@ func TestMCPGatewayBinary(t *testing.T) {
 // callMCP calls tool through cs; a protocol error fails the test.
 func callMCP(t *testing.T, cs *mcp.ClientSession, tool, args string) *mcp.CallToolResult {
 	t.Helper()
-	res, err := cs.CallTool(testCtx(t, patience), &mcp.CallToolParams{Name: tool, Arguments: json.RawMessage(args)})
+	res, err := cs.CallTool(itest.TestCtx(t, itest.Patience), &mcp.CallToolParams{Name: tool, Arguments: json.RawMessage(args)})
 	if err != nil {
 		t.Fatalf("call %s: %v", tool, err)
 	}
@@ -135,11 +136,11 @@ func callMCP(t *testing.T, cs *mcp.ClientSession, tool, args string) *mcp.CallTo
 
 // callMCPAfter calls tool through cs in a goroutine, answers the request
 // agent makes of it with r as alice, and returns the call's result.
-func callMCPAfter(t *testing.T, e *env, cs *mcp.ClientSession, agent, tool, args string, r events.Responded) <-chan *mcp.CallToolResult {
+func callMCPAfter(t *testing.T, e *itest.Env, cs *mcp.ClientSession, agent, tool, args string, r events.Responded) <-chan *mcp.CallToolResult {
 	t.Helper()
-	pending := subscribe(t, e.nc, events.PendingPrefix+agent)
+	pending := itest.Subscribe(t, e.NC, events.PendingPrefix+agent)
 	ch := make(chan *mcp.CallToolResult, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	ctx, cancel := context.WithTimeout(context.Background(), itest.Patience)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: json.RawMessage(args)})
@@ -151,11 +152,11 @@ func callMCPAfter(t *testing.T, e *env, cs *mcp.ClientSession, agent, tool, args
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	select {
 	case m := <-pending:
-		p, err := decodePending(t, m.Header, m.Data)
+		p, err := itest.DecodePending(t, m.Header, m.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		answerNATS(t, e.js, "alice", p.RequestID, r)
+		itest.AnswerNATS(t, e.JS, "alice", p.RequestID, r)
 	case <-ctx.Done():
 		t.Fatalf("no pending request of %s", agent)
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/app"
 	"github.com/assent-dev/assent/internal/broker"
 )
@@ -12,15 +13,15 @@ import (
 // TestMetrics: /metrics serves the broker's counters in the Prometheus text
 // format, and they move with the work done.
 func TestMetrics(t *testing.T) {
-	a := startApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0", Broker: broker.Config{Mode: broker.ModeAutoApprove}})
+	a := itest.StartApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0", Broker: broker.Config{Mode: broker.ModeAutoApprove}})
 	for range 3 {
-		approvalOf(t, call(t, http.MethodPost, a.HTTP+"/v1/approvals", map[string]any{"agent": "m", "tool": "x"}), http.StatusCreated)
+		itest.ApprovalOf(t, itest.Call(t, http.MethodPost, a.HTTP+"/v1/approvals", map[string]any{"agent": "m", "tool": "x"}), http.StatusCreated)
 	}
-	r := call(t, http.MethodGet, a.HTTP+"/metrics", nil)
-	if r.status != http.StatusOK {
-		t.Fatalf("GET /metrics: %d", r.status)
+	r := itest.Call(t, http.MethodGet, a.HTTP+"/metrics", nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", r.Status)
 	}
-	body := string(r.body)
+	body := string(r.Body)
 	for _, want := range []string{"assent_requests_total 3", "assent_approved_total 3", "assent_automatic_decisions_total 3", "assent_shadow_disagreements_total 0", "go_goroutines",
 		`assent_decision_latency_seconds_count{channel="auto",outcome="approved"} 3`, "assent_pending_requests 0", "assent_event_stream_clients 0"} {
 		if !strings.Contains(body, want) {
@@ -32,32 +33,32 @@ func TestMetrics(t *testing.T) {
 // TestMetricsLatencyAndGauges: answers are timed by the channel that gave
 // them; pending requests and event stream clients are counted.
 func TestMetricsLatencyAndGauges(t *testing.T) {
-	a := startApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0"})
+	a := itest.StartApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0"})
 	var ids []string
 	for range 2 {
-		ids = append(ids, approvalOf(t, call(t, http.MethodPost, a.HTTP+"/v1/approvals", map[string]any{"agent": "m", "tool": "x"}), http.StatusCreated).ID)
+		ids = append(ids, itest.ApprovalOf(t, itest.Call(t, http.MethodPost, a.HTTP+"/v1/approvals", map[string]any{"agent": "m", "tool": "x"}), http.StatusCreated).ID)
 	}
 	stream := openSSE(t, a.HTTP, "", 0)
 	metric := func(name string) string {
 		t.Helper()
-		for _, line := range strings.Split(string(call(t, http.MethodGet, a.HTTP+"/metrics", nil).body), "\n") {
+		for _, line := range strings.Split(string(itest.Call(t, http.MethodGet, a.HTTP+"/metrics", nil).Body), "\n") {
 			if strings.HasPrefix(line, name+" ") {
 				return strings.TrimPrefix(line, name+" ")
 			}
 		}
 		return ""
 	}
-	eventually(t, patience, func() (bool, string) {
+	itest.Eventually(t, itest.Patience, func() (bool, string) {
 		p, c := metric("assent_pending_requests"), metric("assent_event_stream_clients")
 		return p == "2" && c == "1", "pending " + p + ", clients " + c
 	})
-	approvalOf(t, call(t, http.MethodPost, a.HTTP+"/v1/approvals/"+ids[0]+"/decision", map[string]any{"principal": "alice", "decision": "approve", "channel": "slack"}), http.StatusOK)
-	eventually(t, patience, func() (bool, string) {
+	itest.ApprovalOf(t, itest.Call(t, http.MethodPost, a.HTTP+"/v1/approvals/"+ids[0]+"/decision", map[string]any{"principal": "alice", "decision": "approve", "channel": "slack"}), http.StatusOK)
+	itest.Eventually(t, itest.Patience, func() (bool, string) {
 		n := metric(`assent_decision_latency_seconds_count{channel="slack",outcome="approved"}`)
 		return n == "1" && metric("assent_pending_requests") == "1", "slack approvals timed: " + n
 	})
 	stream.close()
-	eventually(t, patience, func() (bool, string) {
+	itest.Eventually(t, itest.Patience, func() (bool, string) {
 		c := metric("assent_event_stream_clients")
 		return c == "0", "clients " + c
 	})

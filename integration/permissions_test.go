@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/app"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/brokertest"
@@ -67,7 +68,7 @@ func (v *violations) wait(t *testing.T, subject string) {
 // Subscription) on subject.
 func (v *violations) waitFor(t *testing.T, kind, subject string) {
 	t.Helper()
-	eventually(t, patience, func() (bool, string) {
+	itest.Eventually(t, itest.Patience, func() (bool, string) {
 		v.mu.Lock()
 		defer v.mu.Unlock()
 		for _, e := range v.errs {
@@ -117,8 +118,8 @@ func (v *violations) refusedSub(t *testing.T, nc *nats.Conn, subject string) {
 func operatorBroker(t *testing.T, name string) (*creds.Authority, *testenv.NATS, *broker.Broker, jetstream.JetStream) {
 	t.Helper()
 	a, ns, brokerNC := operatorServer(t)
-	b, _ := runBroker(t, brokerNC, broker.Config{Name: name, Policy: mustPolicy(t, permsPolicy, "perms.yaml")})
-	return a, ns, b, newJS(t, brokerNC)
+	b, _ := itest.RunBroker(t, brokerNC, broker.Config{Name: name, Policy: itest.MustPolicy(t, permsPolicy, "perms.yaml")})
+	return a, ns, b, itest.NewJS(t, brokerNC)
 }
 
 // operatorServer starts an operator-mode server trusting a new authority,
@@ -138,11 +139,11 @@ func operatorServer(t *testing.T) (*creds.Authority, *testenv.NATS, *nats.Conn) 
 // pending once the broker is idle, with no decision on the stream.
 func untouched(t *testing.T, b *broker.Broker, js jetstream.JetStream, id string) {
 	t.Helper()
-	waitBrokerIdle(t, js)
-	if rec := waitState(t, b, id, broker.StatePending); rec.Decision != nil {
+	itest.WaitBrokerIdle(t, js)
+	if rec := itest.WaitState(t, b, id, broker.StatePending); rec.Decision != nil {
 		t.Fatalf("the victim's request changed: %+v", rec.Decision)
 	}
-	if n := countDecisions(t, js, id); n != 0 {
+	if n := itest.CountDecisions(t, js, id); n != 0 {
 		t.Fatalf("%d decisions on the stream for the untouched request", n)
 	}
 }
@@ -170,10 +171,10 @@ func askPending(t *testing.T, b *broker.Broker, nc *nats.Conn, agent string) (st
 	req, _ := events.New(events.TypeRequested, id, "agent/"+agent, events.Requested{Tool: "deploy", Args: json.RawMessage(`{"v":2}`), Timeout: events.Duration(time.Minute)})
 	h, body, _ := events.Encode(&req)
 	m := &nats.Msg{Subject: events.RequestPrefix + agent, Header: nats.Header(h), Data: body}
-	if _, err := newJS(t, nc).PublishMsg(testCtx(t, patience), m); err != nil {
+	if _, err := itest.NewJS(t, nc).PublishMsg(itest.TestCtx(t, itest.Patience), m); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, b, id, broker.StatePending)
+	itest.WaitState(t, b, id, broker.StatePending)
 	return id, m
 }
 
@@ -232,14 +233,14 @@ func TestServerEnforcesRoles(t *testing.T) {
 	otherNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleAgent, Name: "other"})
 
 	// The round trip, each with its own credentials.
-	runApprover(t, aliceNC, "alice", "coder", func(_ context.Context, req handler.Request) (handler.Response, error) {
+	itest.RunApprover(t, aliceNC, "alice", "coder", func(_ context.Context, req handler.Request) (handler.Response, error) {
 		if req.Tool != "deploy" || string(req.Args) != `{"v":1}` {
 			return handler.Response{}, handler.ErrSkip
 		}
 		return handler.Response{Decision: events.Approve, Reason: "ok"}, nil
 	})
-	coder := newClient(t, agentNC, "coder")
-	d, err := coder.Request(testCtx(t, patience), handler.Request{Requested: events.Requested{Tool: "deploy", Args: json.RawMessage(`{"v":1}`), Timeout: events.Duration(time.Minute)}})
+	coder := itest.NewClient(t, agentNC, "coder")
+	d, err := coder.Request(itest.TestCtx(t, itest.Patience), handler.Request{Requested: events.Requested{Tool: "deploy", Args: json.RawMessage(`{"v":1}`), Timeout: events.Duration(time.Minute)}})
 	if err != nil || !d.Approved() || d.DecidedBy[0].Principal != "alice" {
 		t.Fatalf("round trip: %+v %v", d, err)
 	}
@@ -270,21 +271,21 @@ func TestServerEnforcesRoles(t *testing.T) {
 	}
 	// Another agent cancelling coder's request on its own cancel subject:
 	// the server lets it publish there, the broker refuses it.
-	otherJS := newJS(t, otherNC)
-	if _, err := otherJS.PublishMsg(testCtx(t, patience), &nats.Msg{Subject: events.CancelPrefix + "other." + victim, Header: cancel.Header, Data: cancel.Data}); err != nil {
+	otherJS := itest.NewJS(t, otherNC)
+	if _, err := otherJS.PublishMsg(itest.TestCtx(t, itest.Patience), &nats.Msg{Subject: events.CancelPrefix + "other." + victim, Header: cancel.Header, Data: cancel.Data}); err != nil {
 		t.Fatalf("cancel on its own subject: %v", err)
 	}
 	// ... and on coder's, the server refuses.
-	_, err = otherJS.PublishMsg(testCtx(t, 2*time.Second), &nats.Msg{Subject: events.CancelPrefix + "coder." + victim, Header: cancel.Header, Data: cancel.Data})
+	_, err = otherJS.PublishMsg(itest.TestCtx(t, 2*time.Second), &nats.Msg{Subject: events.CancelPrefix + "coder." + victim, Header: cancel.Header, Data: cancel.Data})
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "ermission") && !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("cancel on another agent's subject: %v", err)
 	}
 	untouched(t, b, js, victim)
 	// coder cancels its own, through the SDK (assent.cancel.coder.<id>).
-	if err := coder.Cancel(testCtx(t, patience), victim, "changed my mind"); err != nil {
+	if err := coder.Cancel(itest.TestCtx(t, itest.Patience), victim, "changed my mind"); err != nil {
 		t.Fatal(err)
 	}
-	if rec := waitState(t, b, victim, broker.StateCancelled); rec.Decision.DecidedBy[0].Principal != "agent/coder" {
+	if rec := itest.WaitState(t, b, victim, broker.StateCancelled); rec.Decision.DecidedBy[0].Principal != "agent/coder" {
 		t.Fatalf("cancelled by %+v", rec.Decision.DecidedBy)
 	}
 }
@@ -334,7 +335,7 @@ func TestBotWithCredentials(t *testing.T) {
 	h.Set(webhook.HeaderID, "msg-"+id)
 	h.Set(webhook.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
 	h.Set(webhook.HeaderSignature, webhook.Sign(w.ciKey, "msg-"+id, now, body))
-	if r, err := doHTTPWith(testCtx(t, patience), http.MethodPost, bot+"/webhooks/in/ci", h, body); err != nil || r.status != http.StatusAccepted {
+	if r, err := itest.DoHTTPWith(itest.TestCtx(t, itest.Patience), http.MethodPost, bot+"/webhooks/in/ci", h, body); err != nil || r.Status != http.StatusAccepted {
 		t.Fatalf("inbound webhook: %+v %v", r, err)
 	}
 	if d := brokertest.Decision(t, decided); !d.Approved() || d.DecidedBy[0].Principal != "ci-bot" {
@@ -353,7 +354,7 @@ func TestEmbeddedTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs := startApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0",
+	addrs := itest.StartApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0",
 		NATSOperator: keys, NATSTLS: &natsembed.TLS{CertFile: certs.ServerCertFile, KeyFile: certs.ServerKey, ClientCAFile: certs.CAFile},
 		Broker: broker.Config{Mode: broker.ModeAutoApprove}})
 	file := credsFile(t, a, creds.Identity{Role: creds.RoleAgent, Name: "coder"})
@@ -364,7 +365,7 @@ func TestEmbeddedTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	d, err := newClient(t, nc, "coder").Request(testCtx(t, patience), handler.Request{Requested: events.Requested{Tool: "deploy"}})
+	d, err := itest.NewClient(t, nc, "coder").Request(itest.TestCtx(t, itest.Patience), handler.Request{Requested: events.Requested{Tool: "deploy"}})
 	if err != nil || !d.Approved() {
 		t.Fatalf("over mutual TLS: %+v %v", d, err)
 	}
@@ -380,8 +381,8 @@ func TestEmbeddedTLS(t *testing.T) {
 			t.Errorf("%s: connected", c.what)
 		}
 	}
-	if r := call(t, http.MethodGet, addrs.HTTP+"/readyz", nil); r.status != http.StatusOK {
-		t.Fatalf("readyz: %d %s", r.status, r.body)
+	if r := itest.Call(t, http.MethodGet, addrs.HTTP+"/readyz", nil); r.Status != http.StatusOK {
+		t.Fatalf("readyz: %d %s", r.Status, r.Body)
 	}
 }
 
@@ -403,8 +404,8 @@ func TestChannelsSkipForgedDecision(t *testing.T) {
 	w.shown(t, id)
 
 	forged, _ := events.New(events.TypeDecided, "", "broker/evil", events.Decided{RequestID: id, Outcome: events.Approved, DecidedBy: []events.DecidedBy{{Principal: "mallory", Channel: "evil"}}})
-	mustPublish(t, w.js, events.DecisionPrefix+id, mustEncode(t, &forged), "")
-	approvalOf(t, call(t, http.MethodPost, w.api+"/v1/approvals/"+id+"/decision", `{"principal":"carol","decision":"deny","reason":"no"}`), http.StatusOK)
+	itest.MustPublish(t, w.js, events.DecisionPrefix+id, mustEncode(t, &forged), "")
+	itest.ApprovalOf(t, itest.Call(t, http.MethodPost, w.api+"/v1/approvals/"+id+"/decision", `{"principal":"carol","decision":"deny","reason":"no"}`), http.StatusOK)
 	if d := brokertest.Decision(t, decided); d.Approved() || d.DecidedBy[0].Principal != "carol" {
 		t.Fatalf("the agent got %+v", d)
 	}
@@ -451,7 +452,7 @@ func connectPrivate(t *testing.T, ns *testenv.NATS, a *creds.Authority, agent st
 func TestPrivateReads(t *testing.T) {
 	a, ns, b, _ := operatorBroker(t, "private")
 	aliceNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleApprover, Name: "alice"})
-	runApprover(t, aliceNC, "alice", "coder", func(_ context.Context, req handler.Request) (handler.Response, error) {
+	itest.RunApprover(t, aliceNC, "alice", "coder", func(_ context.Context, req handler.Request) (handler.Response, error) {
 		return handler.Response{Decision: events.Approve, Reason: "fine"}, nil
 	})
 	coderNC, coderV := connectPrivate(t, ns, a, "coder")
@@ -464,23 +465,23 @@ func TestPrivateReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := coder.Request(testCtx(t, patience), handler.Request{Requested: events.Requested{Tool: "deploy", Args: json.RawMessage(`{"v":1}`), Timeout: events.Duration(time.Minute)}})
+	d, err := coder.Request(itest.TestCtx(t, itest.Patience), handler.Request{Requested: events.Requested{Tool: "deploy", Args: json.RawMessage(`{"v":1}`), Timeout: events.Duration(time.Minute)}})
 	if err != nil || !d.Approved() || d.DecidedBy[0].Principal != "alice" {
 		t.Fatalf("private round trip: %+v %v", d, err)
 	}
 	// Looked up after the fact, and a retry by id gets the same decision.
-	got, ok, err := coder.Decision(testCtx(t, patience), d.RequestID)
+	got, ok, err := coder.Decision(itest.TestCtx(t, itest.Patience), d.RequestID)
 	if err != nil || !ok || got.DecidedAt != d.DecidedAt {
 		t.Fatalf("Decision by lookup: %+v %v %v", got, ok, err)
 	}
-	again, err := coder.Request(testCtx(t, patience), handler.Request{ID: d.RequestID, Requested: events.Requested{Tool: "deploy", Args: json.RawMessage(`{"v":1}`), Timeout: events.Duration(time.Minute)}})
+	again, err := coder.Request(itest.TestCtx(t, itest.Patience), handler.Request{ID: d.RequestID, Requested: events.Requested{Tool: "deploy", Args: json.RawMessage(`{"v":1}`), Timeout: events.Duration(time.Minute)}})
 	if err != nil || again.DecidedAt != d.DecidedAt {
 		t.Fatalf("retry by id: %+v %v", again, err)
 	}
-	waitState(t, b, d.RequestID, broker.StateApproved)
+	itest.WaitState(t, b, d.RequestID, broker.StateApproved)
 
 	// other, for coder's request: the broker says unknown...
-	m, err := otherNC.Request(events.PrivatePrefix+"other.lookup."+d.RequestID, nil, patience)
+	m, err := otherNC.Request(events.PrivatePrefix+"other.lookup."+d.RequestID, nil, itest.Patience)
 	if err != nil || m.Header.Get(events.LookupStatus) != events.LookupUnknown || len(m.Data) != 0 {
 		t.Fatalf("other's lookup of coder's request: %v %v", m, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/app"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/httpapi"
@@ -61,36 +62,24 @@ rules:
     on_timeout: approve
 `
 
-func policyEnv(t *testing.T) *env {
+func policyEnv(t *testing.T) *itest.Env {
 	t.Helper()
-	p := mustPolicy(t, testPolicy, "test.yaml")
-	return newEnv(t, broker.Config{Policy: p})
-}
-
-func submit(t *testing.T, e *env, req events.Requested) broker.Record {
-	t.Helper()
-	if req.Agent == "" {
-		req.Agent = "pol"
-	}
-	rec, err := e.b.Submit(testCtx(t, patience), "", "agent/"+req.Agent, req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rec
+	p := itest.MustPolicy(t, testPolicy, "test.yaml")
+	return itest.NewEnv(t, broker.Config{Policy: p})
 }
 
 func TestPolicyAllowDenyByRule(t *testing.T) {
 	e := policyEnv(t)
-	rec := submit(t, e, events.Requested{Tool: "read_file", Args: json.RawMessage(`{"path":"/x"}`)})
+	rec := itest.Submit(t, e, events.Requested{Tool: "read_file", Args: json.RawMessage(`{"path":"/x"}`)})
 	if rec.State != broker.StateApproved || !rec.Decision.Auto || rec.Decision.Rule != "read-only" {
 		t.Fatalf("read: %+v", rec.Decision)
 	}
-	rec = submit(t, e, events.Requested{Tool: "drop_database", Args: json.RawMessage(`{"env":"production"}`)})
+	rec = itest.Submit(t, e, events.Requested{Tool: "drop_database", Args: json.RawMessage(`{"env":"production"}`)})
 	if rec.State != broker.StateDenied || rec.Decision.Rule != "no-prod-drops" || !strings.Contains(rec.Decision.Reason, "never dropped") {
 		t.Fatalf("drop: %+v", rec.Decision)
 	}
 	// A condition that cannot be evaluated (no env) fails closed: deny.
-	rec = submit(t, e, events.Requested{Tool: "drop_database", Args: json.RawMessage(`{}`)})
+	rec = itest.Submit(t, e, events.Requested{Tool: "drop_database", Args: json.RawMessage(`{}`)})
 	if rec.State != broker.StateDenied || rec.Decision.Rule != "no-prod-drops" {
 		t.Fatalf("drop without env: %+v", rec.Decision)
 	}
@@ -101,68 +90,68 @@ func TestPolicyAllowDenyByRule(t *testing.T) {
 func TestPolicyQuorum(t *testing.T) {
 	e := policyEnv(t)
 	big := events.Requested{Tool: "reimburse", User: "carol", Args: json.RawMessage(`{"amount":2500}`)}
-	rec := submit(t, e, big)
+	rec := itest.Submit(t, e, big)
 	if rec.State != broker.StatePending || rec.Rule != "reimbursements" || rec.Quorum != 2 {
 		t.Fatalf("pending: %+v", rec)
 	}
-	url := e.api + "/v1/approvals/" + rec.ID + "/decision"
-	wantError(t, call(t, http.MethodPost, url, decisionBody{"dave", events.Responded{Decision: events.Approve}}), http.StatusForbidden, "not_eligible")
-	wantError(t, call(t, http.MethodPost, url, decisionBody{"carol", events.Responded{Decision: events.Approve}}), http.StatusForbidden, "not_eligible") // self-approval
-	wantError(t, call(t, http.MethodPost, url, decisionBody{"alice", events.Responded{Decision: events.Approve, Args: json.RawMessage(`{"amount":1}`)}}), http.StatusBadRequest, "invalid_request")
-	if a := approvalOf(t, call(t, http.MethodPost, url, decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusOK); a.State != broker.StatePending {
+	url := e.API + "/v1/approvals/" + rec.ID + "/decision"
+	itest.WantError(t, itest.Call(t, http.MethodPost, url, itest.DecisionBody{Principal: "dave", Responded: events.Responded{Decision: events.Approve}}), http.StatusForbidden, "not_eligible")
+	itest.WantError(t, itest.Call(t, http.MethodPost, url, itest.DecisionBody{Principal: "carol", Responded: events.Responded{Decision: events.Approve}}), http.StatusForbidden, "not_eligible") // self-approval
+	itest.WantError(t, itest.Call(t, http.MethodPost, url, itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Approve, Args: json.RawMessage(`{"amount":1}`)}}), http.StatusBadRequest, "invalid_request")
+	if a := itest.ApprovalOf(t, itest.Call(t, http.MethodPost, url, itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Approve}}), http.StatusOK); a.State != broker.StatePending {
 		t.Fatalf("after one approval: %s", a.State)
 	}
 	// The same principal again does not count twice.
-	if a := approvalOf(t, call(t, http.MethodPost, url, decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusOK); a.State != broker.StatePending {
+	if a := itest.ApprovalOf(t, itest.Call(t, http.MethodPost, url, itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Approve}}), http.StatusOK); a.State != broker.StatePending {
 		t.Fatalf("after a repeated approval: %s", a.State)
 	}
-	a := approvalOf(t, call(t, http.MethodPost, url, decisionBody{"bob", events.Responded{Decision: events.Approve}}), http.StatusOK)
+	a := itest.ApprovalOf(t, itest.Call(t, http.MethodPost, url, itest.DecisionBody{Principal: "bob", Responded: events.Responded{Decision: events.Approve}}), http.StatusOK)
 	if a.State != broker.StateApproved || len(a.Decision.DecidedBy) != 2 {
 		t.Fatalf("after two approvals: %+v", a.Decision)
 	}
-	if d := waitDecision(t, e.js, rec.ID); d.Outcome != events.Approved || countDecisions(t, e.js, rec.ID) != 1 {
+	if d := itest.WaitDecision(t, e.JS, rec.ID); d.Outcome != events.Approved || itest.CountDecisions(t, e.JS, rec.ID) != 1 {
 		t.Fatalf("decision %+v", d)
 	}
 
 	// One approval then a deny: denied.
-	rec = submit(t, e, big)
-	url = e.api + "/v1/approvals/" + rec.ID + "/decision"
-	approvalOf(t, call(t, http.MethodPost, url, decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusOK)
-	a = approvalOf(t, call(t, http.MethodPost, url, decisionBody{"bob", events.Responded{Decision: events.Deny, Reason: "duplicate claim"}}), http.StatusOK)
+	rec = itest.Submit(t, e, big)
+	url = e.API + "/v1/approvals/" + rec.ID + "/decision"
+	itest.ApprovalOf(t, itest.Call(t, http.MethodPost, url, itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Approve}}), http.StatusOK)
+	a = itest.ApprovalOf(t, itest.Call(t, http.MethodPost, url, itest.DecisionBody{Principal: "bob", Responded: events.Responded{Decision: events.Deny, Reason: "duplicate claim"}}), http.StatusOK)
 	if a.State != broker.StateDenied || a.Decision.Reason != "duplicate claim" || len(a.Decision.DecidedBy) != 2 {
 		t.Fatalf("deny after approval: %+v", a.Decision)
 	}
 	// Not rememberable: an answer asking to remember is refused.
-	rec = submit(t, e, big)
-	url = e.api + "/v1/approvals/" + rec.ID + "/decision"
-	wantError(t, call(t, http.MethodPost, url, decisionBody{"alice", events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession}}}), http.StatusBadRequest, "invalid_request")
+	rec = itest.Submit(t, e, big)
+	url = e.API + "/v1/approvals/" + rec.ID + "/decision"
+	itest.WantError(t, itest.Call(t, http.MethodPost, url, itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession}}}), http.StatusBadRequest, "invalid_request")
 }
 
 // TestPolicyRememberedApproval: an approval remembered for the session decides
 // the next matching request automatically, names the grant, stops at its TTL,
 // and a revocation through one replica is seen by another at once.
 func TestPolicyRememberedApproval(t *testing.T) {
-	p := mustPolicy(t, testPolicy, "test.yaml")
+	p := itest.MustPolicy(t, testPolicy, "test.yaml")
 	ns := testenv.Server(t)
-	b1, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "r1", Policy: p})
-	b2, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "r2", Policy: p})
-	e := &env{ns: ns, nc: testenv.Conn(t, ns), b: b1, api: serveAPI(t, b1)}
-	e.js = newJS(t, e.nc)
-	api2 := serveAPI(t, b2)
+	b1, _ := itest.RunBroker(t, testenv.Conn(t, ns), broker.Config{Name: "r1", Policy: p})
+	b2, _ := itest.RunBroker(t, testenv.Conn(t, ns), broker.Config{Name: "r2", Policy: p})
+	e := &itest.Env{NS: ns, NC: testenv.Conn(t, ns), B: b1, API: itest.ServeAPI(t, b1)}
+	e.JS = itest.NewJS(t, e.NC)
+	api2 := itest.ServeAPI(t, b2)
 
 	write := events.Requested{Tool: "write_file", Session: "s-1", Args: json.RawMessage(`{"path":"/a"}`)}
-	rec := submit(t, e, write)
+	rec := itest.Submit(t, e, write)
 	if rec.State != broker.StatePending {
 		t.Fatalf("first write: %s", rec.State)
 	}
 	// A TTL over the rule's max_remember is refused.
-	url := e.api + "/v1/approvals/" + rec.ID + "/decision"
-	wantError(t, call(t, http.MethodPost, url, decisionBody{"dave", events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(2 * time.Hour)}}}), http.StatusBadRequest, "invalid_request")
-	approvalOf(t, call(t, http.MethodPost, url, decisionBody{"dave", events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(3 * time.Second)}}}), http.StatusOK)
+	url := e.API + "/v1/approvals/" + rec.ID + "/decision"
+	itest.WantError(t, itest.Call(t, http.MethodPost, url, itest.DecisionBody{Principal: "dave", Responded: events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(2 * time.Hour)}}}), http.StatusBadRequest, "invalid_request")
+	itest.ApprovalOf(t, itest.Call(t, http.MethodPost, url, itest.DecisionBody{Principal: "dave", Responded: events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(3 * time.Second)}}}), http.StatusOK)
 
 	// Both replicas know the grant.
 	var grantID string
-	eventually(t, 10*time.Second, func() (bool, string) {
+	itest.Eventually(t, 10*time.Second, func() (bool, string) {
 		g1, g2 := b1.Remembered(), b2.Remembered()
 		if len(g1) == 1 && len(g2) == 1 {
 			grantID = g1[0].ID
@@ -170,36 +159,36 @@ func TestPolicyRememberedApproval(t *testing.T) {
 		}
 		return false, "grant not on both replicas"
 	})
-	next := submit(t, e, write)
+	next := itest.Submit(t, e, write)
 	if next.State != broker.StateApproved || !next.Decision.Auto || next.Decision.Rule != "remembered:"+grantID {
 		t.Fatalf("second write: %+v", next.Decision)
 	}
 	// Another session is not covered.
-	if other := submit(t, e, events.Requested{Tool: "write_file", Session: "s-2"}); other.State != broker.StatePending {
+	if other := itest.Submit(t, e, events.Requested{Tool: "write_file", Session: "s-2"}); other.State != broker.StatePending {
 		t.Fatalf("other session: %s", other.State)
 	}
 	// After the TTL the grant no longer applies.
 	time.Sleep(3500 * time.Millisecond)
-	if later := submit(t, e, write); later.State != broker.StatePending {
+	if later := itest.Submit(t, e, write); later.State != broker.StatePending {
 		t.Fatalf("after TTL: %+v", later.Decision)
 	}
 
 	// Remember again, then revoke through replica 2's API: replica 1 stops
 	// using it at once.
-	rec = submit(t, e, write)
-	approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+rec.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour)}}}), http.StatusOK)
-	eventually(t, 10*time.Second, func() (bool, string) { return len(b2.Remembered()) == 1, "grant not on replica 2" })
+	rec = itest.Submit(t, e, write)
+	itest.ApprovalOf(t, itest.Call(t, http.MethodPost, e.API+"/v1/approvals/"+rec.ID+"/decision", itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour)}}}), http.StatusOK)
+	itest.Eventually(t, 10*time.Second, func() (bool, string) { return len(b2.Remembered()) == 1, "grant not on replica 2" })
 	id := b2.Remembered()[0].ID
 	var listed struct{ Remembered []policy.Grant }
-	if err := json.Unmarshal(call(t, http.MethodGet, api2+"/v1/remembered", nil).body, &listed); err != nil || len(listed.Remembered) != 1 {
+	if err := json.Unmarshal(itest.Call(t, http.MethodGet, api2+"/v1/remembered", nil).Body, &listed); err != nil || len(listed.Remembered) != 1 {
 		t.Fatalf("GET /v1/remembered: %+v %v", listed, err)
 	}
-	if r := call(t, http.MethodDelete, api2+"/v1/remembered/"+id, nil); r.status != http.StatusOK {
-		t.Fatalf("DELETE: %d %s", r.status, r.body)
+	if r := itest.Call(t, http.MethodDelete, api2+"/v1/remembered/"+id, nil); r.Status != http.StatusOK {
+		t.Fatalf("DELETE: %d %s", r.Status, r.Body)
 	}
-	wantError(t, call(t, http.MethodDelete, api2+"/v1/remembered/"+id, nil), http.StatusNotFound, "not_found")
-	eventually(t, 10*time.Second, func() (bool, string) { return len(b1.Remembered()) == 0, "replica 1 still holds the revoked grant" })
-	if after := submit(t, e, write); after.State != broker.StatePending {
+	itest.WantError(t, itest.Call(t, http.MethodDelete, api2+"/v1/remembered/"+id, nil), http.StatusNotFound, "not_found")
+	itest.Eventually(t, 10*time.Second, func() (bool, string) { return len(b1.Remembered()) == 0, "replica 1 still holds the revoked grant" })
+	if after := itest.Submit(t, e, write); after.State != broker.StatePending {
 		t.Fatalf("after revocation: %+v", after.Decision)
 	}
 }
@@ -207,11 +196,11 @@ func TestPolicyRememberedApproval(t *testing.T) {
 // TestPolicyTimeoutApproves: a rule whose timeout means approve.
 func TestPolicyTimeoutApproves(t *testing.T) {
 	e := policyEnv(t)
-	rec := submit(t, e, events.Requested{Tool: "rotate_logs", Timeout: events.Duration(time.Hour)})
+	rec := itest.Submit(t, e, events.Requested{Tool: "rotate_logs", Timeout: events.Duration(time.Hour)})
 	if got := rec.Deadline.Sub(rec.ReceivedAt); got != 2*time.Second {
 		t.Fatalf("timeout %s, want the rule's 2s (a request may not lengthen an approve-on-timeout)", got)
 	}
-	final := waitState(t, e.b, rec.ID, broker.StateApproved)
+	final := itest.WaitState(t, e.B, rec.ID, broker.StateApproved)
 	if !final.Decision.Auto || final.Decision.Rule != "nightly" || !strings.HasPrefix(final.Decision.Reason, "timeout") {
 		t.Fatalf("decision %+v", final.Decision)
 	}
@@ -265,16 +254,16 @@ func TestPolicyReload(t *testing.T) {
 	}
 	write("version: 1\nmode: auto-deny\n")
 	reload := make(chan struct{}, 1)
-	addrs := startApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0", PolicyFile: file, Reload: reload})
+	addrs := itest.StartApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0", PolicyFile: file, Reload: reload})
 	create := func() httpapi.Approval {
-		return approvalOf(t, call(t, http.MethodPost, addrs.HTTP+"/v1/approvals", map[string]any{"agent": "r", "tool": "x"}), http.StatusCreated)
+		return itest.ApprovalOf(t, itest.Call(t, http.MethodPost, addrs.HTTP+"/v1/approvals", map[string]any{"agent": "r", "tool": "x"}), http.StatusCreated)
 	}
 	if a := create(); a.State != broker.StateDenied {
 		t.Fatalf("auto-deny: %s", a.State)
 	}
 	write("version: 1\nmode: auto-approve\n")
 	reload <- struct{}{}
-	eventually(t, 10*time.Second, func() (bool, string) { return create().State == broker.StateApproved, "new policy not in force" })
+	itest.Eventually(t, 10*time.Second, func() (bool, string) { return create().State == broker.StateApproved, "new policy not in force" })
 	write("version: 1\nmode: nonsense\n")
 	reload <- struct{}{}
 	time.Sleep(200 * time.Millisecond)
@@ -288,7 +277,7 @@ func TestPolicyReload(t *testing.T) {
 // waits (on_no_approver: wait); once an approver runtime announces itself, the
 // request waits for it and it decides.
 func TestNoApproverFailsFast(t *testing.T) {
-	p := mustPolicy(t, `version: 1
+	p := itest.MustPolicy(t, `version: 1
 principals:
   alice: {roles: [ops]}
 rules:
@@ -303,21 +292,21 @@ rules:
     on_no_approver: wait
 `, "fast.yaml")
 	ns := testenv.Server(t)
-	b, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "fast", Policy: p, AnnouncedOnly: true})
-	e := &env{ns: ns, nc: testenv.Conn(t, ns), b: b}
+	b, _ := itest.RunBroker(t, testenv.Conn(t, ns), broker.Config{Name: "fast", Policy: p, AnnouncedOnly: true})
+	e := &itest.Env{NS: ns, NC: testenv.Conn(t, ns), B: b}
 	start := time.Now()
-	rec := submit(t, e, events.Requested{Agent: "ci", Tool: "deploy", Timeout: events.Duration(time.Hour)})
+	rec := itest.Submit(t, e, events.Requested{Agent: "ci", Tool: "deploy", Timeout: events.Duration(time.Hour)})
 	if rec.State != broker.StateDenied || rec.Decision.Reason != policy.ReasonNoApprover || !rec.Decision.Auto {
 		t.Fatalf("no approver: %+v", rec.Decision)
 	}
 	if waited := time.Since(start); waited > 10*time.Second {
 		t.Fatalf("took %s to fail", waited)
 	}
-	if rec := submit(t, e, events.Requested{Agent: "ci", Tool: "backup", Timeout: events.Duration(time.Hour)}); rec.State != broker.StatePending {
+	if rec := itest.Submit(t, e, events.Requested{Agent: "ci", Tool: "backup", Timeout: events.Duration(time.Hour)}); rec.State != broker.StatePending {
 		t.Fatalf("on_no_approver wait: %s", rec.State)
 	}
 
-	runApprover(t, testenv.Conn(t, ns), "alice", "ci", func(_ context.Context, req handler.Request) (handler.Response, error) {
+	itest.RunApprover(t, testenv.Conn(t, ns), "alice", "ci", func(_ context.Context, req handler.Request) (handler.Response, error) {
 		if req.Tool != "deploy" {
 			return handler.Response{}, handler.ErrSkip
 		}
@@ -325,11 +314,11 @@ rules:
 	})
 	// Announced: the next deploy waits for alice, who approves.
 	var d broker.Record
-	eventually(t, 20*time.Second, func() (bool, string) {
-		d = submit(t, e, events.Requested{Agent: "ci", Tool: "deploy", Timeout: events.Duration(time.Hour)})
+	itest.Eventually(t, 20*time.Second, func() (bool, string) {
+		d = itest.Submit(t, e, events.Requested{Agent: "ci", Tool: "deploy", Timeout: events.Duration(time.Hour)})
 		return d.State == broker.StatePending, "alice's channel not seen yet: " + string(d.State)
 	})
-	final := waitState(t, b, d.ID, broker.StateApproved)
+	final := itest.WaitState(t, b, d.ID, broker.StateApproved)
 	if final.Decision.DecidedBy[0].Principal != "alice" {
 		t.Fatalf("decided by %+v", final.Decision.DecidedBy)
 	}
@@ -341,7 +330,7 @@ rules:
 // after the restart is seen: requests for its principal wait for it rather
 // than fail for want of an approver.
 func TestPresenceAfterNATSRestart(t *testing.T) {
-	p := mustPolicy(t, `version: 1
+	p := itest.MustPolicy(t, `version: 1
 principals:
   alice: {roles: [ops]}
   bob:   {roles: [dba]}
@@ -356,23 +345,23 @@ rules:
     approvers: ["role:dba"]
 `, "presence.yaml")
 	ns := testenv.Server(t)
-	b, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "presence", Policy: p, AnnouncedOnly: true})
-	e := &env{ns: ns, nc: testenv.Conn(t, ns), b: b}
+	b, _ := itest.RunBroker(t, testenv.Conn(t, ns), broker.Config{Name: "presence", Policy: p, AnnouncedOnly: true})
+	e := &itest.Env{NS: ns, NC: testenv.Conn(t, ns), B: b}
 	skip := func(context.Context, handler.Request) (handler.Response, error) {
 		return handler.Response{}, handler.ErrSkip
 	}
-	runApprover(t, testenv.Conn(t, ns), "alice", "ci", skip)
-	eventually(t, patience, func() (bool, string) {
-		rec := submit(t, e, events.Requested{Agent: "ci", Tool: "deploy", Timeout: events.Duration(time.Hour)})
+	itest.RunApprover(t, testenv.Conn(t, ns), "alice", "ci", skip)
+	itest.Eventually(t, itest.Patience, func() (bool, string) {
+		rec := itest.Submit(t, e, events.Requested{Agent: "ci", Tool: "deploy", Timeout: events.Duration(time.Hour)})
 		return rec.State == broker.StatePending, "alice's channel not seen: " + string(rec.State)
 	})
 
 	restarted := time.Now()
 	ns = ns.Restart(t)
-	js := newJS(t, testenv.Conn(t, ns))
+	js := itest.NewJS(t, testenv.Conn(t, ns))
 	// alice's channel announces itself again, in a bucket made anew: within
 	// the broker's check and the channel's refresh (5s and 10s).
-	eventually(t, 2*patience, func() (bool, string) {
+	itest.Eventually(t, 2*itest.Patience, func() (bool, string) {
 		kv, err := js.KeyValue(context.Background(), events.PresenceBucket)
 		if err != nil {
 			return false, "presence bucket: " + err.Error()
@@ -387,9 +376,9 @@ rules:
 		return a.At.After(restarted), "alice's announcement is from before the restart"
 	})
 	// bob's channel, started now, is seen by the broker.
-	runApprover(t, testenv.Conn(t, ns), "bob", "ci", skip)
-	eventually(t, patience, func() (bool, string) {
-		rec := submit(t, e, events.Requested{Agent: "ci", Tool: "migrate", Timeout: events.Duration(time.Hour)})
+	itest.RunApprover(t, testenv.Conn(t, ns), "bob", "ci", skip)
+	itest.Eventually(t, itest.Patience, func() (bool, string) {
+		rec := itest.Submit(t, e, events.Requested{Agent: "ci", Tool: "migrate", Timeout: events.Duration(time.Hour)})
 		return rec.State == broker.StatePending, "bob's channel not seen after the restart: " + string(rec.State)
 	})
 }
@@ -398,7 +387,7 @@ rules:
 // args.amount stays under 5000", with requests racing through two replicas:
 // the approved total never passes the limit, and the rest need a person.
 func TestLimitAcrossReplicas(t *testing.T) {
-	p := mustPolicy(t, `version: 1
+	p := itest.MustPolicy(t, `version: 1
 rules:
   - name: payments
     tools: [pay]
@@ -412,8 +401,8 @@ limits:
     over: require_approval
 `, "limits.yaml")
 	ns := testenv.Server(t)
-	b1, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "l1", Policy: p})
-	b2, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "l2", Policy: p})
+	b1, _ := itest.RunBroker(t, testenv.Conn(t, ns), broker.Config{Name: "l1", Policy: p})
+	b2, _ := itest.RunBroker(t, testenv.Conn(t, ns), broker.Config{Name: "l2", Policy: p})
 	const n, amount = 40, 300
 	states := make([]broker.State, n)
 	var wg sync.WaitGroup
@@ -423,7 +412,7 @@ limits:
 			b = b2
 		}
 		wg.Go(func() {
-			ctx, cancel := opCtx()
+			ctx, cancel := itest.OpCtx()
 			defer cancel()
 			rec, err := b.Submit(ctx, "", "agent/payer", events.Requested{Agent: "payer", Tool: "pay", Session: "s-1", Args: json.RawMessage(fmt.Sprintf(`{"amount":%d}`, amount))})
 			if err != nil {
@@ -447,7 +436,7 @@ limits:
 		t.Fatalf("approved %d (total %d), pending %d of %d; want %d approved", approved, approved*amount, pending, n, 5000/amount)
 	}
 	// Another session has its own total.
-	rec, err := b1.Submit(testCtx(t, patience), "", "agent/payer", events.Requested{Agent: "payer", Tool: "pay", Session: "s-2", Args: json.RawMessage(`{"amount":4000}`)})
+	rec, err := b1.Submit(itest.TestCtx(t, itest.Patience), "", "agent/payer", events.Requested{Agent: "payer", Tool: "pay", Session: "s-2", Args: json.RawMessage(`{"amount":4000}`)})
 	if err != nil || rec.State != broker.StateApproved {
 		t.Fatalf("other session: %+v %v", rec.State, err)
 	}
@@ -456,16 +445,16 @@ limits:
 // TestShadowPolicy: the shadow policy's disagreement is recorded as an audit
 // event and counted, and never acted on.
 func TestShadowPolicy(t *testing.T) {
-	live := mustPolicy(t, "version: 1\nrules:\n  - name: reads\n    tools: [\"read_*\"]\n    action: allow\n", "live.yaml")
-	shadow := mustPolicy(t, "version: 1\nrules:\n  - name: no-secrets\n    tools: [read_secret]\n    action: deny\n  - name: reads\n    tools: [\"read_*\"]\n    action: allow\n", "shadow.yaml")
-	e := newEnv(t, broker.Config{Policy: live, Shadow: shadow})
-	same := submit(t, e, events.Requested{Tool: "read_file"})
-	rec := submit(t, e, events.Requested{Tool: "read_secret"})
+	live := itest.MustPolicy(t, "version: 1\nrules:\n  - name: reads\n    tools: [\"read_*\"]\n    action: allow\n", "live.yaml")
+	shadow := itest.MustPolicy(t, "version: 1\nrules:\n  - name: no-secrets\n    tools: [read_secret]\n    action: deny\n  - name: reads\n    tools: [\"read_*\"]\n    action: allow\n", "shadow.yaml")
+	e := itest.NewEnv(t, broker.Config{Policy: live, Shadow: shadow})
+	same := itest.Submit(t, e, events.Requested{Tool: "read_file"})
+	rec := itest.Submit(t, e, events.Requested{Tool: "read_secret"})
 	if rec.State != broker.StateApproved || rec.Decision.Rule != "reads" {
 		t.Fatalf("the shadow was acted on: %+v", rec.Decision)
 	}
-	s := streamOf(t, e.js)
-	m, err := s.GetLastMsgForSubject(testCtx(t, patience), events.ShadowPrefix+rec.ID)
+	s := itest.StreamOf(t, e.JS)
+	m, err := s.GetLastMsgForSubject(itest.TestCtx(t, itest.Patience), events.ShadowPrefix+rec.ID)
 	if err != nil {
 		t.Fatalf("no audit event: %v", err)
 	}
@@ -477,10 +466,10 @@ func TestShadowPolicy(t *testing.T) {
 	if err != nil || d.Live != "allow by reads" || d.Shadow != "deny by no-secrets" {
 		t.Fatalf("audit event %+v, %v", d, err)
 	}
-	if _, err := s.GetLastMsgForSubject(testCtx(t, patience), events.ShadowPrefix+same.ID); err == nil {
+	if _, err := s.GetLastMsgForSubject(itest.TestCtx(t, itest.Patience), events.ShadowPrefix+same.ID); err == nil {
 		t.Fatal("an agreement was recorded as a disagreement")
 	}
-	if n := e.b.Stats().ShadowDisagreements; n != 1 {
+	if n := e.B.Stats().ShadowDisagreements; n != 1 {
 		t.Fatalf("counted %d disagreements, want 1", n)
 	}
 }
@@ -489,7 +478,7 @@ func TestShadowPolicy(t *testing.T) {
 // step's approvers are told with an escalated event, the deadline is extended,
 // and the request ends at the extended deadline.
 func TestEscalation(t *testing.T) {
-	p := mustPolicy(t, `version: 1
+	p := itest.MustPolicy(t, `version: 1
 principals:
   alice: {roles: [ops]}
   erin:  {roles: [cfo]}
@@ -504,9 +493,9 @@ rules:
         approvers: ["role:cfo"]
         extend: 2s
 `, "esc.yaml")
-	e := newEnv(t, broker.Config{Policy: p})
-	escalated := subscribe(t, e.nc, events.PendingPrefix+"bank")
-	rec := submit(t, e, events.Requested{Agent: "bank", Tool: "wire"})
+	e := itest.NewEnv(t, broker.Config{Policy: p})
+	escalated := itest.Subscribe(t, e.NC, events.PendingPrefix+"bank")
+	rec := itest.Submit(t, e, events.Requested{Agent: "bank", Tool: "wire"})
 	if got := rec.Deadline.Sub(rec.ReceivedAt); got != 3*time.Second {
 		t.Fatalf("initial timeout %s", got)
 	}
@@ -534,11 +523,11 @@ rules:
 	if esc.Terms == nil || esc.Terms.Quorum != 1 {
 		t.Fatalf("escalated terms %+v, want a quorum of 1", esc.Terms)
 	}
-	cur, err := e.b.Get(testCtx(t, patience), rec.ID)
+	cur, err := e.B.Get(itest.TestCtx(t, itest.Patience), rec.ID)
 	if err != nil || cur.Level != 1 || !cur.Deadline.Equal(esc.Deadline) {
 		t.Fatalf("record after escalation: %+v %v", cur, err)
 	}
-	final := waitState(t, e.b, rec.ID, broker.StateExpired)
+	final := itest.WaitState(t, e.B, rec.ID, broker.StateExpired)
 	if final.Decision.DecidedAt.Before(esc.Deadline) {
 		t.Fatalf("expired at %s, before the extended deadline %s", final.Decision.DecidedAt, esc.Deadline)
 	}
@@ -547,7 +536,7 @@ rules:
 // TestPendingTerms: pending events tell channels what answers the broker
 // accepts: the quorum, self-approval, and what may be remembered.
 func TestPendingTerms(t *testing.T) {
-	p := mustPolicy(t, `version: 1
+	p := itest.MustPolicy(t, `version: 1
 rules:
   - name: file-changes
     tools: [write_file]
@@ -561,22 +550,22 @@ rules:
     action: require_approval
     rememberable: false
 `, "terms.yaml")
-	e := newEnv(t, broker.Config{Policy: p})
-	pending := subscribe(t, e.nc, events.PendingPrefix+"coder")
+	e := itest.NewEnv(t, broker.Config{Policy: p})
+	pending := itest.Subscribe(t, e.NC, events.PendingPrefix+"coder")
 	terms := func(tool string) *events.Terms {
 		t.Helper()
-		rec := submit(t, e, events.Requested{Agent: "coder", Tool: tool})
+		rec := itest.Submit(t, e, events.Requested{Agent: "coder", Tool: tool})
 		for {
 			select {
 			case m := <-pending:
-				p, err := decodePending(t, m.Header, m.Data)
+				p, err := itest.DecodePending(t, m.Header, m.Data)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if p.RequestID == rec.ID {
 					return p.Terms
 				}
-			case <-time.After(patience):
+			case <-time.After(itest.Patience):
 				t.Fatalf("no pending event for %s", tool)
 			}
 		}
@@ -596,24 +585,24 @@ rules:
 // window is a rate limit on automatic approvals.
 func TestRememberedDenialAndArgsPattern(t *testing.T) {
 	e := policyEnv(t)
-	deny := submit(t, e, events.Requested{Tool: "write_secret", Session: "s-9"})
-	approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+deny.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Deny, Reason: "never", Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour)}}}), http.StatusOK)
-	if again := submit(t, e, events.Requested{Tool: "write_secret", Session: "s-9"}); again.State != broker.StateDenied || !again.Decision.Auto || !strings.HasPrefix(again.Decision.Rule, "remembered:") {
+	deny := itest.Submit(t, e, events.Requested{Tool: "write_secret", Session: "s-9"})
+	itest.ApprovalOf(t, itest.Call(t, http.MethodPost, e.API+"/v1/approvals/"+deny.ID+"/decision", itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Deny, Reason: "never", Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour)}}}), http.StatusOK)
+	if again := itest.Submit(t, e, events.Requested{Tool: "write_secret", Session: "s-9"}); again.State != broker.StateDenied || !again.Decision.Auto || !strings.HasPrefix(again.Decision.Rule, "remembered:") {
 		t.Fatalf("remembered denial: %+v", again.Decision)
 	}
 
-	first := submit(t, e, events.Requested{Tool: "write_file", Session: "s-10", Args: json.RawMessage(`{"path":"/tmp/a"}`)})
-	approvalOf(t, call(t, http.MethodPost, e.api+"/v1/approvals/"+first.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour), Args: json.RawMessage(`{"path":"/tmp/*"}`)}}}), http.StatusOK)
-	if in := submit(t, e, events.Requested{Tool: "write_file", Session: "s-10", Args: json.RawMessage(`{"path":"/tmp/b"}`)}); in.State != broker.StateApproved {
+	first := itest.Submit(t, e, events.Requested{Tool: "write_file", Session: "s-10", Args: json.RawMessage(`{"path":"/tmp/a"}`)})
+	itest.ApprovalOf(t, itest.Call(t, http.MethodPost, e.API+"/v1/approvals/"+first.ID+"/decision", itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour), Args: json.RawMessage(`{"path":"/tmp/*"}`)}}}), http.StatusOK)
+	if in := itest.Submit(t, e, events.Requested{Tool: "write_file", Session: "s-10", Args: json.RawMessage(`{"path":"/tmp/b"}`)}); in.State != broker.StateApproved {
 		t.Fatalf("inside the pattern: %s", in.State)
 	}
-	if out := submit(t, e, events.Requested{Tool: "write_file", Session: "s-10", Args: json.RawMessage(`{"path":"/etc/passwd"}`)}); out.State != broker.StatePending {
+	if out := itest.Submit(t, e, events.Requested{Tool: "write_file", Session: "s-10", Args: json.RawMessage(`{"path":"/etc/passwd"}`)}); out.State != broker.StatePending {
 		t.Fatalf("outside the pattern: %s", out.State)
 	}
 }
 
 func TestRateLimit(t *testing.T) {
-	p := mustPolicy(t, `version: 1
+	p := itest.MustPolicy(t, `version: 1
 mode: auto-approve
 limits:
   - name: per-agent-rate
@@ -622,10 +611,10 @@ limits:
     window: 2s
     over: deny
 `, "rate.yaml")
-	e := newEnv(t, broker.Config{Policy: p})
+	e := itest.NewEnv(t, broker.Config{Policy: p})
 	states := func() (out []broker.State) {
 		for range 5 {
-			out = append(out, submit(t, e, events.Requested{Agent: "fast", Tool: "x"}).State)
+			out = append(out, itest.Submit(t, e, events.Requested{Agent: "fast", Tool: "x"}).State)
 		}
 		return out
 	}
@@ -646,7 +635,7 @@ func TestBadPolicyStopsStart(t *testing.T) {
 	if err := os.WriteFile(file, []byte("version: 1\nrules:\n  - name: x\n    tools: [a]\n    action: maybe\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	err := app.Run(testCtx(t, patience), app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), PolicyFile: file}, testenv.Logger(t))
+	err := app.Run(itest.TestCtx(t, itest.Patience), app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), PolicyFile: file}, testenv.Logger(t))
 	if err == nil || !strings.Contains(err.Error(), "broken.yaml:5:") || !strings.Contains(err.Error(), "maybe") {
 		t.Fatalf("start with a broken policy: %v", err)
 	}
@@ -655,27 +644,27 @@ func TestBadPolicyStopsStart(t *testing.T) {
 // TestRememberedCommands lists and revokes remembered choices the way
 // `broker remembered` does, against a running broker.
 func TestRememberedCommands(t *testing.T) {
-	a := startApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0"})
+	a := itest.StartApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0"})
 	var out bytes.Buffer
-	if err := app.RememberedList(testCtx(t, patience), &out, a.HTTP); err != nil || !strings.Contains(out.String(), "no remembered choices") {
+	if err := app.RememberedList(itest.TestCtx(t, itest.Patience), &out, a.HTTP); err != nil || !strings.Contains(out.String(), "no remembered choices") {
 		t.Fatalf("empty list: %q %v", out.String(), err)
 	}
-	rec := approvalOf(t, call(t, http.MethodPost, a.HTTP+"/v1/approvals", map[string]any{"agent": "cmd", "tool": "deploy", "session": "s-1"}), http.StatusCreated)
-	approvalOf(t, call(t, http.MethodPost, a.HTTP+"/v1/approvals/"+rec.ID+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour)}}}), http.StatusOK)
+	rec := itest.ApprovalOf(t, itest.Call(t, http.MethodPost, a.HTTP+"/v1/approvals", map[string]any{"agent": "cmd", "tool": "deploy", "session": "s-1"}), http.StatusCreated)
+	itest.ApprovalOf(t, itest.Call(t, http.MethodPost, a.HTTP+"/v1/approvals/"+rec.ID+"/decision", itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour)}}}), http.StatusOK)
 	var listed struct{ Remembered []policy.Grant }
-	eventually(t, 10*time.Second, func() (bool, string) {
-		_ = json.Unmarshal(call(t, http.MethodGet, a.HTTP+"/v1/remembered", nil).body, &listed)
+	itest.Eventually(t, 10*time.Second, func() (bool, string) {
+		_ = json.Unmarshal(itest.Call(t, http.MethodGet, a.HTTP+"/v1/remembered", nil).Body, &listed)
 		return len(listed.Remembered) == 1, "grant not listed"
 	})
 	out.Reset()
-	if err := app.RememberedList(testCtx(t, patience), &out, a.HTTP); err != nil || !strings.Contains(out.String(), listed.Remembered[0].ID) || !strings.Contains(out.String(), "session=s-1") {
+	if err := app.RememberedList(itest.TestCtx(t, itest.Patience), &out, a.HTTP); err != nil || !strings.Contains(out.String(), listed.Remembered[0].ID) || !strings.Contains(out.String(), "session=s-1") {
 		t.Fatalf("list: %q %v", out.String(), err)
 	}
 	out.Reset()
-	if err := app.RememberedRevoke(testCtx(t, patience), &out, a.HTTP, listed.Remembered[0].ID); err != nil || !strings.HasPrefix(out.String(), "revoked "+listed.Remembered[0].ID) {
+	if err := app.RememberedRevoke(itest.TestCtx(t, itest.Patience), &out, a.HTTP, listed.Remembered[0].ID); err != nil || !strings.HasPrefix(out.String(), "revoked "+listed.Remembered[0].ID) {
 		t.Fatalf("revoke: %q %v", out.String(), err)
 	}
-	if err := app.RememberedRevoke(testCtx(t, patience), &out, a.HTTP, listed.Remembered[0].ID); err == nil || !strings.Contains(err.Error(), "not_found") {
+	if err := app.RememberedRevoke(itest.TestCtx(t, itest.Patience), &out, a.HTTP, listed.Remembered[0].ID); err == nil || !strings.Contains(err.Error(), "not_found") {
 		t.Fatalf("revoke twice: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/internal/clustertest"
 )
@@ -18,16 +19,16 @@ import (
 // 30 seconds), finds that message by the request id in its metadata and
 // posts no second one; the decision updates the one message (issue 22.2).
 func TestBotKilledMidSlackPost(t *testing.T) {
-	bin := binary(t, "approver-bot")
+	bin := itest.Binary(t, "approver-bot")
 	w := newChannelWorld(t)
 	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(clustertest.FreePort(t)))
-	var log lockedBuffer
+	var log itest.LockedBuffer
 	p := w.startBotProc(t, bin, "bot", listen, &log)
 
 	w.slack.Delay("chat.postMessage", 3*time.Second)
 	id, decision := w.ask(t, "killed-mid-post")
 	w.slack.Wait(t, "Slack stored the message", func() bool { return w.countSlackMessages(id) == 1 })
-	p.kill(t)
+	p.Kill(t)
 	w.slack.Delay("chat.postMessage", 0)
 	if n := len(w.slack.Calls("conversations.history")); n != 0 {
 		t.Fatalf("%d history reads before the restart", n)
@@ -48,7 +49,7 @@ func TestBotKilledMidSlackPost(t *testing.T) {
 		t.Fatalf("%d Slack messages for the request, want 1", n)
 	}
 
-	approvalOf(t, call(t, http.MethodPost, w.api+"/v1/approvals/"+id+"/decision", `{"principal":"carol","decision":"approve"}`), http.StatusOK)
+	itest.ApprovalOf(t, itest.Call(t, http.MethodPost, w.api+"/v1/approvals/"+id+"/decision", `{"principal":"carol","decision":"approve"}`), http.StatusOK)
 	if d := brokertest.Decision(t, decision); !d.Approved() {
 		t.Fatalf("decision %+v", d)
 	}

@@ -20,6 +20,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/httpapi"
 	"github.com/assent-dev/assent/internal/testenv"
@@ -157,7 +158,7 @@ func newTraced(t *testing.T) *traced {
 	col := newCollector(t)
 	bp, cp, ap := col.provider(t, "broker"), col.provider(t, "approver-bot"), col.provider(t, "agent")
 	ns := testenv.Server(t)
-	b, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "traced", TracerProvider: bp})
+	b, _ := itest.RunBroker(t, testenv.Conn(t, ns), broker.Config{Name: "traced", TracerProvider: bp})
 	srv := httptest.NewServer(httpapi.New(b, httpapi.Config{TracerProvider: bp}, testenv.Logger(t)))
 	t.Cleanup(srv.Close)
 
@@ -172,7 +173,7 @@ func newTraced(t *testing.T) *traced {
 	done := testenv.Go(t, func() error { return ch.Run(ctx) })
 	t.Cleanup(func() {
 		cancel()
-		if err := testenv.Await(t, done, patience, "Channel.Run"); err != nil {
+		if err := testenv.Await(t, done, itest.Patience, "Channel.Run"); err != nil {
 			t.Error(err)
 		}
 	})
@@ -186,14 +187,14 @@ func newTraced(t *testing.T) *traced {
 
 // ask runs one agent turn, a span of the agent's own, that asks for approval
 // of a file deletion in the background; it returns the turn's trace id.
-func (w *traced) ask(t *testing.T, id string) (string, <-chan result) {
+func (w *traced) ask(t *testing.T, id string) (string, <-chan itest.Result) {
 	t.Helper()
 	ctx, turn := w.agent.Start(context.Background(), "agent.turn")
-	res := testenv.Go(t, func() result {
+	res := testenv.Go(t, func() itest.Result {
 		defer turn.End()
 		d, err := w.client.Request(ctx, handler.Request{ID: id, Requested: events.Requested{
-			Tool: "delete_file", Args: json.RawMessage(`{"path":"/srv/reports/q3.csv"}`), User: "carol", Timeout: events.Duration(patience)}})
-		return result{d, err}
+			Tool: "delete_file", Args: json.RawMessage(`{"path":"/srv/reports/q3.csv"}`), User: "carol", Timeout: events.Duration(itest.Patience)}})
+		return itest.Result{D: d, Err: err}
 	})
 	return turn.SpanContext().TraceID().String(), res
 }
@@ -203,7 +204,7 @@ func (w *traced) ask(t *testing.T, id string) (string, <-chan result) {
 func (w *traced) settle(t *testing.T, id string, want map[string]int) []span {
 	t.Helper()
 	var spans []span
-	eventually(t, patience, func() (bool, string) {
+	itest.Eventually(t, itest.Patience, func() (bool, string) {
 		for _, p := range w.providers {
 			if err := p.ForceFlush(context.Background()); err != nil {
 				return false, "flush: " + err.Error()
@@ -286,16 +287,16 @@ func TestTraceOfAnApproval(t *testing.T) {
 			w := newTraced(t)
 			id := events.NewID()
 			traceID, res := w.ask(t, id)
-			n := testenv.Await(t, w.shown, patience, "the channel's notice")
+			n := testenv.Await(t, w.shown, itest.Patience, "the channel's notice")
 			if n.ID != id {
 				t.Fatalf("notice of %s, want %s", n.ID, id)
 			}
 			switch via {
 			case "http":
 				// No traceparent header: the gateway finds the trace by the id.
-				resp := call(t, http.MethodPost, w.api+"/v1/approvals/"+id+"/decision", `{"principal":"alice","decision":"approve"}`)
-				if resp.status != http.StatusOK {
-					t.Fatalf("decision: %d %s", resp.status, resp.body)
+				resp := itest.Call(t, http.MethodPost, w.api+"/v1/approvals/"+id+"/decision", `{"principal":"alice","decision":"approve"}`)
+				if resp.Status != http.StatusOK {
+					t.Fatalf("decision: %d %s", resp.Status, resp.Body)
 				}
 			case "channel":
 				// As a chat's button handler answers: its context knows no trace.
@@ -303,9 +304,9 @@ func TestTraceOfAnApproval(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			r := await(t, res)
-			if r.err != nil || !r.d.Approved() {
-				t.Fatalf("Request: %+v, %v; want approved", r.d, r.err)
+			r := itest.Await(t, res)
+			if r.Err != nil || !r.D.Approved() {
+				t.Fatalf("Request: %+v, %v; want approved", r.D, r.Err)
 			}
 
 			answerer := map[string]string{"http": "broker/" + httpapi.SpanDecision, "channel": "approver-bot/" + handler.SpanAnswer}[via]
@@ -398,22 +399,22 @@ func TestTraceAttributesNeverReject(t *testing.T) {
 				tp = newCollector(t).provider(t, "broker")
 			}
 			ns := testenv.Server(t)
-			runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "traced", Mode: broker.ModeAutoApprove, TracerProvider: tp})
+			itest.RunBroker(t, testenv.Conn(t, ns), broker.Config{Name: "traced", Mode: broker.ModeAutoApprove, TracerProvider: tp})
 			nc := testenv.Conn(t, ns)
-			js := newJS(t, nc)
+			js := itest.NewJS(t, nc)
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
 					id := events.NewID()
-					decisions := subscribe(t, nc, events.DecisionPrefix+id)
+					decisions := itest.Subscribe(t, nc, events.DecisionPrefix+id)
 					body := `{"specversion":"1.0","id":"` + id + `","type":"` + events.TypeRequested + `","source":"agent/file-manager",` + tc.attrs +
 						`"datacontenttype":"application/json","data":{"tool":"delete_file","agent":"file-manager"}}`
-					ctx, cancel := opCtx()
+					ctx, cancel := itest.OpCtx()
 					defer cancel()
 					if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: events.RequestPrefix + "file-manager", Data: []byte(body),
 						Header: nats.Header{"Content-Type": {events.ContentTypeStructured}}}); err != nil {
 						t.Fatal(err)
 					}
-					m := testenv.Await(t, decisions, patience, "the decision")
+					m := testenv.Await(t, decisions, itest.Patience, "the decision")
 					e, err := events.Decode(events.Header(m.Header), m.Data)
 					if err != nil {
 						t.Fatal(err)
@@ -444,12 +445,12 @@ func TestTraceAttributesNeverReject(t *testing.T) {
 func TestTraceOfAnHTTPRequest(t *testing.T) {
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	w := newTraced(t)
-	ctx, cancel := opCtx()
+	ctx, cancel := itest.OpCtx()
 	defer cancel()
-	resp, err := doHTTPWith(ctx, http.MethodPost, w.api+"/v1/approvals", http.Header{"Traceparent": {"00-" + traceID + "-" + parentID + "-01"}},
+	resp, err := itest.DoHTTPWith(ctx, http.MethodPost, w.api+"/v1/approvals", http.Header{"Traceparent": {"00-" + traceID + "-" + parentID + "-01"}},
 		`{"tool":"delete_file","agent":"file-manager"}`)
-	if err != nil || resp.status != http.StatusCreated {
-		t.Fatalf("create: %v %d %s", err, resp.status, resp.body)
+	if err != nil || resp.Status != http.StatusCreated {
+		t.Fatalf("create: %v %d %s", err, resp.Status, resp.Body)
 	}
 	spans := w.settle(t, traceID, map[string]int{"broker/" + broker.SpanIngest: 1, "approver-bot/" + handler.SpanNotify: 1})
 	ingest := one(t, spans, "broker/"+broker.SpanIngest, "", "")
@@ -465,14 +466,14 @@ func TestTraceOfACancel(t *testing.T) {
 	w := newTraced(t)
 	ctx, turn := w.agent.Start(context.Background(), "agent.turn")
 	ctx, stop := context.WithCancel(ctx)
-	res := testenv.Go(t, func() result {
-		d, err := w.client.Request(ctx, handler.Request{Requested: events.Requested{Tool: "delete_file", Timeout: events.Duration(patience)}})
-		return result{d, err}
+	res := testenv.Go(t, func() itest.Result {
+		d, err := w.client.Request(ctx, handler.Request{Requested: events.Requested{Tool: "delete_file", Timeout: events.Duration(itest.Patience)}})
+		return itest.Result{D: d, Err: err}
 	})
-	testenv.Await(t, w.shown, patience, "the channel's notice")
+	testenv.Await(t, w.shown, itest.Patience, "the channel's notice")
 	stop()
-	if r := await(t, res); r.err == nil {
-		t.Fatalf("Request returned %+v after its context ended, want its error", r.d)
+	if r := itest.Await(t, res); r.Err == nil {
+		t.Fatalf("Request returned %+v after its context ended, want its error", r.D)
 	}
 	turn.End()
 	spans := w.settle(t, turn.SpanContext().TraceID().String(), map[string]int{

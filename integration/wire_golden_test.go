@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -85,23 +86,23 @@ func TestAutomaticDecisionWireGolden(t *testing.T) {
 		t.Run(g.name, func(t *testing.T) {
 			cfg := broker.Config{Mode: broker.ModeAutoApprove}
 			if g.policy != "" {
-				cfg = broker.Config{Policy: mustPolicy(t, g.policy, "golden.yaml")}
+				cfg = broker.Config{Policy: itest.MustPolicy(t, g.policy, "golden.yaml")}
 			}
-			e := newEnv(t, cfg)
-			mustPublish(t, e.js, "assent.request.golden", rawEvent(g.id, events.TypeRequested, "agent/golden", g.data), g.id)
-			waitDecision(t, e.js, g.id)
+			e := itest.NewEnv(t, cfg)
+			itest.MustPublish(t, e.JS, "assent.request.golden", itest.RawEvent(g.id, events.TypeRequested, "agent/golden", g.data), g.id)
+			itest.WaitDecision(t, e.JS, g.id)
 
-			ctx, cancel := opCtx()
+			ctx, cancel := itest.OpCtx()
 			defer cancel()
 			subj, _ := events.DecisionSubject(g.id)
-			m, err := streamOf(t, e.js).GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
+			m, err := itest.StreamOf(t, e.JS).GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if ct := m.Header.Get("Content-Type"); ct != events.ContentTypeStructured {
 				t.Errorf("decided Content-Type %q", ct)
 			}
-			kv, err := e.js.Stream(ctx, "KV_"+events.StateBucket)
+			kv, err := e.JS.Stream(ctx, "KV_"+events.StateBucket)
 			if err != nil {
 				t.Fatal(err)
 			}

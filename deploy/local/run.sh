@@ -16,7 +16,7 @@
 # --bin        take broker, approver-bot and nats-server from this directory
 #              instead of building them into DIR/bin
 #
-# It needs go (unless --bin) and openssl. integration/deploy_test.go runs it.
+# It needs go (unless --bin) and openssl. integration/ops/deploy_test.go runs it.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

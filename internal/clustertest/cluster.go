@@ -9,7 +9,7 @@
 // ports and store (a node that is a process can also be SIGKILLed, as a
 // crash would end it), a replica is SIGKILLed and restarted with the same flags,
 // the proxy adds latency, drops traffic or cuts connections. The chaos suite
-// (integration/chaos_test.go) uses all three; docs/cluster.md runs the same
+// (integration/cluster/chaos_test.go) uses all three; docs/cluster.md runs the same
 // topology by hand.
 //
 // Helpers take a testing.TB, call t.Helper and undo what they started with

@@ -1,4 +1,4 @@
-package integration
+package scale
 
 import (
 	"bufio"
@@ -24,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/clustertest"
 	"github.com/assent-dev/assent/internal/httpapi"
@@ -105,7 +106,7 @@ func TestScalePending(t *testing.T) {
 	rep := newScaleReport(t, out)
 	bin := *scaleBin
 	if bin == "" {
-		bin = brokerBinary(t)
+		bin = itest.BrokerBinary(t)
 	}
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("go is not on PATH; the scale test runs go tool pprof")
@@ -171,13 +172,13 @@ func TestScalePending(t *testing.T) {
 	rep.add("read", "GET /v1/approvals/{id}: %s", timeCalls(t, scaleCalls, func() {
 		id := sample[k%len(sample)]
 		k++
-		if a := approvalOf(t, call(t, http.MethodGet, api+"/v1/approvals/"+id, nil), http.StatusOK); a.State != broker.StatePending {
+		if a := itest.ApprovalOf(t, itest.Call(t, http.MethodGet, api+"/v1/approvals/"+id, nil), http.StatusOK); a.State != broker.StatePending {
 			t.Fatalf("request %s is %s, want pending", id, a.State)
 		}
 	}))
 	var answered []string
 	rep.add("answer", "POST /v1/approvals (made pending): %s", timeCalls(t, scaleAnswered, func() {
-		a := approvalOf(t, call(t, http.MethodPost, api+"/v1/approvals", map[string]any{
+		a := itest.ApprovalOf(t, itest.Call(t, http.MethodPost, api+"/v1/approvals", map[string]any{
 			"agent": "scale-answer", "tool": "deploy", "args": map[string]any{"n": len(answered)}, "timeout": "2h",
 		}), http.StatusCreated)
 		if a.State != broker.StatePending {
@@ -189,7 +190,7 @@ func TestScalePending(t *testing.T) {
 	rep.add("answer", "POST /v1/approvals/{id}/decision (approve): %s", timeCalls(t, scaleAnswered, func() {
 		id := answered[k]
 		k++
-		a := approvalOf(t, call(t, http.MethodPost, api+"/v1/approvals/"+id+"/decision", decisionBody{"alice", events.Responded{Decision: events.Approve}}), http.StatusOK)
+		a := itest.ApprovalOf(t, itest.Call(t, http.MethodPost, api+"/v1/approvals/"+id+"/decision", itest.DecisionBody{Principal: "alice", Responded: events.Responded{Decision: events.Approve}}), http.StatusOK)
 		if a.State != broker.StateApproved {
 			t.Fatalf("answered %s, want approved", a.State)
 		}
@@ -206,7 +207,7 @@ func TestScalePending(t *testing.T) {
 
 	// Restart: kill -9, then the same flags and data.
 	killed := time.Now()
-	b1.kill(t)
+	b1.Kill(t)
 	rep.add("restart", "killed (SIGKILL) in %s", time.Since(killed).Round(time.Millisecond))
 	b2 := sb.start(t, 2, *scaleReady, *scaleCPU)
 	rep.add("restart", "ready %s after the start (%s after the kill); %s", sb.readyAfter.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), sb.startPhases(t))
@@ -217,7 +218,7 @@ func TestScalePending(t *testing.T) {
 		t.Fatalf("after the restart the broker holds %.0f local timers, want one per pending request, %d", got, n)
 	}
 	restarted := sb.memory(t, rep, b2, "restarted")
-	js := newJS(t, nc)
+	js := itest.NewJS(t, nc)
 	ticks := scaleTicks(t, js)
 	rep.add("restart", "%d pending, %d local timers, %d durable ticks (assent.timer.tick.>) for their deadlines' seconds", n, n, len(ticks))
 	// The deadline of every sampled request (one in every n/1000) falls in
@@ -225,7 +226,7 @@ func TestScalePending(t *testing.T) {
 	// the deadline.
 	api2 := sb.api()
 	for _, id := range sample {
-		a := approvalOf(t, call(t, http.MethodGet, api2+"/v1/approvals/"+id, nil), http.StatusOK)
+		a := itest.ApprovalOf(t, itest.Call(t, http.MethodGet, api2+"/v1/approvals/"+id, nil), http.StatusOK)
 		sec := a.Deadline.Truncate(time.Second)
 		if sec.Before(a.Deadline) {
 			sec = sec.Add(time.Second)
@@ -245,7 +246,7 @@ func TestScalePending(t *testing.T) {
 
 	// Expiry: m deadlines at -scale.rate per second.
 	late := scaleExpire(t, rep, sb, nc, pub, n, m, rate)
-	decided := decisionCounts(t, js)
+	decided := itest.DecisionCounts(t, js)
 	for _, id := range append(slices.Clone(late.ids), answered...) {
 		if decided[id] != 1 {
 			t.Errorf("request %s has %d decided messages on the stream, want 1", id, decided[id])
@@ -288,7 +289,7 @@ func (sb *scaleBroker) pprof() string   { return "http://127.0.0.1:" + strconv.I
 // start runs the broker (start number nth) and waits up to within for
 // /readyz. With cpu > 0 it also takes a CPU profile of that length from
 // the moment the profiles are served (waitCPUProfile collects it).
-func (sb *scaleBroker) start(t *testing.T, nth int, within, cpu time.Duration) *proc {
+func (sb *scaleBroker) start(t *testing.T, nth int, within, cpu time.Duration) *itest.Proc {
 	t.Helper()
 	sb.logPath = filepath.Join(sb.out, fmt.Sprintf("broker-%d.log", nth))
 	logf, err := os.Create(sb.logPath)
@@ -306,9 +307,9 @@ func (sb *scaleBroker) start(t *testing.T, nth int, within, cpu time.Duration) *
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", sb.bin, err)
 	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() { p.kill(t) })
+	p := &itest.Proc{Cmd: cmd, Done: make(chan struct{})}
+	go func() { p.Err = cmd.Wait(); close(p.Done) }()
+	t.Cleanup(func() { p.Kill(t) })
 	if cpu > 0 {
 		sb.cpu = make(chan error, 1)
 		go func() { sb.cpu <- sb.cpuProfile(cpu) }()
@@ -316,8 +317,8 @@ func (sb *scaleBroker) start(t *testing.T, nth int, within, cpu time.Duration) *
 	lastLog := time.Now()
 	for {
 		select {
-		case <-p.done:
-			t.Fatalf("the broker exited (%v) before it was ready; the end of %s:\n%s", p.err, sb.logPath, sb.logTail(40))
+		case <-p.Done:
+			t.Fatalf("the broker exited (%v) before it was ready; the end of %s:\n%s", p.Err, sb.logPath, sb.logTail(40))
 		case <-time.After(50 * time.Millisecond):
 		}
 		if resp, err := http.Get(sb.api() + "/readyz"); err == nil {
@@ -414,7 +415,7 @@ func (sb *scaleBroker) logTail(n int) string {
 	if err != nil {
 		return err.Error()
 	}
-	return tail(string(b), n)
+	return itest.Tail(string(b), n)
 }
 
 // metric reads one unlabelled sample of the broker's /metrics.
@@ -429,17 +430,17 @@ func (sb *scaleBroker) metric(t *testing.T, name string) float64 {
 
 // scrape reads the unlabelled samples named from base/metrics.
 func scrape(base string, names ...string) (map[string]float64, error) {
-	ctx, cancel := opCtx()
+	ctx, cancel := itest.OpCtx()
 	defer cancel()
-	r, err := doHTTP(ctx, http.MethodGet, base+"/metrics", nil)
+	r, err := itest.DoHTTP(ctx, http.MethodGet, base+"/metrics", nil)
 	if err != nil {
 		return nil, err
 	}
-	if r.status != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %d %s", r.status, r.body)
+	if r.Status != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %d %s", r.Status, r.Body)
 	}
 	out := map[string]float64{}
-	for _, line := range strings.Split(string(r.body), "\n") {
+	for _, line := range strings.Split(string(r.Body), "\n") {
 		name, value, ok := strings.Cut(line, " ")
 		if !ok || !slices.Contains(names, name) {
 			continue
@@ -461,9 +462,9 @@ type procMemory struct {
 	rss, hwm uint64 // VmRSS, VmHWM (peak), bytes
 }
 
-func (sb *scaleBroker) rss(t *testing.T, p *proc) procMemory {
+func (sb *scaleBroker) rss(t *testing.T, p *itest.Proc) procMemory {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Cmd.Process.Pid))
 	if err != nil {
 		t.Fatalf("read the broker's memory: %v (the scale test reads /proc, Linux only)", err)
 	}
@@ -489,7 +490,7 @@ func (sb *scaleBroker) rss(t *testing.T, p *proc) procMemory {
 // memory reports the broker's resident memory, Go heap and data directory,
 // and writes a heap profile (after a GC) named after when, with its top
 // allocation sites by in-use bytes.
-func (sb *scaleBroker) memory(t *testing.T, rep *scaleReport, p *proc, when string) procMemory {
+func (sb *scaleBroker) memory(t *testing.T, rep *scaleReport, p *itest.Proc, when string) procMemory {
 	t.Helper()
 	mem := sb.rss(t, p)
 	v, err := scrape(sb.api(), "go_memstats_heap_inuse_bytes", "go_memstats_sys_bytes", "go_goroutines")
@@ -522,7 +523,7 @@ func (sb *scaleBroker) memory(t *testing.T, rep *scaleReport, p *proc, when stri
 
 // waitPending waits until the broker's index holds want pending requests,
 // logging progress; it gives up when the count stops moving.
-func (sb *scaleBroker) waitPending(t *testing.T, rep *scaleReport, p *proc, want int, phase string) {
+func (sb *scaleBroker) waitPending(t *testing.T, rep *scaleReport, p *itest.Proc, want int, phase string) {
 	t.Helper()
 	last, lastMove, lastLog := -1, time.Now(), time.Now()
 	for {
@@ -704,7 +705,7 @@ func scaleExpire(t *testing.T, rep *scaleReport, sb *scaleBroker, nc *nats.Conn,
 		deadline, ok := deadlines[id]
 		if !ok { // its pending event was missed: read the deadline from the state
 			fallback++
-			deadline = approvalOf(t, call(t, http.MethodGet, sb.api()+"/v1/approvals/"+id, nil), http.StatusOK).Deadline
+			deadline = itest.ApprovalOf(t, itest.Call(t, http.MethodGet, sb.api()+"/v1/approvals/"+id, nil), http.StatusOK).Deadline
 		}
 		at := got[0].at
 		if firstAt.IsZero() || at.Before(firstAt) {
@@ -722,13 +723,13 @@ func scaleExpire(t *testing.T, rep *scaleReport, sb *scaleBroker, nc *nats.Conn,
 		lateness = append(lateness, at.Sub(deadline))
 	}
 	slices.Sort(lateness)
-	res := scaleExpiry{ids: ids, p50: quantile(lateness, 0.5), p99: quantile(lateness, 0.99)}
+	res := scaleExpiry{ids: ids, p50: itest.Quantile(lateness, 0.5), p99: itest.Quantile(lateness, 0.99)}
 	if len(lateness) > 0 {
 		res.max = lateness[len(lateness)-1].Round(time.Millisecond)
 	}
 	rep.add("expiry", "%d of %d decided expired (%d lost, %d decided more than once, %d before their deadline, %d deadlines read from the state); received between %s and %s after the first deadline (%.0f/s); lateness after the deadline p50 %s, p90 %s, p99 %s, max %s",
 		len(lateness), m, lost, twice, early, fallback, firstAt.Sub(first).Round(time.Millisecond), lastAt.Sub(first).Round(time.Millisecond),
-		float64(len(lateness))/max(lastAt.Sub(firstAt).Seconds(), 1e-3), res.p50, quantile(lateness, 0.9), res.p99, res.max)
+		float64(len(lateness))/max(lastAt.Sub(firstAt).Seconds(), 1e-3), res.p50, itest.Quantile(lateness, 0.9), res.p99, res.max)
 	if lost > 0 {
 		t.Errorf("%d of %d expiring requests got no decision within %s of the last deadline", lost, m, done.Sub(last).Round(time.Second))
 	}
@@ -810,7 +811,7 @@ func (p *scalePublisher) finish(t *testing.T) {
 	p.failed = nil
 	p.mu.Unlock()
 	for _, msg := range failed {
-		ctx, cancel := opCtx()
+		ctx, cancel := itest.OpCtx()
 		_, err := p.js.PublishMsg(ctx, msg)
 		cancel()
 		if err != nil {
@@ -823,15 +824,15 @@ func (p *scalePublisher) finish(t *testing.T) {
 // scaleList GETs the listing query and checks its total and length.
 func scaleList(t *testing.T, api, query string, wantTotal, wantLen int) {
 	t.Helper()
-	r := call(t, http.MethodGet, api+"/v1/approvals?"+query, nil)
-	if r.status != http.StatusOK {
-		t.Fatalf("GET /v1/approvals?%s: %d %s", query, r.status, r.body)
+	r := itest.Call(t, http.MethodGet, api+"/v1/approvals?"+query, nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("GET /v1/approvals?%s: %d %s", query, r.Status, r.Body)
 	}
 	var body struct {
 		Approvals []httpapi.Approval `json:"approvals"`
 		Total     int                `json:"total"`
 	}
-	if err := json.Unmarshal(r.body, &body); err != nil {
+	if err := json.Unmarshal(r.Body, &body); err != nil {
 		t.Fatal(err)
 	}
 	if body.Total != wantTotal || len(body.Approvals) != wantLen {
@@ -844,7 +845,7 @@ func scaleTicks(t *testing.T, js jetstream.JetStream) map[int64]bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	info, err := streamOf(t, js).Info(ctx, jetstream.WithSubjectFilter(broker.TimerPrefix+"tick.>"))
+	info, err := itest.StreamOf(t, js).Info(ctx, jetstream.WithSubjectFilter(broker.TimerPrefix+"tick.>"))
 	if err != nil {
 		t.Fatalf("read the durable ticks: %v", err)
 	}

@@ -1,4 +1,4 @@
-package integration
+package ops
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/app"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/httpapi"
@@ -33,7 +34,7 @@ const lateness = 3 * time.Second
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code := app.CLI{Version: "test", Stdout: &out, Stderr: &errOut}.Run(testCtx(t, 2*time.Minute), args)
+	code := app.CLI{Version: "test", Stdout: &out, Stderr: &errOut}.Run(itest.TestCtx(t, 2*time.Minute), args)
 	t.Logf("broker %s: exit %d\n%s%s", strings.Join(args, " "), code, out.String(), errOut.String())
 	return code, out.String(), errOut.String()
 }
@@ -45,11 +46,11 @@ func auditLines(t *testing.T, api string, last uint64) []string {
 	var lines []string
 	after := ""
 	for {
-		r := call(t, http.MethodGet, api+"/v1/audit?format=ndjson&limit=1000"+after, nil)
-		if r.status != http.StatusOK {
-			t.Fatalf("audit: %d %s", r.status, r.body)
+		r := itest.Call(t, http.MethodGet, api+"/v1/audit?format=ndjson&limit=1000"+after, nil)
+		if r.Status != http.StatusOK {
+			t.Fatalf("audit: %d %s", r.Status, r.Body)
 		}
-		sc := bufio.NewScanner(bytes.NewReader(r.body))
+		sc := bufio.NewScanner(bytes.NewReader(r.Body))
 		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
 			var e struct {
@@ -65,7 +66,7 @@ func auditLines(t *testing.T, api string, last uint64) []string {
 				lines = append(lines, sc.Text())
 			}
 		}
-		next := r.header.Get("X-Next-After")
+		next := r.Header.Get("X-Next-After")
 		if next == "" {
 			return lines
 		}
@@ -81,9 +82,9 @@ func auditLines(t *testing.T, api string, last uint64) []string {
 // are the same.
 func TestBackupRestoreKeepsDeadlines(t *testing.T) {
 	ns1 := testenv.Server(t)
-	b1, stop1 := runBroker(t, testenv.Conn(t, ns1), broker.Config{Name: "original"})
-	api1 := serveAPI(t, b1)
-	ctx := testCtx(t, 3*time.Minute)
+	b1, stop1 := itest.RunBroker(t, testenv.Conn(t, ns1), broker.Config{Name: "original"})
+	api1 := itest.ServeAPI(t, b1)
+	ctx := itest.TestCtx(t, 3*time.Minute)
 
 	// History: approved, denied (one with edited args), remembered.
 	var decided []string
@@ -132,10 +133,10 @@ func TestBackupRestoreKeepsDeadlines(t *testing.T) {
 		}
 		pending[rec.ID] = rec.Deadline
 	}
-	remembered := call(t, http.MethodGet, api1+"/v1/remembered", nil).body
+	remembered := itest.Call(t, http.MethodGet, api1+"/v1/remembered", nil).Body
 	before := map[string][]byte{}
 	for _, id := range decided {
-		before[id] = call(t, http.MethodGet, api1+"/v1/approvals/"+id, nil).body
+		before[id] = itest.Call(t, http.MethodGet, api1+"/v1/approvals/"+id, nil).Body
 	}
 
 	// The backup is taken while the broker runs.
@@ -173,16 +174,16 @@ func TestBackupRestoreKeepsDeadlines(t *testing.T) {
 	if code, _, _ := runCLI(t, "restore", "--nats-url", ns2.ClientURL(), "--from", dir); code != app.ExitOK {
 		t.Fatalf("restore: exit %d", code)
 	}
-	b2, _ := runBroker(t, testenv.Conn(t, ns2), broker.Config{Name: "restored"})
-	api2 := serveAPI(t, b2)
+	b2, _ := itest.RunBroker(t, testenv.Conn(t, ns2), broker.Config{Name: "restored"})
+	api2 := itest.ServeAPI(t, b2)
 
 	// Every pending request is listed, with its deadline.
-	r := call(t, http.MethodGet, api2+"/v1/approvals?state=pending&agent=waiting", nil)
+	r := itest.Call(t, http.MethodGet, api2+"/v1/approvals?state=pending&agent=waiting", nil)
 	var list struct {
 		Approvals []httpapi.Approval `json:"approvals"`
 	}
-	if err := json.Unmarshal(r.body, &list); err != nil {
-		t.Fatalf("list: %v: %s", err, r.body)
+	if err := json.Unmarshal(r.Body, &list); err != nil {
+		t.Fatalf("list: %v: %s", err, r.Body)
 	}
 	listed := map[string]time.Time{}
 	for _, a := range list.Approvals {
@@ -203,11 +204,11 @@ func TestBackupRestoreKeepsDeadlines(t *testing.T) {
 
 	// Decided requests, remembered choices and the audit log are the same.
 	for _, id := range decided {
-		if after := call(t, http.MethodGet, api2+"/v1/approvals/"+id, nil).body; !sameJSON(after, before[id]) {
+		if after := itest.Call(t, http.MethodGet, api2+"/v1/approvals/"+id, nil).Body; !itest.SameJSON(after, before[id]) {
 			t.Errorf("request %s reads\n%s\nafter the restore, and\n%s\nbefore", id, after, before[id])
 		}
 	}
-	if after := call(t, http.MethodGet, api2+"/v1/remembered", nil).body; !sameJSON(after, remembered) {
+	if after := itest.Call(t, http.MethodGet, api2+"/v1/remembered", nil).Body; !itest.SameJSON(after, remembered) {
 		t.Errorf("remembered choices after the restore:\n%s\nbefore:\n%s", after, remembered)
 	}
 	if audit2 := auditLines(t, api2, lastSeq); !slices.Equal(audit1, audit2) {
@@ -215,11 +216,11 @@ func TestBackupRestoreKeepsDeadlines(t *testing.T) {
 	}
 
 	// Each pending request expires at its deadline on the restored server.
-	js2 := newJS(t, testenv.Conn(t, ns2))
+	js2 := itest.NewJS(t, testenv.Conn(t, ns2))
 	var worst time.Duration
 	for id, deadline := range pending {
 		var final broker.Record
-		eventually(t, time.Until(deadline)+patience, func() (bool, string) {
+		itest.Eventually(t, time.Until(deadline)+itest.Patience, func() (bool, string) {
 			var err error
 			if final, err = b2.Get(context.Background(), id); err != nil {
 				return false, fmt.Sprintf("get %s: %v", id, err)
@@ -237,8 +238,8 @@ func TestBackupRestoreKeepsDeadlines(t *testing.T) {
 		}
 	}
 	t.Logf("the latest expiry came %s after its deadline", worst)
-	waitBrokerIdle(t, js2)
-	counts := decisionCounts(t, js2)
+	itest.WaitBrokerIdle(t, js2)
+	counts := itest.DecisionCounts(t, js2)
 	for id := range pending {
 		if counts[id] != 1 {
 			t.Errorf("request %s has %d decided messages, want 1", id, counts[id])
@@ -258,8 +259,8 @@ func TestBackupRestoreKeepsDeadlines(t *testing.T) {
 // against; backup refuses a directory that is not empty.
 func TestRestoreRefusals(t *testing.T) {
 	ns1 := testenv.Server(t)
-	b1, stop1 := runBroker(t, testenv.Conn(t, ns1), broker.Config{Name: "original"})
-	ctx := testCtx(t, 2*time.Minute)
+	b1, stop1 := itest.RunBroker(t, testenv.Conn(t, ns1), broker.Config{Name: "original"})
+	ctx := itest.TestCtx(t, 2*time.Minute)
 	if _, err := b1.Submit(ctx, "", "test/refusals", events.Requested{Tool: "rm", Agent: "waiting", Timeout: events.Duration(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +297,7 @@ func TestRestoreRefusals(t *testing.T) {
 	code, _, stderr = runCLI(t, "restore", "--nats-url", ns2.ClientURL(), "--from", damaged)
 	wantRefusal(t, "restore of a damaged backup", code, stderr, m.Streams[1].File+" does not match its checksum")
 	wantRefusal(t, "restore of a backup with a file missing", code, stderr, m.Streams[2].Name)
-	js2 := newJS(t, testenv.Conn(t, ns2))
+	js2 := itest.NewJS(t, testenv.Conn(t, ns2))
 	if names := streamNames(t, js2); len(names) != 0 {
 		t.Fatalf("a refused restore left streams %v", names)
 	}
@@ -316,7 +317,7 @@ func TestRestoreRefusals(t *testing.T) {
 		t.Fatalf("restore --force: exit %d", code)
 	}
 
-	runBroker(t, testenv.Conn(t, ns2), broker.Config{Name: "running"})
+	itest.RunBroker(t, testenv.Conn(t, ns2), broker.Config{Name: "running"})
 	code, _, stderr = runCLI(t, "restore", "--nats-url", ns2.ClientURL(), "--from", dir, "--force")
 	wantRefusal(t, "restore under a running broker", code, stderr, "stop every broker replica")
 

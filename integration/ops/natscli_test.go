@@ -1,4 +1,4 @@
-package integration
+package ops
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/app"
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -22,7 +23,7 @@ func buildNatsCLI(t *testing.T) string {
 		t.Skip("go is not on PATH; cannot build the nats CLI")
 	}
 	_, file, _, _ := runtime.Caller(0)
-	toolDir := filepath.Join(filepath.Dir(file), "..", "tools", "natscli")
+	toolDir := filepath.Join(filepath.Dir(file), "../..", "tools", "natscli")
 	bin := filepath.Join(t.TempDir(), "nats")
 	cmd := exec.Command("go", "build", "-o", bin, "github.com/nats-io/natscli/nats")
 	cmd.Dir = toolDir
@@ -37,7 +38,7 @@ func buildNatsCLI(t *testing.T) string {
 // with a direct get of the first message on the decision subject.
 func TestNatsCLIReadme(t *testing.T) {
 	nats := buildNatsCLI(t)
-	addrs := startApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0"})
+	addrs := itest.StartApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0"})
 	run := func(args ...string) string {
 		t.Helper()
 		cmd := exec.Command(nats, append([]string{"--server", addrs.NATS}, args...)...)

@@ -1,4 +1,4 @@
-package integration
+package cluster
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/clustertest"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
@@ -74,7 +75,7 @@ func TestRollingRestart(t *testing.T) {
 		t.Skip("runs broker processes")
 	}
 	ns := testenv.Server(t)
-	bin := brokerBinary(t)
+	bin := itest.BrokerBinary(t)
 	logDir := t.TempDir()
 	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policyFile, []byte(rollingPolicy), 0o644); err != nil {
@@ -87,10 +88,10 @@ func TestRollingRestart(t *testing.T) {
 			Args: []string{"--policy", policyFile, "--log-level", "info", "--drain-delay", "1s"},
 		}))
 	}
-	startReplicas(t, replicas, 30)
+	itest.StartReplicas(t, replicas, 30)
 
 	nc := testenv.Conn(t, ns)
-	js := newJS(t, nc)
+	js := itest.NewJS(t, nc)
 	kv, err := js.KeyValue(context.Background(), events.StateBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -116,18 +117,18 @@ func TestRollingRestart(t *testing.T) {
 		var tries []string
 		for ctx.Err() == nil {
 			r := replicas[rand.IntN(len(replicas))]
-			resp, err := doHTTP(ctx, http.MethodPost, r.HTTP+"/v1/approvals/"+id+"/decision",
+			resp, err := itest.DoHTTP(ctx, http.MethodPost, r.HTTP+"/v1/approvals/"+id+"/decision",
 				map[string]string{"decision": "approve", "principal": "alice", "reason": "rolling"})
 			switch {
 			case err != nil:
 				tries = append(tries, fmt.Sprintf("%s: %v", r.Name, err))
-			case resp.status == http.StatusOK || resp.status == http.StatusConflict:
+			case resp.Status == http.StatusOK || resp.Status == http.StatusConflict:
 				return
-			case resp.status != http.StatusNotFound && resp.status != http.StatusServiceUnavailable:
-				answerErr(fmt.Errorf("answer %s on %s: %d %s (after %v)", id, r.Name, resp.status, resp.body, tries))
+			case resp.Status != http.StatusNotFound && resp.Status != http.StatusServiceUnavailable:
+				answerErr(fmt.Errorf("answer %s on %s: %d %s (after %v)", id, r.Name, resp.Status, resp.Body, tries))
 				return
 			default:
-				tries = append(tries, fmt.Sprintf("%s: %d", r.Name, resp.status))
+				tries = append(tries, fmt.Sprintf("%s: %d", r.Name, resp.Status))
 			}
 			time.Sleep(50 * time.Millisecond) // a replica restarting, or the request not stored yet
 		}
@@ -144,40 +145,40 @@ func TestRollingRestart(t *testing.T) {
 		var tries []string
 		for ctx.Err() == nil {
 			r := replicas[rand.IntN(len(replicas))]
-			var resp httpResp
+			var resp itest.HTTPResp
 			var err error
 			// A poll answers within its wait; a replica that holds it
 			// longer is a defect, reported with the others.
 			tctx, cancel := context.WithTimeout(ctx, 25*time.Second)
 			began := time.Now()
 			if asked {
-				resp, err = doHTTP(tctx, http.MethodGet, r.HTTP+"/v1/approvals/"+id+"?wait=5s", nil)
+				resp, err = itest.DoHTTP(tctx, http.MethodGet, r.HTTP+"/v1/approvals/"+id+"?wait=5s", nil)
 			} else {
-				resp, err = doHTTP(tctx, http.MethodPost, r.HTTP+"/v1/approvals?wait=5s", body)
+				resp, err = itest.DoHTTP(tctx, http.MethodPost, r.HTTP+"/v1/approvals?wait=5s", body)
 			}
 			cancel()
 			switch {
 			case err != nil:
 				tries = append(tries, fmt.Sprintf("%s at %s: %v", r.Name, began.Format("15:04:05.000"), err))
-			case resp.status == http.StatusOK || resp.status == http.StatusCreated:
+			case resp.Status == http.StatusOK || resp.Status == http.StatusCreated:
 				asked = true
 				var a struct {
 					Decision *events.Decided `json:"decision"`
 				}
-				if err := json.Unmarshal(resp.body, &a); err != nil {
-					return events.Decided{}, fmt.Errorf("%s: %w: %s", r.Name, err, resp.body)
+				if err := json.Unmarshal(resp.Body, &a); err != nil {
+					return events.Decided{}, fmt.Errorf("%s: %w: %s", r.Name, err, resp.Body)
 				}
 				if a.Decision != nil {
 					return *a.Decision, nil
 				}
 				continue
-			case resp.status == http.StatusNotFound:
+			case resp.Status == http.StatusNotFound:
 				asked = false // a POST whose answer was lost: ask again, by the same id
 				tries = append(tries, fmt.Sprintf("%s: 404", r.Name))
-			case resp.status == http.StatusServiceUnavailable:
+			case resp.Status == http.StatusServiceUnavailable:
 				tries = append(tries, fmt.Sprintf("%s: 503 (starting)", r.Name))
 			default:
-				return events.Decided{}, fmt.Errorf("%s: %d %s (after %v)", r.Name, resp.status, resp.body, tries)
+				return events.Decided{}, fmt.Errorf("%s: %d %s (after %v)", r.Name, resp.Status, resp.Body, tries)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -186,7 +187,7 @@ func TestRollingRestart(t *testing.T) {
 
 	// A web UI open on every replica: an event stream, opened again when
 	// its replica stops.
-	loadCtx, stopLoad := context.WithCancel(testCtx(t, 3*time.Minute))
+	loadCtx, stopLoad := context.WithCancel(itest.TestCtx(t, 3*time.Minute))
 	var watchers sync.WaitGroup
 	var streamed atomic.Int64
 	for _, r := range replicas {
@@ -212,7 +213,7 @@ func TestRollingRestart(t *testing.T) {
 	var agents sync.WaitGroup
 	for a := range 12 {
 		agent := fmt.Sprintf("roller-%d", a)
-		client := newClient(t, testenv.Conn(t, ns), agent)
+		client := itest.NewClient(t, testenv.Conn(t, ns), agent)
 		agents.Go(func() {
 			for i := 0; loadCtx.Err() == nil; i++ {
 				r := &rollingReq{id: events.NewID(), kind: rollingKind((a + i) % int(rollKinds))}
@@ -271,7 +272,7 @@ func TestRollingRestart(t *testing.T) {
 	progress := func(n int64) {
 		t.Helper()
 		target := done.Load() + n
-		pollEvery(t, clustertest.Patience, 20*time.Millisecond, func() (bool, string) {
+		itest.PollEvery(t, clustertest.Patience, 20*time.Millisecond, func() (bool, string) {
 			return done.Load() >= target, fmt.Sprintf("%d requests decided, waiting for %d", done.Load(), target)
 		})
 	}
@@ -301,7 +302,7 @@ func TestRollingRestart(t *testing.T) {
 		t.Error(err)
 	}
 
-	waitIdleWithin(t, js, time.Minute, 100*time.Millisecond, false, brokerConsumers...)
+	itest.WaitIdleWithin(t, js, time.Minute, 100*time.Millisecond, false, itest.BrokerConsumers...)
 	stream := readDecisions(t, js)
 	counts := [rollKinds]int{}
 	var failed []string
@@ -344,7 +345,7 @@ func TestRollingRestart(t *testing.T) {
 	for _, r := range replicas {
 		out := r.Output()
 		if strings.Contains(out, "panic") || strings.Contains(out, "DATA RACE") {
-			t.Errorf("%s: %s", r.Name, tail(out, 40))
+			t.Errorf("%s: %s", r.Name, itest.Tail(out, 40))
 		}
 		for _, id := range failed {
 			for _, line := range strings.Split(out, "\n") {

@@ -1,4 +1,4 @@
-package integration
+package cluster
 
 import (
 	"encoding/json"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
@@ -23,26 +24,26 @@ import (
 // answer that won.
 func TestTwoReplicas(t *testing.T) {
 	ns := testenv.Server(t)
-	b1, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "replica-1"})
-	b2, _ := runBroker(t, testenv.Conn(t, ns), broker.Config{Name: "replica-2"})
+	b1, _ := itest.RunBroker(t, testenv.Conn(t, ns), broker.Config{Name: "replica-1"})
+	b2, _ := itest.RunBroker(t, testenv.Conn(t, ns), broker.Config{Name: "replica-2"})
 	nc := testenv.Conn(t, ns)
-	js := newJS(t, nc)
+	js := itest.NewJS(t, nc)
 	const agent, n = "fleet", 200
-	client := newClient(t, nc, agent)
+	client := itest.NewClient(t, nc, agent)
 
 	ids := make([]string, n)
-	results := make([]<-chan result, n)
-	ctx := testCtx(t, 2*time.Minute)
+	results := make([]<-chan itest.Result, n)
+	ctx := itest.TestCtx(t, 2*time.Minute)
 	for i := range ids {
 		ids[i] = events.NewID()
-		results[i] = requestAsync(t, ctx, client, handler.Request{ID: ids[i], Requested: events.Requested{
+		results[i] = itest.RequestAsync(t, ctx, client, handler.Request{ID: ids[i], Requested: events.Requested{
 			Tool: "scale", Args: json.RawMessage(fmt.Sprintf(`{"replicas":%d}`, i)), Timeout: events.Duration(2 * time.Minute),
 		}})
 	}
 	// Both replicas see every request (whichever stored it).
 	for _, id := range ids {
-		waitState(t, b1, id, broker.StatePending)
-		waitState(t, b2, id, broker.StatePending)
+		itest.WaitState(t, b1, id, broker.StatePending)
+		itest.WaitState(t, b2, id, broker.StatePending)
 	}
 
 	type outcome struct {
@@ -64,7 +65,7 @@ func TestTwoReplicas(t *testing.T) {
 				jitter += 500 * time.Millisecond
 			}
 			time.Sleep(jitter)
-			rctx, cancel := opCtx()
+			rctx, cancel := itest.OpCtx()
 			defer cancel()
 			_, err := b.Respond(rctx, principal, id, events.Responded{Decision: v, Reason: principal})
 			switch {
@@ -80,7 +81,7 @@ func TestTwoReplicas(t *testing.T) {
 		wg.Go(func() { respond(b2, "via-replica-2", events.Deny) })
 		wg.Go(func() {
 			<-start
-			actx, cancel := opCtx()
+			actx, cancel := itest.OpCtx()
 			defer cancel()
 			if err := handler.Answer(actx, js, "via-nats", id, events.Responded{Decision: events.Approve, Reason: "via-nats", Args: json.RawMessage(`{"replicas":-1}`)}); err != nil {
 				errs <- fmt.Errorf("answer %s: %w", id, err)
@@ -99,11 +100,11 @@ func TestTwoReplicas(t *testing.T) {
 
 	wonBy := map[string]int{}
 	for i, id := range ids {
-		r := await(t, results[i])
-		if r.err != nil {
-			t.Fatalf("request %d: %v", i, r.err)
+		r := itest.Await(t, results[i])
+		if r.Err != nil {
+			t.Fatalf("request %d: %v", i, r.Err)
 		}
-		d := r.d
+		d := r.D
 		if len(d.DecidedBy) != 1 || d.Reason != d.DecidedBy[0].Principal {
 			t.Fatalf("request %d decided %+v", i, d)
 		}
@@ -121,13 +122,13 @@ func TestTwoReplicas(t *testing.T) {
 		if d.Outcome != want || d.Edited != (winner == "via-nats") {
 			t.Fatalf("request %d decided by %s: %+v", i, winner, d)
 		}
-		stored := waitDecision(t, js, id)
-		sameDecision(t, stored, d)
+		stored := itest.WaitDecision(t, js, id)
+		itest.SameDecision(t, stored, d)
 	}
 	t.Logf("won by: %v", wonBy)
 
-	waitBrokerIdle(t, js)
-	counts := decisionCounts(t, js)
+	itest.WaitBrokerIdle(t, js)
+	counts := itest.DecisionCounts(t, js)
 	if len(counts) != n {
 		t.Errorf("%d decision subjects, want %d", len(counts), n)
 	}

@@ -1,6 +1,6 @@
 //go:build !chaos
 
-package integration
+package cluster
 
 // defaultChaosRequests is TestChaos's load in the regular suite (CI); the
 // chaos build tag (chaos_full_test.go) raises it to the full size.

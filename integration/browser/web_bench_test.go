@@ -1,9 +1,4 @@
-package integration
-
-// Benchmarks of the HTTP API's read side: the event stream fanned out to many
-// clients, and listing pending requests beside many decided ones. Each has
-// a raw NATS or JetStream baseline doing the least the same job needs, in the
-// same run. Commands and figures: docs/benchmarks.md.
+package browser
 
 import (
 	"bufio"
@@ -25,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/brokertest"
 	"github.com/assent-dev/assent/internal/clustertest"
@@ -123,10 +119,10 @@ func BenchmarkEventStream(b *testing.B) {
 }
 
 func benchEventStream(b *testing.B, agents int) {
-	bin := brokerBinary(b)
+	bin := itest.BrokerBinary(b)
 	natsPort, httpPort := clustertest.FreePort(b), clustertest.FreePort(b)
-	var log lockedBuffer
-	p := startBrokerProc(b, bin, append(embeddedArgs(b.TempDir(), natsPort), "--mode", "auto-approve", "--sync", "2m"), httpPort, &log)
+	var log itest.LockedBuffer
+	p := itest.StartBrokerProc(b, bin, append(itest.EmbeddedArgs(b.TempDir(), natsPort), "--mode", "auto-approve", "--sync", "2m"), httpPort, &log)
 	base := "http://127.0.0.1:" + strconv.Itoa(httpPort)
 	nc, err := nats.Connect("nats://127.0.0.1:" + strconv.Itoa(natsPort))
 	if err != nil {
@@ -179,13 +175,13 @@ func benchEventStream(b *testing.B, agents int) {
 	lat.wait(want)
 	b.StopTimer()
 	lat.report(b, want)
-	b.ReportMetric(float64(rssKB(b, p.cmd.Process.Pid))/1024, "broker-RSS-MiB")
+	b.ReportMetric(float64(rssKB(b, p.Cmd.Process.Pid))/1024, "broker-RSS-MiB")
 	cancel()
 	clients.Wait()
 }
 
 func benchRawFanOut(b *testing.B, agents int) {
-	nc := benchServer(b, "2m")
+	nc := itest.BenchServer(b, "2m")
 	var lat latencies
 	var conns []*nats.Conn
 	// Spread the subscribers over 50 connections, as browsers would not
@@ -280,7 +276,7 @@ func BenchmarkListPending(b *testing.B) {
 	if testing.Short() {
 		pendingN, decidedN = 1_000, 10_000
 	}
-	nc := benchServer(b, "2m")
+	nc := itest.BenchServer(b, "2m")
 	// Fill the bucket: decided ones in auto-approve mode, then pending ones
 	// under a policy that asks a person.
 	fill, stop := brokertest.Run(b, nc, broker.Config{Name: "fill", Mode: broker.ModeAutoApprove})
@@ -288,13 +284,13 @@ func BenchmarkListPending(b *testing.B) {
 	stop()
 	bk, _ := brokertest.Run(b, nc, broker.Config{Name: "list"})
 	ids := submitMany(b, bk, pendingN, "pending")
-	api := serveAPI(b, bk)
+	api := itest.ServeAPI(b, bk)
 	url := api + "/v1/approvals?state=pending&limit=100"
 	b.Run("assent", func(b *testing.B) {
-		runLoad(b, 1, func(ctx context.Context, _ int) error {
-			r, err := doHTTP(ctx, http.MethodGet, url, nil)
-			if err == nil && (r.status != http.StatusOK || !bytes.Contains(r.body, []byte(fmt.Sprintf(`"total":%d`, pendingN)))) {
-				err = fmt.Errorf("status %d: %.200s", r.status, r.body)
+		itest.RunLoad(b, 1, func(ctx context.Context, _ int) error {
+			r, err := itest.DoHTTP(ctx, http.MethodGet, url, nil)
+			if err == nil && (r.Status != http.StatusOK || !bytes.Contains(r.Body, []byte(fmt.Sprintf(`"total":%d`, pendingN)))) {
+				err = fmt.Errorf("status %d: %.200s", r.Status, r.Body)
 			}
 			return err
 		})
@@ -305,7 +301,7 @@ func BenchmarkListPending(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		runLoad(b, 1, func(ctx context.Context, i int) error {
+		itest.RunLoad(b, 1, func(ctx context.Context, i int) error {
 			for _, id := range ids[(i*100)%len(ids):][:min(100, len(ids)-(i*100)%len(ids))] {
 				if _, err := kv.Get(ctx, id); err != nil {
 					return err

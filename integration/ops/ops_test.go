@@ -1,4 +1,4 @@
-package integration
+package ops
 
 import (
 	"bytes"
@@ -15,13 +15,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"go.uber.org/zap"
-
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
+	"go.uber.org/zap"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/app"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/httpapi"
@@ -31,9 +31,9 @@ import (
 
 // The operations guide's dashboard and alerts, relative to this package.
 const (
-	dashboardFile = "../deploy/grafana/assent-dashboard.json"
-	alertsFile    = "../deploy/prometheus/alerts.yaml"
-	opsGuide      = "../docs/operations.md"
+	dashboardFile = "../../deploy/grafana/assent-dashboard.json"
+	alertsFile    = "../../deploy/prometheus/alerts.yaml"
+	opsGuide      = "../../docs/operations.md"
 	// runbooks is where an alert's runbook_url points, before the heading.
 	runbooks = "https://github.com/assent-dev/assent/blob/main/docs/operations.md#"
 )
@@ -45,12 +45,12 @@ var notExported = []string{"up"}
 // metricFamilies parses the Prometheus text format of GET /metrics.
 func metricFamilies(t *testing.T, api string) map[string]familyInfo {
 	t.Helper()
-	r := call(t, http.MethodGet, api+"/metrics", nil)
-	if r.status != http.StatusOK {
-		t.Fatalf("GET /metrics: %d %s", r.status, r.body)
+	r := itest.Call(t, http.MethodGet, api+"/metrics", nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %s", r.Status, r.Body)
 	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(bytes.NewReader(r.body))
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(r.Body))
 	if err != nil {
 		t.Fatalf("parse /metrics: %v", err)
 	}
@@ -113,14 +113,14 @@ func seriesNames(fams map[string]familyInfo) map[string]bool {
 // traffic missed makes the check fail, never pass, and every assent_ family
 // scraped must be described in the guide.
 func TestOperationsDashboardAndAlerts(t *testing.T) {
-	a := startAuthApp(t)
-	wantError(t, a.as(t, "assent_not-a-token", http.MethodGet, "/v1/approvals", nil), http.StatusUnauthorized, "unauthenticated")
-	answered := approvalOf(t, a.as(t, "deployer", http.MethodPost, "/v1/approvals", map[string]any{"agent": "deployer", "tool": "delete_repo", "args": map[string]any{"repo": "x"}}), http.StatusCreated)
-	approvalOf(t, a.as(t, "alice", http.MethodPost, "/v1/approvals/"+answered.ID+"/decision", map[string]any{"decision": "approve"}), http.StatusOK)
-	approvalOf(t, a.as(t, "deployer", http.MethodPost, "/v1/approvals", map[string]any{"agent": "deployer", "tool": "delete_repo", "timeout": "1s"}), http.StatusCreated)
+	a := itest.StartAuthApp(t)
+	itest.WantError(t, a.As(t, "assent_not-a-token", http.MethodGet, "/v1/approvals", nil), http.StatusUnauthorized, "unauthenticated")
+	answered := itest.ApprovalOf(t, a.As(t, "deployer", http.MethodPost, "/v1/approvals", map[string]any{"agent": "deployer", "tool": "delete_repo", "args": map[string]any{"repo": "x"}}), http.StatusCreated)
+	itest.ApprovalOf(t, a.As(t, "alice", http.MethodPost, "/v1/approvals/"+answered.ID+"/decision", map[string]any{"decision": "approve"}), http.StatusOK)
+	itest.ApprovalOf(t, a.As(t, "deployer", http.MethodPost, "/v1/approvals", map[string]any{"agent": "deployer", "tool": "delete_repo", "timeout": "1s"}), http.StatusCreated)
 	var fams map[string]familyInfo
-	eventually(t, patience, func() (bool, string) {
-		fams = metricFamilies(t, a.api)
+	itest.Eventually(t, itest.Patience, func() (bool, string) {
+		fams = metricFamilies(t, a.API)
 		late := fams["assent_timeout_lateness_seconds"]
 		return late.value == 1, fmt.Sprintf("timeouts timed: %v", late.value)
 	})
@@ -382,23 +382,23 @@ type datasource struct {
 // reconnect counted once it is back.
 func TestOperationsConnectionMetrics(t *testing.T) {
 	s := testenv.Server(t)
-	addrs := startApp(t, app.Options{NATSURL: s.ClientURL(), HTTPListen: "127.0.0.1:0"})
+	addrs := itest.StartApp(t, app.Options{NATSURL: s.ClientURL(), HTTPListen: "127.0.0.1:0"})
 	gauges := func() (ready, connected, reconnects float64) {
 		fams := metricFamilies(t, addrs.HTTP)
 		return fams["assent_ready"].value, fams["assent_nats_connected"].value, fams["assent_nats_reconnects_total"].value
 	}
 	state := func(r, c, n float64) string { return fmt.Sprintf("ready %v, connected %v, reconnects %v", r, c, n) }
-	eventually(t, patience, func() (bool, string) {
+	itest.Eventually(t, itest.Patience, func() (bool, string) {
 		r, c, n := gauges()
 		return r == 1 && c == 1 && n == 0, state(r, c, n)
 	})
 	s.Stop()
-	eventually(t, patience, func() (bool, string) {
+	itest.Eventually(t, itest.Patience, func() (bool, string) {
 		r, c, n := gauges()
 		return r == 0 && c == 0, state(r, c, n)
 	})
 	s.Restart(t)
-	eventually(t, patience, func() (bool, string) {
+	itest.Eventually(t, itest.Patience, func() (bool, string) {
 		r, c, n := gauges()
 		return r == 1 && c == 1 && n == 1, state(r, c, n)
 	})
@@ -410,18 +410,18 @@ func TestOperationsConnectionMetrics(t *testing.T) {
 // outcomes are not late at all.
 func TestTimeoutLateness(t *testing.T) {
 	seen := make(chan broker.Decision, 4)
-	e := newEnv(t, broker.Config{Observe: func(d broker.Decision) { seen <- d }})
-	expiring := submit(t, e, events.Requested{Agent: "late", Tool: "t", Timeout: events.Duration(time.Second)})
-	cancelled := submit(t, e, events.Requested{Agent: "late", Tool: "t", Timeout: events.Duration(time.Minute)})
-	if _, err := e.b.Cancel(testCtx(t, patience), cancelled.ID, "late", "no longer needed"); err != nil {
+	e := itest.NewEnv(t, broker.Config{Observe: func(d broker.Decision) { seen <- d }})
+	expiring := itest.Submit(t, e, events.Requested{Agent: "late", Tool: "t", Timeout: events.Duration(time.Second)})
+	cancelled := itest.Submit(t, e, events.Requested{Agent: "late", Tool: "t", Timeout: events.Duration(time.Minute)})
+	if _, err := e.B.Cancel(itest.TestCtx(t, itest.Patience), cancelled.ID, "late", "no longer needed"); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
 		var d broker.Decision
 		select {
 		case d = <-seen:
-		case <-time.After(patience):
-			t.Fatalf("no outcome observed within %s", patience)
+		case <-time.After(itest.Patience):
+			t.Fatalf("no outcome observed within %s", itest.Patience)
 		}
 		switch d.Channel {
 		case "timeout":
@@ -447,7 +447,7 @@ func TestTimeoutLateness(t *testing.T) {
 // state entry, decision, and the durable ticks of their deadlines). The
 // request is the README's example.
 //
-//	flock /tmp/assent-bench.lock go test -run '^$' -bench StoredBytesPerRequest -benchtime 5000x ./integration/
+//	flock /tmp/assent-bench.lock go test -run '^$' -bench StoredBytesPerRequest -benchtime 5000x ./integration/ops/
 func BenchmarkStoredBytesPerRequest(b *testing.B) {
 	for _, how := range []string{"auto", "answered"} {
 		b.Run(how, func(b *testing.B) {
@@ -472,14 +472,14 @@ func BenchmarkStoredBytesPerRequest(b *testing.B) {
 			}
 			post := func(url string, body any, want int) httpapi.Approval {
 				b.Helper()
-				c, stop := opCtx()
+				c, stop := itest.OpCtx()
 				defer stop()
-				r, err := doHTTP(c, http.MethodPost, url, body)
-				if err != nil || r.status != want {
-					b.Fatalf("POST %s: %v %d %s", url, err, r.status, r.body)
+				r, err := itest.DoHTTP(c, http.MethodPost, url, body)
+				if err != nil || r.Status != want {
+					b.Fatalf("POST %s: %v %d %s", url, err, r.Status, r.Body)
 				}
 				var a httpapi.Approval
-				if err := json.Unmarshal(r.body, &a); err != nil {
+				if err := json.Unmarshal(r.Body, &a); err != nil {
 					b.Fatal(err)
 				}
 				return a
@@ -491,9 +491,9 @@ func BenchmarkStoredBytesPerRequest(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer nc.Close()
-			js := newJS(b, nc)
+			js := itest.NewJS(b, nc)
 			sizes := func() (stream, state uint64) {
-				c, stop := opCtx()
+				c, stop := itest.OpCtx()
 				defer stop()
 				s, err := js.Stream(c, broker.StreamName)
 				if err != nil {

@@ -1,4 +1,4 @@
-package integration
+package cluster
 
 import (
 	"context"
@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/time/rate"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/clustertest"
 	"github.com/assent-dev/assent/pkg/events"
@@ -183,7 +184,7 @@ func TestChaos(t *testing.T) {
 
 	// The topology.
 	cl := clustertest.Start(t, clustertest.Config{})
-	bin := brokerBinary(t)
+	bin := itest.BrokerBinary(t)
 	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policyFile, []byte(chaosPolicy), 0o644); err != nil {
 		t.Fatal(err)
@@ -202,7 +203,7 @@ func TestChaos(t *testing.T) {
 			Args: []string{"--policy", policyFile, "--log-level", "info", "--log-json"},
 		}))
 	}
-	startReplicas(t, replicas, 40)
+	itest.StartReplicas(t, replicas, 40)
 
 	sdkLog, err := os.Create(filepath.Join(logDir, "test.log"))
 	if err != nil {
@@ -217,7 +218,7 @@ func TestChaos(t *testing.T) {
 	for i := range 8 {
 		ch.conns = append(ch.conns, cl.Conn(t, nats.Name(fmt.Sprintf("chaos-agents-%d", i))))
 	}
-	ch.js = newJS(t, cl.Conn(t, nats.Name("chaos-checks")))
+	ch.js = itest.NewJS(t, cl.Conn(t, nats.Name("chaos-checks")))
 
 	// Approvers, restarted during the load.
 	ch.approvers = []*chaosApprover{{ch: ch, principal: "alice"}, {ch: ch, principal: "bob", crash: true}}
@@ -233,7 +234,7 @@ func TestChaos(t *testing.T) {
 	})
 
 	plan := chaosPlan(n, rand.New(rand.NewPCG(seed, seed^0x5eed)))
-	loadCtx := testCtx(t, 5*time.Minute+time.Duration(n)*100*time.Millisecond)
+	loadCtx := itest.TestCtx(t, 5*time.Minute+time.Duration(n)*100*time.Millisecond)
 
 	// Faults, until the load is done.
 	faultCtx, stopFaults := context.WithCancel(loadCtx)
@@ -257,7 +258,7 @@ func TestChaos(t *testing.T) {
 	if err := proxy.Up(); err != nil && !strings.Contains(err.Error(), "already started") {
 		t.Errorf("proxy up: %v", err)
 	}
-	healCtx := testCtx(t, 2*clustertest.Patience)
+	healCtx := itest.TestCtx(t, 2*clustertest.Patience)
 	if !downNode.Running() {
 		if err := downNode.Restart(healCtx); err != nil {
 			t.Fatal(err)
@@ -272,9 +273,9 @@ func TestChaos(t *testing.T) {
 		t.Errorf("fault injection: %v", err)
 	}
 	check := cl.Conn(t)
-	js := newJS(t, check)
+	js := itest.NewJS(t, check)
 	// Redeliveries after the kills can take a few ack waits.
-	waitIdleWithin(t, js, 2*time.Minute, 200*time.Millisecond, false, brokerConsumers...)
+	itest.WaitIdleWithin(t, js, 2*time.Minute, 200*time.Millisecond, false, itest.BrokerConsumers...)
 
 	all := plan.requests()
 	counts := map[chaosKind]int{}
@@ -1004,7 +1005,7 @@ func (ch *chaos) check(t *testing.T, js jetstream.JetStream, all []*chaosReq) {
 		case sd == nil || sd.first.Outcome != events.Approved:
 			unapproved++
 			t.Errorf("guarded call %s ran, but its decision is %+v", x.id, sd)
-		case !sameJSON(x.args, sd.first.Args):
+		case !itest.SameJSON(x.args, sd.first.Args):
 			unapproved++
 			t.Errorf("guarded call %s ran with %s, the approval says %s", x.id, x.args, sd.first.Args)
 		}
@@ -1050,7 +1051,7 @@ func (ch *chaos) check(t *testing.T, js jetstream.JetStream, all []*chaosReq) {
 	}
 	sort.Slice(lateness, func(i, j int) bool { return lateness[i] < lateness[j] })
 	t.Logf("chaos: check timeouts within 2s of the deadline: %d expired; lateness p50 %s, p99 %s, max %s; %d outside [0, 2s] (DEFECT lines above; fatal unless -chaos.strict=false, and then past 15s)",
-		len(lateness), quantile(lateness, 0.5), quantile(lateness, 0.99), quantile(lateness, 1), late)
+		len(lateness), itest.Quantile(lateness, 0.5), itest.Quantile(lateness, 0.99), itest.Quantile(lateness, 1), late)
 
 	// 5. Every remembered choice honoured.
 	grants := readGrants(t, js)
@@ -1135,7 +1136,7 @@ func chaosExpect(r *chaosReq, d events.Decided) string {
 			return "want denied by a person"
 		}
 	case kindEdit:
-		if d.Outcome != events.Approved || !human || !d.Edited || !sameJSON(d.Args, chaosEdit(r.request.Args)) {
+		if d.Outcome != events.Approved || !human || !d.Edited || !itest.SameJSON(d.Args, chaosEdit(r.request.Args)) {
 			return "want approved by a person with the edited args"
 		}
 	case kindTimeout:
@@ -1182,9 +1183,9 @@ func grantOf(grants map[string]policy.Grant, id string) string {
 // which broker announced it, and when the stream stored it.
 func pendingOf(t *testing.T, js jetstream.JetStream, agent, id string) (string, time.Time) {
 	t.Helper()
-	ctx, cancel := opCtx()
+	ctx, cancel := itest.OpCtx()
 	defer cancel()
-	cons, err := streamOf(t, js).OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.PendingPrefix + agent}})
+	cons, err := itest.StreamOf(t, js).OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.PendingPrefix + agent}})
 	if err != nil {
 		return "(" + err.Error() + ")", time.Time{}
 	}
@@ -1261,23 +1262,4 @@ func retrying[T any](t *testing.T, what string, f func() (T, error)) T {
 	t.Fatalf("%s: %v", what, err)
 	var zero T
 	return zero
-}
-
-// quantile returns the q-quantile of sorted ds (nearest rank), 0 if empty.
-func quantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	i := int(q*float64(len(ds))+0.5) - 1
-	i = max(0, min(i, len(ds)-1))
-	return ds[i].Round(time.Millisecond)
-}
-
-// tail returns the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

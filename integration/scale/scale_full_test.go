@@ -1,12 +1,14 @@
 //go:build scale
 
-package integration
+package scale
 
-import "time"
+import (
+	"time"
+)
 
 // TestScalePending's full size, issue 11's, with -tags scale:
 //
-//	go test ./integration -run TestScalePending -tags scale -v -timeout 60m -scale.out DIR
+//	go test ./integration/scale -run TestScalePending -tags scale -v -timeout 60m -scale.out DIR
 const (
 	defaultScalePending  = 1000000
 	defaultScaleExpiring = 50000

@@ -1,4 +1,4 @@
-package integration
+package cluster
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/clustertest"
 	"github.com/assent-dev/assent/pkg/events"
@@ -58,7 +59,7 @@ func TestChaosFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl := clustertest.Start(t, clustertest.Config{Binary: clustertest.BuildNATSServer(t)})
-	bin := brokerBinary(t)
+	bin := itest.BrokerBinary(t)
 	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policyFile, []byte(chaosPolicy), 0o644); err != nil {
 		t.Fatal(err)
@@ -70,9 +71,9 @@ func TestChaosFailover(t *testing.T) {
 			Args: []string{"--policy", policyFile, "--log-level", "info", "--log-json"},
 		}))
 	}
-	startReplicas(t, replicas, 60)
+	itest.StartReplicas(t, replicas, 60)
 	nc := cl.Conn(t, nats.Name("chaos-failover"))
-	f := &failover{t: t, cl: cl, nc: nc, js: newJS(t, nc)}
+	f := &failover{t: t, cl: cl, nc: nc, js: itest.NewJS(t, nc)}
 
 	var cancels, expiries []time.Duration
 	for round := 1; round <= *chaosFailoverRounds; round++ {
@@ -91,9 +92,9 @@ func TestChaosFailover(t *testing.T) {
 		return n
 	}
 	t.Logf("chaos: failover: %d cancels racing their requests while the requests consumer's leader was killed (%d rounds): stored to decided p50 %s, p99 %s, max %s; %d over %s",
-		len(cancels), *chaosFailoverRounds, quantile(cancels, 0.5), quantile(cancels, 0.99), quantile(cancels, 1), over(cancels), chaosFailoverBound)
+		len(cancels), *chaosFailoverRounds, itest.Quantile(cancels, 0.5), itest.Quantile(cancels, 0.99), itest.Quantile(cancels, 1), over(cancels), chaosFailoverBound)
 	t.Logf("chaos: failover: %d expiries due after the stream's leader was killed (%d rounds): deadline to decision stored p50 %s, p99 %s, max %s; %d over %s",
-		len(expiries), *chaosFailoverRounds, quantile(expiries, 0.5), quantile(expiries, 0.99), quantile(expiries, 1), over(expiries), chaosFailoverBound)
+		len(expiries), *chaosFailoverRounds, itest.Quantile(expiries, 0.5), itest.Quantile(expiries, 0.99), itest.Quantile(expiries, 1), over(expiries), chaosFailoverBound)
 }
 
 // failover runs TestChaosFailover's rounds.
@@ -115,7 +116,7 @@ const (
 func (f *failover) cancelRace(round int) []time.Duration {
 	t := f.t
 	t.Helper()
-	ctx := testCtx(t, 3*clustertest.Patience)
+	ctx := itest.TestCtx(t, 3*clustertest.Patience)
 	// The requests consumer's leader is put on a node that leads neither the
 	// stream, nor the state bucket, nor the cancels consumer, so that the
 	// kill holds up the requests alone, and the cancels overtake them.
@@ -185,7 +186,7 @@ func (f *failover) cancelRace(round int) []time.Duration {
 func (f *failover) expiries(round int) []time.Duration {
 	t := f.t
 	t.Helper()
-	ctx := testCtx(t, 3*clustertest.Patience)
+	ctx := itest.TestCtx(t, 3*clustertest.Patience)
 	target := f.leader(ctx, broker.StreamName, "")
 	node := f.node(target)
 	start := time.Now()
@@ -237,7 +238,7 @@ func (f *failover) expiries(round int) []time.Duration {
 func (f *failover) leader(ctx context.Context, stream, consumer string) string {
 	f.t.Helper()
 	var name string
-	pollEvery(f.t, clustertest.Patience, 100*time.Millisecond, func() (bool, string) {
+	itest.PollEvery(f.t, clustertest.Patience, 100*time.Millisecond, func() (bool, string) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		var cluster *jetstream.ClusterInfo
@@ -268,7 +269,7 @@ func (f *failover) leader(ctx context.Context, stream, consumer string) string {
 func (f *failover) stepDown(ctx context.Context, stream, consumer, to string) {
 	f.t.Helper()
 	body, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": to}})
-	pollEvery(f.t, clustertest.Patience, 200*time.Millisecond, func() (bool, string) {
+	itest.PollEvery(f.t, clustertest.Patience, 200*time.Millisecond, func() (bool, string) {
 		if f.leader(ctx, stream, consumer) == to {
 			return true, ""
 		}
@@ -298,7 +299,7 @@ func (f *failover) restart(ctx context.Context, node *clustertest.Node) {
 	if err := node.Restart(ctx); err != nil {
 		f.t.Fatal(err)
 	}
-	waitIdleWithin(f.t, f.js, 2*time.Minute, 200*time.Millisecond, false, brokerConsumers...)
+	itest.WaitIdleWithin(f.t, f.js, 2*time.Minute, 200*time.Millisecond, false, itest.BrokerConsumers...)
 }
 
 // publish stores e on subject with msgID, trying again (the same message:
@@ -310,7 +311,7 @@ func (f *failover) publish(ctx context.Context, subject string, e *events.Event,
 		f.t.Fatal(err)
 	}
 	var ack *jetstream.PubAck
-	pollEvery(f.t, clustertest.Patience, 100*time.Millisecond, func() (bool, string) {
+	itest.PollEvery(f.t, clustertest.Patience, 100*time.Millisecond, func() (bool, string) {
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		ack, err = f.js.PublishMsg(pctx, &nats.Msg{Subject: subject, Header: nats.Header(h), Data: body}, jetstream.WithMsgID(msgID))
@@ -326,7 +327,7 @@ func (f *failover) publish(ctx context.Context, subject string, e *events.Event,
 func (f *failover) storedAt(ctx context.Context, seq uint64) time.Time {
 	f.t.Helper()
 	var at time.Time
-	pollEvery(f.t, clustertest.Patience, 100*time.Millisecond, func() (bool, string) {
+	itest.PollEvery(f.t, clustertest.Patience, 100*time.Millisecond, func() (bool, string) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		s, err := f.js.Stream(cctx, broker.StreamName)
@@ -349,7 +350,7 @@ func (f *failover) decision(ctx context.Context, id string) (events.Decided, tim
 	f.t.Helper()
 	var d events.Decided
 	var at time.Time
-	pollEvery(f.t, clustertest.Patience, 50*time.Millisecond, func() (bool, string) {
+	itest.PollEvery(f.t, clustertest.Patience, 50*time.Millisecond, func() (bool, string) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		s, err := f.js.Stream(cctx, broker.StreamName)
@@ -377,7 +378,7 @@ func (f *failover) decision(ctx context.Context, id string) (events.Decided, tim
 func (f *failover) deadline(ctx context.Context, id string) time.Time {
 	f.t.Helper()
 	var dl time.Time
-	pollEvery(f.t, clustertest.Patience, 50*time.Millisecond, func() (bool, string) {
+	itest.PollEvery(f.t, clustertest.Patience, 50*time.Millisecond, func() (bool, string) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		kv, err := f.js.KeyValue(cctx, events.StateBucket)

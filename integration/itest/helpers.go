@@ -1,4 +1,4 @@
-package integration
+package itest
 
 import (
 	"bytes"
@@ -31,16 +31,16 @@ import (
 
 // The suite's shared helpers. Every one that takes a *testing.T calls
 // t.Helper and undoes what it started with t.Cleanup; the few without one
-// (opCtx, doHTTP, publishCtx, ...) are for goroutines other than the test's. Waits poll with generous deadlines; nothing asserts
+// (OpCtx, DoHTTP, PublishCtx, ...) are for goroutines other than the test's. Waits poll with generous deadlines; nothing asserts
 // how fast something happened beyond "well within a bound that only a hang
 // would miss".
 
-// patience bounds every poll in the suite: long enough that only a hang misses
+// Patience bounds every poll in the suite: long enough that only a hang misses
 // it, even with -race on two busy cores.
-const patience = 20 * time.Second
+const Patience = 20 * time.Second
 
-// TestMain removes the programs that binary builds, once per test binary.
-func TestMain(m *testing.M) {
+// Main removes the programs that binary builds, once per test binary.
+func Main(m *testing.M) {
 	code := m.Run()
 	if built.dir != "" {
 		_ = os.RemoveAll(built.dir)
@@ -48,38 +48,38 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// opCtx bounds one operation (a publish, a read) by patience.
-func opCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), patience)
+// OpCtx bounds one operation (a publish, a read) by patience.
+func OpCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), Patience)
 }
 
-// testCtx returns a context that ends after d or with the test.
-func testCtx(t *testing.T, d time.Duration) context.Context {
+// TestCtx returns a context that ends after d or with the test.
+func TestCtx(t *testing.T, d time.Duration) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-// runBroker runs a broker on nc and returns it once it is ready, with a func
+// RunBroker runs a broker on nc and returns it once it is ready, with a func
 // that stops it and waits for Run to return (also called at cleanup; calling it
 // twice is fine).
-func runBroker(t testing.TB, nc *nats.Conn, cfg broker.Config) (*broker.Broker, func()) {
+func RunBroker(t testing.TB, nc *nats.Conn, cfg broker.Config) (*broker.Broker, func()) {
 	t.Helper()
 	return brokertest.Run(t, nc, cfg)
 }
 
-// runLoggedBroker runs a broker on nc, as runBroker does, whose log lines (JSON)
+// RunLoggedBroker runs a broker on nc, as RunBroker does, whose log lines (JSON)
 // go to w.
-func runLoggedBroker(t *testing.T, nc *nats.Conn, cfg broker.Config, w io.Writer) *broker.Broker {
+func RunLoggedBroker(t *testing.T, nc *nats.Conn, cfg broker.Config, w io.Writer) *broker.Broker {
 	t.Helper()
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(w), zap.DebugLevel))
 	b, _ := brokertest.RunLogged(t, nc, cfg, log)
 	return b
 }
 
-// mustPolicy parses src as the policy file name, failing the test on error.
-func mustPolicy(t testing.TB, src, name string) *policy.Policy {
+// MustPolicy parses src as the policy file name, failing the test on error.
+func MustPolicy(t testing.TB, src, name string) *policy.Policy {
 	t.Helper()
 	p, err := policy.Parse([]byte(src), name)
 	if err != nil {
@@ -88,9 +88,9 @@ func mustPolicy(t testing.TB, src, name string) *policy.Policy {
 	return p
 }
 
-// subscribe subscribes nc to subject until the test ends, and returns once
+// Subscribe subscribes nc to subject until the test ends, and returns once
 // the server knows of the subscription.
-func subscribe(t *testing.T, nc *nats.Conn, subject string) <-chan *nats.Msg {
+func Subscribe(t *testing.T, nc *nats.Conn, subject string) <-chan *nats.Msg {
 	t.Helper()
 	ch := make(chan *nats.Msg, 64)
 	sub, err := nc.ChanSubscribe(subject, ch)
@@ -104,38 +104,38 @@ func subscribe(t *testing.T, nc *nats.Conn, subject string) <-chan *nats.Msg {
 	return ch
 }
 
-// env is one embedded NATS server with one broker on it, an HTTP gateway in
+// Env is one embedded NATS server with one broker on it, an HTTP gateway in
 // front of the broker, and connections for agents and approvers.
-type env struct {
-	ns  *testenv.NATS
-	nc  *nats.Conn // the test's own connection (agents, approvers, checks)
-	js  jetstream.JetStream
-	b   *broker.Broker
-	api string // base URL of the HTTP gateway over b
+type Env struct {
+	NS  *testenv.NATS
+	NC  *nats.Conn // the test's own connection (agents, approvers, checks)
+	JS  jetstream.JetStream
+	B   *broker.Broker
+	API string // base URL of the HTTP gateway over b
 }
 
-// newEnv starts NATS, a broker with cfg (manual mode unless cfg says
+// NewEnv starts NATS, a broker with cfg (manual mode unless cfg says
 // otherwise), and an HTTP gateway in front of it.
-func newEnv(t *testing.T, cfg broker.Config) *env {
+func NewEnv(t *testing.T, cfg broker.Config) *Env {
 	t.Helper()
 	ns := testenv.Server(t)
 	if cfg.Name == "" {
 		cfg.Name = "itest"
 	}
-	b, _ := runBroker(t, testenv.Conn(t, ns), cfg)
+	b, _ := RunBroker(t, testenv.Conn(t, ns), cfg)
 	nc := testenv.Conn(t, ns)
-	return &env{ns: ns, nc: nc, js: newJS(t, nc), b: b, api: serveAPI(t, b)}
+	return &Env{NS: ns, NC: nc, JS: NewJS(t, nc), B: b, API: ServeAPI(t, b)}
 }
 
-// serveAPI serves the HTTP gateway over b on a loopback port until the test ends.
-func serveAPI(t testing.TB, b *broker.Broker) string {
+// ServeAPI serves the HTTP gateway over b on a loopback port until the test ends.
+func ServeAPI(t testing.TB, b *broker.Broker) string {
 	t.Helper()
 	srv := httptest.NewServer(httpapi.New(b, httpapi.Config{}, testenv.Logger(t)))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
 
-func newJS(t testing.TB, nc *nats.Conn) jetstream.JetStream {
+func NewJS(t testing.TB, nc *nats.Conn) jetstream.JetStream {
 	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -144,8 +144,8 @@ func newJS(t testing.TB, nc *nats.Conn) jetstream.JetStream {
 	return js
 }
 
-// newClient returns an agent-side SDK client for agent on nc.
-func newClient(t testing.TB, nc *nats.Conn, agent string) *handler.Client {
+// NewClient returns an agent-side SDK client for agent on nc.
+func NewClient(t testing.TB, nc *nats.Conn, agent string) *handler.Client {
 	t.Helper()
 	c, err := handler.NewClient(nc, handler.Config{Agent: agent, Logger: testenv.Logger(t)})
 	if err != nil {
@@ -154,30 +154,30 @@ func newClient(t testing.TB, nc *nats.Conn, agent string) *handler.Client {
 	return c
 }
 
-// result is what a Client.Request returned.
-type result struct {
-	d   handler.Decision
-	err error
+// Result is what a Client.Request returned.
+type Result struct {
+	D   handler.Decision
+	Err error
 }
 
-// requestAsync runs c.Request in a goroutine the test waits for at cleanup.
-func requestAsync(t *testing.T, ctx context.Context, c *handler.Client, req handler.Request) <-chan result {
+// RequestAsync runs c.Request in a goroutine the test waits for at cleanup.
+func RequestAsync(t *testing.T, ctx context.Context, c *handler.Client, req handler.Request) <-chan Result {
 	t.Helper()
-	return testenv.Go(t, func() result {
+	return testenv.Go(t, func() Result {
 		d, err := c.Request(ctx, req)
-		return result{d, err}
+		return Result{d, err}
 	})
 }
 
-// await returns what a requestAsync call returned, failing after patience.
-func await(t *testing.T, ch <-chan result) result {
+// Await returns what a RequestAsync call returned, failing after patience.
+func Await(t *testing.T, ch <-chan Result) Result {
 	t.Helper()
-	return testenv.Await(t, ch, patience, "Client.Request")
+	return testenv.Await(t, ch, Patience, "Client.Request")
 }
 
-// runApprover runs an SDK approver runtime until the test ends. It answers
+// RunApprover runs an SDK approver runtime until the test ends. It answers
 // only requests of agent.
-func runApprover(t *testing.T, nc *nats.Conn, principal, agent string, h handler.Handler) {
+func RunApprover(t *testing.T, nc *nats.Conn, principal, agent string, h handler.Handler) {
 	t.Helper()
 	brokertest.RunApprover(t, nc, handler.ApproverConfig{
 		Principal: principal, Channel: "sdk", Agents: []string{agent},
@@ -185,15 +185,15 @@ func runApprover(t *testing.T, nc *nats.Conn, principal, agent string, h handler
 	}, h)
 }
 
-// eventually polls cond every 20ms until it reports true, failing the test
+// Eventually polls cond every 20ms until it reports true, failing the test
 // with cond's last explanation after within.
-func eventually(t testing.TB, within time.Duration, cond func() (bool, string)) {
+func Eventually(t testing.TB, within time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	pollEvery(t, within, 20*time.Millisecond, cond)
+	PollEvery(t, within, 20*time.Millisecond, cond)
 }
 
-// pollEvery is eventually with a poll of every, for slow waits.
-func pollEvery(t testing.TB, within, every time.Duration, cond func() (bool, string)) {
+// PollEvery is eventually with a poll of every, for slow waits.
+func PollEvery(t testing.TB, within, every time.Duration, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -208,11 +208,11 @@ func pollEvery(t testing.TB, within, every time.Duration, cond func() (bool, str
 	}
 }
 
-// waitRecord polls b until request id exists and satisfies ok.
-func waitRecord(t *testing.T, b *broker.Broker, id string, ok func(broker.Record) bool) broker.Record {
+// WaitRecord polls b until request id exists and satisfies ok.
+func WaitRecord(t *testing.T, b *broker.Broker, id string, ok func(broker.Record) bool) broker.Record {
 	t.Helper()
 	var rec broker.Record
-	eventually(t, patience, func() (bool, string) {
+	Eventually(t, Patience, func() (bool, string) {
 		var err error
 		rec, err = b.Get(context.Background(), id)
 		if err != nil {
@@ -223,16 +223,16 @@ func waitRecord(t *testing.T, b *broker.Broker, id string, ok func(broker.Record
 	return rec
 }
 
-// waitState polls b until request id is in state want.
-func waitState(t *testing.T, b *broker.Broker, id string, want broker.State) broker.Record {
+// WaitState polls b until request id is in state want.
+func WaitState(t *testing.T, b *broker.Broker, id string, want broker.State) broker.Record {
 	t.Helper()
-	return waitRecord(t, b, id, func(r broker.Record) bool { return r.State == want })
+	return WaitRecord(t, b, id, func(r broker.Record) bool { return r.State == want })
 }
 
-// streamOf returns the broker's stream.
-func streamOf(t *testing.T, js jetstream.JetStream) jetstream.Stream {
+// StreamOf returns the broker's stream.
+func StreamOf(t *testing.T, js jetstream.JetStream) jetstream.Stream {
 	t.Helper()
-	ctx, cancel := opCtx()
+	ctx, cancel := OpCtx()
 	defer cancel()
 	s, err := js.Stream(ctx, broker.StreamName)
 	if err != nil {
@@ -241,18 +241,18 @@ func streamOf(t *testing.T, js jetstream.JetStream) jetstream.Stream {
 	return s
 }
 
-// storedDecision reads the decided event on assent.decision.<id>, if any.
-func storedDecision(t *testing.T, js jetstream.JetStream, id string) (events.Decided, bool) {
+// StoredDecision reads the decided event on assent.decision.<id>, if any.
+func StoredDecision(t *testing.T, js jetstream.JetStream, id string) (events.Decided, bool) {
 	t.Helper()
 	subj, err := events.DecisionSubject(id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := opCtx()
+	ctx, cancel := OpCtx()
 	defer cancel()
 	// The decision is the first message on its subject; anything after it
 	// is not (see TestForgedDecision).
-	m, err := streamOf(t, js).GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
+	m, err := StreamOf(t, js).GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return events.Decided{}, false
 	}
@@ -278,21 +278,21 @@ func storedDecision(t *testing.T, js jetstream.JetStream, id string) (events.Dec
 	return d, true
 }
 
-// waitDecision polls the stream until request id has a decided event.
-func waitDecision(t *testing.T, js jetstream.JetStream, id string) events.Decided {
+// WaitDecision polls the stream until request id has a decided event.
+func WaitDecision(t *testing.T, js jetstream.JetStream, id string) events.Decided {
 	t.Helper()
 	var d events.Decided
-	eventually(t, patience, func() (bool, string) {
+	Eventually(t, Patience, func() (bool, string) {
 		var ok bool
-		d, ok = storedDecision(t, js, id)
+		d, ok = StoredDecision(t, js, id)
 		return ok, "no decided event for " + id
 	})
 	return d
 }
 
-// decodePending decodes a message of assent.pending.<agent>: a pending event,
+// DecodePending decodes a message of assent.pending.<agent>: a pending event,
 // as a channel sees it.
-func decodePending(t *testing.T, header nats.Header, data []byte) (events.Pending, error) {
+func DecodePending(t *testing.T, header nats.Header, data []byte) (events.Pending, error) {
 	t.Helper()
 	ev, err := events.Decode(events.Header(header), data)
 	if err != nil {
@@ -301,29 +301,29 @@ func decodePending(t *testing.T, header nats.Header, data []byte) (events.Pendin
 	return events.DecodePending(&ev)
 }
 
-// waitPending waits until the stream holds the pending event of request id
+// WaitPending waits until the stream holds the pending event of request id
 // of agent, as an approver sees it before answering.
-func waitPending(t *testing.T, js jetstream.JetStream, agent, id string) {
+func WaitPending(t *testing.T, js jetstream.JetStream, agent, id string) {
 	t.Helper()
-	eventually(t, patience, func() (bool, string) {
-		ctx, cancel := opCtx()
+	Eventually(t, Patience, func() (bool, string) {
+		ctx, cancel := OpCtx()
 		defer cancel()
-		m, err := streamOf(t, js).GetLastMsgForSubject(ctx, events.PendingPrefix+agent)
+		m, err := StreamOf(t, js).GetLastMsgForSubject(ctx, events.PendingPrefix+agent)
 		if err != nil {
 			return false, "no pending event for " + agent + ": " + err.Error()
 		}
-		p, err := decodePending(t, m.Header, m.Data)
+		p, err := DecodePending(t, m.Header, m.Data)
 		return err == nil && p.RequestID == id, "the last pending event of " + agent + " is not " + id
 	})
 }
 
-// decisionCounts returns how many messages the stream holds on each
+// DecisionCounts returns how many messages the stream holds on each
 // assent.decision.* subject.
-func decisionCounts(t *testing.T, js jetstream.JetStream) map[string]uint64 {
+func DecisionCounts(t *testing.T, js jetstream.JetStream) map[string]uint64 {
 	t.Helper()
-	ctx, cancel := opCtx()
+	ctx, cancel := OpCtx()
 	defer cancel()
-	info, err := streamOf(t, js).Info(ctx, jetstream.WithSubjectFilter(events.DecisionPrefix+"*"))
+	info, err := StreamOf(t, js).Info(ctx, jetstream.WithSubjectFilter(events.DecisionPrefix+"*"))
 	if err != nil {
 		t.Fatalf("stream info: %v", err)
 	}
@@ -334,18 +334,18 @@ func decisionCounts(t *testing.T, js jetstream.JetStream) map[string]uint64 {
 	return out
 }
 
-// countDecisions counts the decided messages of request id by reading every
+// CountDecisions counts the decided messages of request id by reading every
 // message on its decision subject with an ordered consumer, and checks the
 // count against the stream's per-subject accounting.
-func countDecisions(t *testing.T, js jetstream.JetStream, id string) int {
+func CountDecisions(t *testing.T, js jetstream.JetStream, id string) int {
 	t.Helper()
 	subj, err := events.DecisionSubject(id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := opCtx()
+	ctx, cancel := OpCtx()
 	defer cancel()
-	cons, err := streamOf(t, js).OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+	cons, err := StreamOf(t, js).OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
 	if err != nil {
 		t.Fatalf("ordered consumer on %s: %v", subj, err)
 	}
@@ -374,37 +374,37 @@ func countDecisions(t *testing.T, js jetstream.JetStream, id string) int {
 			break
 		}
 	}
-	if byInfo := decisionCounts(t, js)[id]; uint64(n) != byInfo {
+	if byInfo := DecisionCounts(t, js)[id]; uint64(n) != byInfo {
 		t.Fatalf("read %d messages on %s but stream info counts %d", n, subj, byInfo)
 	}
 	return n
 }
 
-// brokerConsumers are the durable consumers the broker reads its inputs with.
-var brokerConsumers = []string{"assent-broker-requests", "assent-broker-responses", "assent-broker-cancels", "assent-broker-timeouts"}
+// BrokerConsumers are the durable consumers the broker reads its inputs with.
+var BrokerConsumers = []string{"assent-broker-requests", "assent-broker-responses", "assent-broker-cancels", "assent-broker-timeouts"}
 
-// waitBrokerIdle polls until every broker consumer has handed out and settled
+// WaitBrokerIdle polls until every broker consumer has handed out and settled
 // every message: nothing pending, nothing awaiting an ack, nothing being
 // redelivered. It returns their final infos by name.
-func waitBrokerIdle(t *testing.T, js jetstream.JetStream) map[string]*jetstream.ConsumerInfo {
+func WaitBrokerIdle(t *testing.T, js jetstream.JetStream) map[string]*jetstream.ConsumerInfo {
 	t.Helper()
-	return waitIdle(t, js, false, brokerConsumers...)
+	return WaitIdle(t, js, false, BrokerConsumers...)
 }
 
-// waitIdle polls until the named consumers have handed out every message and,
+// WaitIdle polls until the named consumers have handed out every message and,
 // unless allowUnacked, settled every one.
-func waitIdle(t *testing.T, js jetstream.JetStream, allowUnacked bool, names ...string) map[string]*jetstream.ConsumerInfo {
+func WaitIdle(t *testing.T, js jetstream.JetStream, allowUnacked bool, names ...string) map[string]*jetstream.ConsumerInfo {
 	t.Helper()
-	return waitIdleWithin(t, js, patience, 20*time.Millisecond, allowUnacked, names...)
+	return WaitIdleWithin(t, js, Patience, 20*time.Millisecond, allowUnacked, names...)
 }
 
-// waitIdleWithin is waitIdle polling every every, for within.
-func waitIdleWithin(t *testing.T, js jetstream.JetStream, within, every time.Duration, allowUnacked bool, names ...string) map[string]*jetstream.ConsumerInfo {
+// WaitIdleWithin is WaitIdle polling every every, for within.
+func WaitIdleWithin(t *testing.T, js jetstream.JetStream, within, every time.Duration, allowUnacked bool, names ...string) map[string]*jetstream.ConsumerInfo {
 	t.Helper()
 	infos := map[string]*jetstream.ConsumerInfo{}
-	pollEvery(t, within, every, func() (bool, string) {
+	PollEvery(t, within, every, func() (bool, string) {
 		for _, name := range names {
-			ctx, cancel := opCtx()
+			ctx, cancel := OpCtx()
 			defer cancel()
 			cons, err := js.Consumer(ctx, broker.StreamName, name)
 			if err != nil {
@@ -424,85 +424,85 @@ func waitIdleWithin(t *testing.T, js jetstream.JetStream, within, every time.Dur
 	return infos
 }
 
-// rawEvent is a structured-mode CloudEvent with data as given, for publishing
+// RawEvent is a structured-mode CloudEvent with data as given, for publishing
 // things the SDK would refuse to build.
-func rawEvent(id, typ, source, data string) []byte {
+func RawEvent(id, typ, source, data string) []byte {
 	return fmt.Appendf(nil, `{"specversion":"1.0","id":%q,"type":%q,"source":%q,"datacontenttype":"application/json","data":%s}`, id, typ, source, data)
 }
 
-// publish puts a message on the stream the way any NATS client could, and
+// Publish puts a message on the stream the way any NATS client could, and
 // returns the publish error (the stream may refuse it).
-func publish(t *testing.T, js jetstream.JetStream, subject string, body []byte, msgID string) error {
+func Publish(t *testing.T, js jetstream.JetStream, subject string, body []byte, msgID string) error {
 	t.Helper()
 	msg := &nats.Msg{Subject: subject, Header: nats.Header{"Content-Type": {events.ContentTypeStructured}}, Data: body}
 	var opts []jetstream.PublishOpt
 	if msgID != "" {
 		opts = append(opts, jetstream.WithMsgID(msgID))
 	}
-	ctx, cancel := opCtx()
+	ctx, cancel := OpCtx()
 	defer cancel()
 	_, err := js.PublishMsg(ctx, msg, opts...)
 	return err
 }
 
-// publishCtx is publish for goroutines other than the test's: it reports
+// PublishCtx is publish for goroutines other than the test's: it reports
 // instead of failing the test.
-func publishCtx(ctx context.Context, js jetstream.JetStream, subject string, body []byte) error {
+func PublishCtx(ctx context.Context, js jetstream.JetStream, subject string, body []byte) error {
 	_, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: nats.Header{"Content-Type": {events.ContentTypeStructured}}, Data: body})
 	return err
 }
 
-// mustPublish is publish that fails the test on error.
-func mustPublish(t *testing.T, js jetstream.JetStream, subject string, body []byte, msgID string) {
+// MustPublish is publish that fails the test on error.
+func MustPublish(t *testing.T, js jetstream.JetStream, subject string, body []byte, msgID string) {
 	t.Helper()
-	if err := publish(t, js, subject, body, msgID); err != nil {
+	if err := Publish(t, js, subject, body, msgID); err != nil {
 		t.Fatalf("publish to %s: %v", subject, err)
 	}
 }
 
-// answerNATS publishes principal's answer to request id on
+// AnswerNATS publishes principal's answer to request id on
 // assent.response.<principal>.<id>, as an approver program would.
-func answerNATS(t *testing.T, js jetstream.JetStream, principal, id string, r events.Responded) {
+func AnswerNATS(t *testing.T, js jetstream.JetStream, principal, id string, r events.Responded) {
 	t.Helper()
-	ctx, cancel := opCtx()
+	ctx, cancel := OpCtx()
 	defer cancel()
 	if err := handler.Answer(ctx, js, principal, id, r); err != nil {
 		t.Fatalf("answer %s as %s: %v", id, principal, err)
 	}
 }
 
-// httpResp is a response read in full.
-type httpResp struct {
-	status int
-	header http.Header
-	body   []byte
+// HTTPResp is a response read in full.
+type HTTPResp struct {
+	Status int
+	Header http.Header
+	Body   []byte
 }
 
 // httpClient is used for every HTTP call: a hung server fails the test rather
 // than the test binary.
 var httpClient = &http.Client{Timeout: 60 * time.Second}
 
-// call sends method to url with body (nil, []byte, string, or a value to
+// Call sends method to url with body (nil, []byte, string, or a value to
 // encode as JSON) and reads the whole response.
-func call(t *testing.T, method, url string, body any) httpResp {
+func Call(t *testing.T, method, url string, body any) HTTPResp {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := doHTTP(ctx, method, url, body)
+	r, err := DoHTTP(ctx, method, url, body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r
 }
 
-// doHTTP is call for goroutines other than the test's: it reports errors
+// DoHTTP is call for goroutines other than the test's: it reports errors
 // instead of failing the test.
-func doHTTP(ctx context.Context, method, url string, body any) (httpResp, error) {
-	return doHTTPWith(ctx, method, url, nil, body)
+func DoHTTP(ctx context.Context, method, url string, body any) (HTTPResp, error) {
+	return DoHTTPWith(ctx, method, url, nil, body)
 }
 
-// doHTTPWith is doHTTP sending header too.
-func doHTTPWith(ctx context.Context, method, url string, header http.Header, body any) (httpResp, error) {
+// DoHTTPWith is DoHTTP sending header too.
+func DoHTTPWith(ctx context.Context, method, url string, header http.Header, body any) (HTTPResp, error) {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -513,13 +513,13 @@ func doHTTPWith(ctx context.Context, method, url string, header http.Header, bod
 	default:
 		buf, err := json.Marshal(b)
 		if err != nil {
-			return httpResp{}, err
+			return HTTPResp{}, err
 		}
 		rd = bytes.NewReader(buf)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
-		return httpResp{}, err
+		return HTTPResp{}, err
 	}
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -529,52 +529,52 @@ func doHTTPWith(ctx context.Context, method, url string, header http.Header, bod
 	}
 	resp, err := httpClient.Do(req)
 	if err != nil {
-		return httpResp{}, fmt.Errorf("%s %s: %w", method, url, err)
+		return HTTPResp{}, fmt.Errorf("%s %s: %w", method, url, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return httpResp{}, fmt.Errorf("%s %s: read body: %w", method, url, err)
+		return HTTPResp{}, fmt.Errorf("%s %s: read body: %w", method, url, err)
 	}
-	return httpResp{status: resp.StatusCode, header: resp.Header, body: data}, nil
+	return HTTPResp{Status: resp.StatusCode, Header: resp.Header, Body: data}, nil
 }
 
-// approvalOf decodes an approval resource, checking the status first.
-func approvalOf(t *testing.T, r httpResp, wantStatus int) httpapi.Approval {
+// ApprovalOf decodes an approval resource, checking the status first.
+func ApprovalOf(t *testing.T, r HTTPResp, wantStatus int) httpapi.Approval {
 	t.Helper()
-	if r.status != wantStatus {
-		t.Fatalf("status %d, want %d: %s", r.status, wantStatus, r.body)
+	if r.Status != wantStatus {
+		t.Fatalf("status %d, want %d: %s", r.Status, wantStatus, r.Body)
 	}
-	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
 		t.Fatalf("Content-Type %q, want application/json", ct)
 	}
 	var a httpapi.Approval
-	if err := json.Unmarshal(r.body, &a); err != nil {
-		t.Fatalf("decode approval: %v: %s", err, r.body)
+	if err := json.Unmarshal(r.Body, &a); err != nil {
+		t.Fatalf("decode approval: %v: %s", err, r.Body)
 	}
 	return a
 }
 
-// wantError checks r is an error with status and code in the documented shape,
+// WantError checks r is an error with status and code in the documented shape,
 // {"error": {"code", "message"}} and nothing else.
-func wantError(t *testing.T, r httpResp, status int, code string) {
+func WantError(t *testing.T, r HTTPResp, status int, code string) {
 	t.Helper()
-	if r.status != status {
-		t.Fatalf("status %d, want %d (%s): %s", r.status, status, code, r.body)
+	if r.Status != status {
+		t.Fatalf("status %d, want %d (%s): %s", r.Status, status, code, r.Body)
 	}
-	if ct := r.header.Get("Content-Type"); ct != "application/json" {
-		t.Fatalf("error Content-Type %q, want application/json: %s", ct, r.body)
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("error Content-Type %q, want application/json: %s", ct, r.Body)
 	}
 	var top map[string]json.RawMessage
-	if err := json.Unmarshal(r.body, &top); err != nil {
-		t.Fatalf("error body is not a JSON object: %v: %s", err, r.body)
+	if err := json.Unmarshal(r.Body, &top); err != nil {
+		t.Fatalf("error body is not a JSON object: %v: %s", err, r.Body)
 	}
 	if len(top) != 1 || top["error"] == nil {
-		t.Fatalf("error body %s: want exactly one member, \"error\"", r.body)
+		t.Fatalf("error body %s: want exactly one member, \"error\"", r.Body)
 	}
 	var e map[string]any
 	if err := json.Unmarshal(top["error"], &e); err != nil {
-		t.Fatalf("error member is not an object: %s", r.body)
+		t.Fatalf("error member is not an object: %s", r.Body)
 	}
 	gotCode, _ := e["code"].(string)
 	msg, _ := e["message"].(string)
@@ -583,8 +583,8 @@ func wantError(t *testing.T, r httpResp, status int, code string) {
 	}
 }
 
-// sameJSON reports whether a and b hold the same JSON value.
-func sameJSON(a, b []byte) bool {
+// SameJSON reports whether a and b hold the same JSON value.
+func SameJSON(a, b []byte) bool {
 	var x, y any
 	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
 		return false
@@ -594,11 +594,11 @@ func sameJSON(a, b []byte) bool {
 	return bytes.Equal(xa, ya)
 }
 
-// startReplicas starts replicas, each ready, and has the last lines of each
+// StartReplicas starts replicas, each ready, and has the last lines of each
 // one's log shown if the test fails.
-func startReplicas(t *testing.T, replicas []*clustertest.Replica, lines int) {
+func StartReplicas(t *testing.T, replicas []*clustertest.Replica, lines int) {
 	t.Helper()
-	ctx := testCtx(t, 2*clustertest.Patience)
+	ctx := TestCtx(t, 2*clustertest.Patience)
 	for _, r := range replicas {
 		if err := r.Start(ctx); err != nil {
 			t.Fatal(err)
@@ -607,7 +607,7 @@ func startReplicas(t *testing.T, replicas []*clustertest.Replica, lines int) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, r := range replicas {
-				t.Logf("%s: last lines of %s:\n%s", r.Name, r.LogFile, tail(r.Output(), lines))
+				t.Logf("%s: last lines of %s:\n%s", r.Name, r.LogFile, Tail(r.Output(), lines))
 			}
 		}
 	})

@@ -1,4 +1,4 @@
-package integration
+package browser
 
 import (
 	"context"
@@ -24,6 +24,7 @@ import (
 	"github.com/zitadel/oidc/v3/example/server/exampleop"
 	"github.com/zitadel/oidc/v3/example/server/storage"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/app"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
@@ -33,7 +34,7 @@ import (
 // screenshots, when set, is a directory the browser tests save the pages
 // they see to (docs/img is made this way):
 //
-//	go test ./integration -run TestBrowser -screenshots ../docs/img
+//	go test ./integration/browser -run TestBrowser -screenshots ../../docs/img
 var screenshots = flag.String("screenshots", "", "directory to save the browser tests' screenshots to")
 
 const browserPolicy = `version: 1
@@ -108,7 +109,7 @@ func newBrowserEnvWith(t testing.TB, signIn bool) *browserEnv {
 			t.Fatal(err)
 		}
 	}
-	addrs := startApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: filepath.Join(dir, "data"), HTTPListen: httpAddr, PolicyFile: pol, AuthFile: authFile})
+	addrs := itest.StartApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: filepath.Join(dir, "data"), HTTPListen: httpAddr, PolicyFile: pol, AuthFile: authFile})
 
 	nc, err := nats.Connect(addrs.NATS)
 	if err != nil {
@@ -119,7 +120,7 @@ func newBrowserEnvWith(t testing.TB, signIn bool) *browserEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &browserEnv{url: ours, nc: nc, js: newJS(t, nc), agent: agent, dialog: make(chan string, 8)}
+	e := &browserEnv{url: ours, nc: nc, js: itest.NewJS(t, nc), agent: agent, dialog: make(chan string, 8)}
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900),
@@ -172,7 +173,7 @@ func startOP(t testing.TB, redirect string) string {
 // actions are then run again, so each run is written to be safe to repeat.
 func (e *browserEnv) run(t testing.TB, what string, actions ...chromedp.Action) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(e.ctx, patience)
+	ctx, cancel := context.WithTimeout(e.ctx, itest.Patience)
 	defer cancel()
 	var err error
 	for range 5 {
@@ -219,7 +220,7 @@ func (e *browserEnv) ask(t *testing.T, req events.Requested) (string, <-chan han
 	id := events.NewID()
 	out := make(chan handler.Decision, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*patience)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*itest.Patience)
 		defer cancel()
 		d, err := e.agent.Request(ctx, handler.Request{ID: id, Requested: req})
 		if err != nil {
@@ -239,7 +240,7 @@ func decided(t *testing.T, ch <-chan handler.Decision) handler.Decision {
 			t.Fatal(d.Reason)
 		}
 		return d
-	case <-time.After(2 * patience):
+	case <-time.After(2 * itest.Patience):
 		t.Fatal("the agent got no decision")
 	}
 	return handler.Decision{}
@@ -375,7 +376,7 @@ func TestBrowser(t *testing.T) {
 	t.Run("decided-elsewhere-resolves", func(t *testing.T) {
 		id, got := e.ask(t, events.Requested{Tool: "restart_service", Args: json.RawMessage(`{"name":"api"}`)})
 		e.run(t, "see it", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery))
-		ctx, cancel := opCtx()
+		ctx, cancel := itest.OpCtx()
 		defer cancel()
 		if err := handler.Answer(ctx, e.js, "bob", id, events.Responded{Decision: events.Approve, Channel: "slack"}); err != nil {
 			t.Fatal(err)
@@ -406,7 +407,7 @@ func TestBrowser(t *testing.T) {
 		if others != 0 {
 			t.Fatalf("alice sees a payment she may neither answer nor was asked on behalf of")
 		}
-		ctx, cancel := opCtx()
+		ctx, cancel := itest.OpCtx()
 		defer cancel()
 		for _, id := range []string{id, other} {
 			if err := e.agent.Cancel(ctx, id, "test over"); err != nil {
@@ -425,7 +426,7 @@ func TestBrowser(t *testing.T) {
 		e.run(t, "see the first", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(first), chromedp.ByQuery), chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery))
 		id, got := e.ask(t, events.Requested{Tool: "rotate_keys", Args: json.RawMessage(`{"service":"db"}`)})
 		e.run(t, "see the second", chromedp.WaitVisible(card(first)+` ~ `+card(id), chromedp.ByQuery))
-		ctx, cancel := opCtx()
+		ctx, cancel := itest.OpCtx()
 		defer cancel()
 		if err := e.agent.Cancel(ctx, first, "no longer needed"); err != nil {
 			t.Fatal(err)
@@ -495,7 +496,7 @@ func TestBrowser(t *testing.T) {
 			t.Fatalf("%d rows, the first described %q", rows, cell)
 		}
 		e.shot(t, "args-schema")
-		ctx, cancel := opCtx()
+		ctx, cancel := itest.OpCtx()
 		defer cancel()
 		if err := e.agent.Cancel(ctx, id, "test over"); err != nil {
 			t.Fatal(err)
@@ -585,7 +586,7 @@ func TestBrowser(t *testing.T) {
 		}
 		e.run(t, "wait for the time to move", chromedp.Poll(fmt.Sprintf(`(t => /^[1-9]\d*s ago$/.test(t) && t !== %q)(document.querySelector(%q).textContent)`, first, card(id)+" dl.meta time"), nil,
 			chromedp.WithPollingInterval(200*time.Millisecond), chromedp.WithPollingTimeout(6*time.Second)))
-		ctx, cancel := opCtx()
+		ctx, cancel := itest.OpCtx()
 		defer cancel()
 		if err := e.agent.Cancel(ctx, id, "test over"); err != nil {
 			t.Fatal(err)
@@ -615,7 +616,7 @@ func TestBrowser(t *testing.T) {
 		if len(covered) > 0 {
 			t.Errorf("the notice of a new request covers %q", covered)
 		}
-		ctx, cancel := opCtx()
+		ctx, cancel := itest.OpCtx()
 		defer cancel()
 		for _, id := range []string{a, b} {
 			if err := e.agent.Cancel(ctx, id, "test over"); err != nil {
@@ -645,7 +646,7 @@ func TestBrowser(t *testing.T) {
 		e.run(t, "start writing why", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery), chromedp.WaitVisible(`#conn[data-state="live"]`, chromedp.ByQuery),
 			chromedp.Click(card(id)+` [data-act="deny"]`, chromedp.ByQuery), chromedp.WaitVisible(card(id)+` .reason`, chromedp.ByQuery),
 			chromedp.SendKeys(card(id)+` .reason`, "the audit table is kept for", chromedp.ByQuery))
-		ctx, cancel := opCtx()
+		ctx, cancel := itest.OpCtx()
 		defer cancel()
 		if err := handler.Answer(ctx, e.js, "bob", id, events.Responded{Decision: events.Approve, Channel: "slack"}); err != nil {
 			t.Fatal(err)
@@ -764,7 +765,7 @@ func TestBrowserAnsweringAs(t *testing.T) {
 // the figures. Beside it, raw-jetstream is the least work that could do the
 // same: a publish into a stream and an ordered consumer receiving it.
 //
-//	go test ./integration -run '^$' -bench BrowserCard -benchtime 200x
+//	go test ./integration/browser -run '^$' -bench BrowserCard -benchtime 200x
 func BenchmarkBrowserCard(b *testing.B) {
 	b.Run("assent", func(b *testing.B) {
 		e := newBrowserEnv(b)
@@ -805,7 +806,7 @@ func BenchmarkBrowserCard(b *testing.B) {
 			// The agent withdraws the request, and the next one comes once
 			// the page has shown that (the card leaves 8s later, while the
 			// next ones arrive).
-			ctx, cancel := opCtx()
+			ctx, cancel := itest.OpCtx()
 			if err := e.agent.Cancel(ctx, id, "measured"); err != nil {
 				b.Fatal(err)
 			}
@@ -819,8 +820,8 @@ func BenchmarkBrowserCard(b *testing.B) {
 		fetched.stage(b, "fetched")
 	})
 	b.Run("raw-jetstream", func(b *testing.B) {
-		nc := benchServer(b, "always")
-		js := newJS(b, nc)
+		nc := itest.BenchServer(b, "always")
+		js := itest.NewJS(b, nc)
 		ctx := context.Background()
 		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"}}); err != nil {
 			b.Fatal(err)

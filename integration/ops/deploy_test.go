@@ -1,6 +1,6 @@
 //go:build unix
 
-package integration
+package ops
 
 import (
 	"bufio"
@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"gopkg.in/yaml.v3"
 
+	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/app"
 	"github.com/assent-dev/assent/internal/bot"
 	"github.com/assent-dev/assent/internal/broker"
@@ -49,7 +50,7 @@ import (
 // deploy/local/run.sh, through which TestDeployLocal makes an approval.
 
 // deployDir is the repository's deploy/, from the integration package.
-const deployDir = "../deploy"
+const deployDir = "../../deploy"
 
 // minNATS is the oldest nats-server the broker runs on: its deadlines are
 // JetStream message schedules (docs/cluster.md).
@@ -344,7 +345,7 @@ func TestDeployDockerfile(t *testing.T) {
 	}
 	// The programs that have a version read it from main.version.
 	for _, p := range programs.All() {
-		src, err := os.ReadFile(filepath.Join("..", "cmd", p.Name, "main.go"))
+		src, err := os.ReadFile(filepath.Join("../..", "cmd", p.Name, "main.go"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -408,14 +409,14 @@ func TestDeployDockerfile(t *testing.T) {
 		if name == "broker" {
 			where = []string{"--http", closed}
 		}
-		out, err := exec.Command(binary(t, name), append(append([]string{"health"}, where...), "--wait", "2s")...).CombinedOutput()
+		out, err := exec.Command(itest.Binary(t, name), append(append([]string{"health"}, where...), "--wait", "2s")...).CombinedOutput()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "unhealthy") {
 			t.Errorf("%s health against a closed port: %v: %s", name, err, out)
 		}
 	}
 
-	ignore, err := os.ReadFile("../.dockerignore")
+	ignore, err := os.ReadFile("../../.dockerignore")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +459,7 @@ func TestDeploySetupUser(t *testing.T) {
 		}
 		t.Skip("openssl is not installed (Debian: apt-get install openssl): deploy/compose/setup.sh makes the certificates with it")
 	}
-	broker := binary(t, "broker")
+	broker := itest.Binary(t, "broker")
 	script, err := os.ReadFile(filepath.Join(deployDir, "compose", "setup.sh"))
 	if err != nil {
 		t.Fatal(err)
@@ -939,7 +940,7 @@ func TestDeployKubernetes(t *testing.T) {
 			t.Fatalf("broker.yaml: no %s", k)
 		}
 	}
-	doc, err := os.ReadFile("../docs/deploy.md")
+	doc, err := os.ReadFile("../../docs/deploy.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1200,12 +1201,12 @@ func TestDeployLocal(t *testing.T) {
 	}
 	bin := t.TempDir()
 	for _, name := range []string{"broker", "approver-bot"} {
-		if err := os.Symlink(binary(t, name), filepath.Join(bin, name)); err != nil {
+		if err := os.Symlink(itest.Binary(t, name), filepath.Join(bin, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	build := exec.Command("go", "build", "-o", filepath.Join(bin, "nats-server"), "github.com/nats-io/nats-server/v2")
-	build.Dir = ".."
+	build.Dir = "../.."
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build nats-server: %v\n%s", err, out)
 	}
@@ -1213,7 +1214,7 @@ func TestDeployLocal(t *testing.T) {
 	dir := t.TempDir()
 	base := freePorts(t, 13)
 	cmd := exec.Command("bash", filepath.Join(deployDir, "local", "run.sh"), "--dir", dir, "--base-port", strconv.Itoa(base), "--bin", bin)
-	out := &lockedBuffer{}
+	out := &itest.LockedBuffer{}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(out, pw), out
 	if err := cmd.Start(); err != nil {
@@ -1295,9 +1296,9 @@ func TestDeployLocal(t *testing.T) {
 	}
 	auth := http.Header{"Authorization": {"Bearer " + strings.TrimSpace(string(token))}}
 	approval := fmt.Sprintf("http://127.0.0.1:%d/v1/approvals/%s", base+11, id)
-	eventually(t, patience, func() (bool, string) {
-		r, err := doHTTPWith(context.Background(), http.MethodGet, approval, auth, nil)
-		return err == nil && r.status == http.StatusOK && strings.Contains(string(r.body), `"state":"pending"`), fmt.Sprintf("%v %d %s", err, r.status, r.body)
+	itest.Eventually(t, itest.Patience, func() (bool, string) {
+		r, err := itest.DoHTTPWith(context.Background(), http.MethodGet, approval, auth, nil)
+		return err == nil && r.Status == http.StatusOK && strings.Contains(string(r.Body), `"state":"pending"`), fmt.Sprintf("%v %d %s", err, r.Status, r.Body)
 	})
 
 	// CI answers through the bot's inbound webhook, signed with its secret.
@@ -1315,19 +1316,19 @@ func TestDeployLocal(t *testing.T) {
 	h.Set(webhook.HeaderID, "deploy-"+id)
 	h.Set(webhook.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
 	h.Set(webhook.HeaderSignature, webhook.Sign(secret, "deploy-"+id, now, body))
-	r, err := doHTTPWith(testCtx(t, patience), http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/webhooks/in/ci", base+12), h, body)
-	if err != nil || r.status != http.StatusAccepted {
-		t.Fatalf("inbound webhook: %v %d %s", err, r.status, r.body)
+	r, err := itest.DoHTTPWith(itest.TestCtx(t, itest.Patience), http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/webhooks/in/ci", base+12), h, body)
+	if err != nil || r.Status != http.StatusAccepted {
+		t.Fatalf("inbound webhook: %v %d %s", err, r.Status, r.Body)
 	}
 	select {
 	case res := <-decided:
 		if res.err != nil || !res.d.Approved() || len(res.d.DecidedBy) != 1 || res.d.DecidedBy[0].Principal != "ci-bot" || res.d.Rule != "everything-else" {
 			t.Fatalf("decision: %+v, %v", res.d, res.err)
 		}
-	case <-time.After(patience):
-		t.Fatalf("no decision within %s\n%s", patience, out)
+	case <-time.After(itest.Patience):
+		t.Fatalf("no decision within %s\n%s", itest.Patience, out)
 	}
-	a := approvalOf(t, call2(t, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/v1/approvals/%s", base+10, id), auth), http.StatusOK)
+	a := itest.ApprovalOf(t, call2(t, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/v1/approvals/%s", base+10, id), auth), http.StatusOK)
 	if a.State != broker.StateApproved {
 		t.Errorf("broker-1 shows the request %s", a.State)
 	}
@@ -1371,9 +1372,9 @@ func TestDeployLocal(t *testing.T) {
 }
 
 // call2 is call with a header.
-func call2(t *testing.T, method, url string, header http.Header) httpResp {
+func call2(t *testing.T, method, url string, header http.Header) itest.HTTPResp {
 	t.Helper()
-	r, err := doHTTPWith(testCtx(t, patience), method, url, header, nil)
+	r, err := itest.DoHTTPWith(itest.TestCtx(t, itest.Patience), method, url, header, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 //go:build !scale
 
-package integration
+package scale
 
 // TestScalePending's size in the regular suite (CI); the scale build tag
 // (scale_full_test.go) raises it to issue 11's million.

@@ -1,10 +1,10 @@
 //go:build chaos
 
-package integration
+package cluster
 
 // defaultChaosRequests is TestChaos's full size, with -tags chaos:
 //
-//	go test ./integration -run TestChaos -tags chaos -v -timeout 60m
+//	go test ./integration/cluster -run TestChaos -tags chaos -v -timeout 60m
 const defaultChaosRequests = 10000
 
 // defaultChaosFailoverRounds is TestChaosFailover's rounds of each crash
