@@ -37,28 +37,15 @@ func Check(ctx context.Context, cfg Config) ([]string, error) {
 		}
 		tc.RootCAs = pool
 	}
-	opts := []gomail.Option{gomail.WithPort(smtp.Port), gomail.WithTimeout(checkTimeout), gomail.WithTLSConfig(tc)}
-	switch smtp.TLS {
-	case TLSImplicit:
-		opts = append(opts, gomail.WithSSL())
-	case TLSNone:
-		opts = append(opts, gomail.WithTLSPolicy(gomail.NoTLS))
-	default:
-		opts = append(opts, gomail.WithTLSPolicy(gomail.TLSMandatory))
-	}
-	login := ""
+	login, password := "", ""
 	if smtp.Username != "" {
-		password := os.Getenv(smtp.PasswordEnv)
+		password = os.Getenv(smtp.PasswordEnv)
 		if password == "" {
 			return nil, fmt.Errorf("smtp.username is set but environment variable %s is empty: set it to the SMTP password, or remove smtp.username for a server without authentication", smtp.PasswordEnv)
 		}
-		auth := gomail.SMTPAuthAutoDiscover
-		if smtp.TLS == TLSNone {
-			auth = gomail.SMTPAuthPlain
-		}
-		opts = append(opts, gomail.WithSMTPAuth(auth), gomail.WithUsername(smtp.Username), gomail.WithPassword(password))
 		login = ", logged in as " + smtp.Username
 	}
+	opts := clientOptions(smtp, tc, checkTimeout, password)
 	c, err := gomail.NewClient(host, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("smtp client: %w", err)
@@ -70,7 +57,7 @@ func Check(ctx context.Context, cfg Config) ([]string, error) {
 		return nil, fmt.Errorf("smtp %s: %w%s", addr, err, checkHint(err, smtp))
 	}
 	_ = c.Close()
-	how := map[string]string{TLSStartTLS: "STARTTLS", TLSImplicit: "TLS", TLSNone: "no TLS (loopback)"}[smtp.TLS]
+	how := map[string]string{TLSStartTLS: "STARTTLS", TLSImplicit: "TLS", TLSNone: "no TLS"}[smtp.TLS]
 	return []string{fmt.Sprintf("smtp %s: connected with %s%s", addr, how, login)}, nil
 }
 

@@ -2,6 +2,7 @@ package email
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -347,11 +348,18 @@ func (a *Adapter) send(ctx context.Context, msgs []*gomail.Msg) error {
 // sessions.
 func (a *Adapter) client() (*gomail.Client, error) {
 	smtp := a.s.cfg.SMTP
-	opts := []gomail.Option{
-		gomail.WithPort(smtp.Port),
-		gomail.WithTimeout(30 * time.Second),
-		gomail.WithTLSConfig(a.s.tls.Clone()),
+	opts := clientOptions(smtp, a.s.tls.Clone(), 30*time.Second, a.s.password)
+	c, err := gomail.NewClient(strings.Trim(smtp.Host, "[]"), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("smtp client: %w", err)
 	}
+	return c, nil
+}
+
+// clientOptions are go-mail's options for a session with smtp: TLS as
+// configured (with tc), and a login with password when smtp names a user.
+func clientOptions(smtp SMTPConfig, tc *tls.Config, timeout time.Duration, password string) []gomail.Option {
+	opts := []gomail.Option{gomail.WithPort(smtp.Port), gomail.WithTimeout(timeout), gomail.WithTLSConfig(tc)}
 	switch smtp.TLS {
 	case TLSImplicit:
 		opts = append(opts, gomail.WithSSL())
@@ -368,13 +376,9 @@ func (a *Adapter) client() (*gomail.Client, error) {
 		case smtp.TLS == TLSNone:
 			auth = gomail.SMTPAuthPlain // loopback only; discovery refuses plain text
 		}
-		opts = append(opts, gomail.WithSMTPAuth(auth), gomail.WithUsername(smtp.Username), gomail.WithPassword(a.s.password))
+		opts = append(opts, gomail.WithSMTPAuth(auth), gomail.WithUsername(smtp.Username), gomail.WithPassword(password))
 	}
-	c, err := gomail.NewClient(strings.Trim(smtp.Host, "[]"), opts...)
-	if err != nil {
-		return nil, fmt.Errorf("smtp client: %w", err)
-	}
-	return c, nil
+	return opts
 }
 
 // Resolve does nothing: outcomes are not mailed (the link page shows them).
