@@ -141,7 +141,7 @@ func (a *Approver) Run(ctx context.Context) error {
 	p.wg.Go(func() {
 		Announce(ctx, a.js, a.log, a.cfg.Channel, func() []string { return []string{a.cfg.Principal} })
 	})
-	cc, err := cons.Consume(p.take(a.handle), jetstream.PullMaxMessages(2*a.cfg.Concurrency))
+	cc, err := p.consume(cons, 2*a.cfg.Concurrency, a.handle)
 	if err != nil {
 		return fmt.Errorf("handler: consume pending: %w", err)
 	}

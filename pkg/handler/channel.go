@@ -357,11 +357,11 @@ func (c *Channel) Run(ctx context.Context) error {
 	}
 	p := newPool(ctx, c.cfg.Concurrency)
 	p.wg.Go(func() { announce(ctx, c.js, c.log, c.cfg.Channel, c.reachers, c.presence) })
-	nc, err := notify.Consume(p.take(c.handleNotice), jetstream.PullMaxMessages(2*c.cfg.Concurrency))
+	nc, err := p.consume(notify, 2*c.cfg.Concurrency, c.handleNotice)
 	if err != nil {
 		return fmt.Errorf("handler: consume pending: %w", err)
 	}
-	rc, err := resolve.Consume(p.take(c.handleOutcome), jetstream.PullMaxMessages(2*c.cfg.Concurrency))
+	rc, err := p.consume(resolve, 2*c.cfg.Concurrency, c.handleOutcome)
 	if err != nil {
 		nc.Stop()
 		return fmt.Errorf("handler: consume decisions: %w", err)

@@ -88,6 +88,20 @@ func consumerConfig(name, description string, filters []string, start time.Time,
 	}
 }
 
+// pullExpiry is how long each pull request of a runtime's consumers lasts
+// before it asks again. A consumer's leader that crashes takes the pull
+// requests it held with it, and its successor learns of none until they are
+// asked again: with nats.go's default of 30 s an approver or channel took
+// no notice for up to 30 s after the election. With 2 s it asks again
+// within 2 s (the broker's consumers do the same).
+const pullExpiry = 2 * time.Second
+
+// consume starts cons feeding p with handle, with n messages asked for at
+// once and a short pull expiry.
+func (p *pool) consume(cons jetstream.Consumer, n int, handle func(context.Context, jetstream.Msg)) (jetstream.ConsumeContext, error) {
+	return cons.Consume(p.take(handle), jetstream.PullMaxMessages(n), jetstream.PullExpiry(pullExpiry))
+}
+
 // pool runs message handlers, at most a fixed number at once.
 type pool struct {
 	ctx context.Context
