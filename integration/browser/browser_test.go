@@ -6,10 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,11 +19,10 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/zitadel/oidc/v3/example/server/exampleop"
-	"github.com/zitadel/oidc/v3/example/server/storage"
 
 	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/app"
+	"github.com/assent-dev/assent/internal/authtest"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
@@ -99,7 +96,7 @@ func newBrowserEnvWith(t testing.TB, signIn bool) *browserEnv {
 	pol, authFile := filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "auth.yaml")
 	files := map[string]string{pol: browserPolicy}
 	if signIn {
-		issuer := startOP(t, ours+"/auth/callback")
+		issuer := authtest.StartOP(t, ours+"/auth/callback")
 		files[authFile] = "oidc:\n  issuer: " + issuer + "\n  client_id: assent\n  client_secret: s3cret\n  redirect_url: " + ours + "/auth/callback\n"
 	} else {
 		authFile = ""
@@ -142,27 +139,6 @@ func newBrowserEnvWith(t testing.TB, signIn bool) *browserEnv {
 		t.Fatalf("start %s: %v", exe, err)
 	}
 	return e
-}
-
-// startOP runs zitadel's example OpenID provider on loopback with a client
-// "assent" (secret s3cret) that returns to redirect. Users:
-// test-user@127.0.0.1 (email test-user@zitadel.ch) and test-user2
-// (test-user2@zitadel.ch), password "verysecure".
-func startOP(t testing.TB, redirect string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	issuer := "http://" + ln.Addr().String()
-	storage.RegisterClients(storage.WebClient("assent", "s3cret", redirect))
-	router := exampleop.SetupServer(issuer, storage.NewStorage(storage.NewUserStore(issuer)), slog.New(slog.NewTextHandler(io.Discard, nil)), false)
-	srv := httptest.NewUnstartedServer(router)
-	srv.Listener.Close()
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return issuer
 }
 
 // run runs browser actions, failing the test (with what it was doing) if

@@ -3,7 +3,6 @@ package auth_test
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
@@ -15,34 +14,12 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/zitadel/oidc/v3/example/server/exampleop"
-	"github.com/zitadel/oidc/v3/example/server/storage"
 
 	"github.com/assent-dev/assent/internal/auth"
+	"github.com/assent-dev/assent/internal/authtest"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/policy"
 )
-
-// startOP runs zitadel's OpenID provider (its example server, with in-memory
-// users) on a loopback port, with a web client "assent" whose redirect is
-// redirect. Its users: "test-user@127.0.0.1" (email test-user@zitadel.ch) and
-// "test-user2" (test-user2@zitadel.ch), both with password "verysecure".
-func startOP(t *testing.T, redirect string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	issuer := "http://" + ln.Addr().String()
-	storage.RegisterClients(storage.WebClient("assent", "s3cret", redirect))
-	router := exampleop.SetupServer(issuer, storage.NewStorage(storage.NewUserStore(issuer)), slog.New(slog.NewTextHandler(io.Discard, nil)), false)
-	srv := httptest.NewUnstartedServer(router)
-	srv.Listener.Close()
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return issuer
-}
 
 // signIn drives a browser's sign-in (a cookie jar that follows redirects)
 // from ours/auth/login through the provider's login form as user, and
@@ -82,7 +59,7 @@ func TestOIDCSignIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	ours := "http://" + ln.Addr().String()
-	issuer := startOP(t, ours+"/auth/callback")
+	issuer := authtest.StartOP(t, ours+"/auth/callback")
 
 	path := filepath.Join(t.TempDir(), "auth.yaml")
 	file := "oidc:\n  issuer: " + issuer + "\n  client_id: assent\n  client_secret_env: TEST_OIDC_SECRET\n  redirect_url: " + ours + "/auth/callback\n"
