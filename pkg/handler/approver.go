@@ -165,14 +165,11 @@ func (a *Approver) handle(ctx context.Context, msg jetstream.Msg) {
 	var spanErr error
 	defer func() { endSpan(span, spanErr) }()
 	log := a.log.With(zap.String("request_id", req.ID), zap.String("tool", req.Tool))
-	if _, decided, err := a.client.Decision(ctx, req.ID); err == nil && decided {
-		_ = msg.Ack()
-		return
-	}
-
 	hctx, cancel := context.WithDeadline(ctx, req.Deadline)
 	defer cancel()
-	// Stop the handler as soon as the request is decided elsewhere.
+	// Stop the handler as soon as the request is decided elsewhere. The
+	// subscription is in place on the server (flushed) before the stored
+	// decision is looked up, so that a decision is either found or seen.
 	decSubj, _ := events.DecisionSubject(req.ID)
 	sub, err := a.nc.Subscribe(decSubj, func(m *nats.Msg) {
 		if a.client.authentic(m.Header, m.Data) {
@@ -183,6 +180,13 @@ func (a *Approver) handle(ctx context.Context, msg jetstream.Msg) {
 	})
 	if err == nil {
 		defer sub.Unsubscribe() //nolint:errcheck // best effort
+		fctx, fcancel := context.WithTimeout(ctx, opTimeout)
+		_ = a.nc.FlushWithContext(fctx) // best effort: without it a decision may only be found below
+		fcancel()
+	}
+	if _, decided, err := a.client.Decision(ctx, req.ID); err == nil && decided {
+		_ = msg.Ack()
+		return
 	}
 	// Keep the message ours while a person thinks.
 	defer keepAlive(msg)()
