@@ -53,6 +53,13 @@ func streamConfig(c Config) jetstream.StreamConfig {
 		AllowDirect:       true,
 		AllowMsgSchedules: true,
 		AllowMsgTTL:       true,
+		// The server tells of a decision only once it stored it: readers
+		// take assent-decided.<id>, never the stored subject, which a
+		// plain subscriber sees even when the stream refuses the message.
+		RePublish: &jetstream.RePublish{
+			Source:      events.DecisionPrefix + "*",
+			Destination: events.DecidedPrefix + "{{wildcard(1)}}",
+		},
 	}
 }
 
@@ -138,3 +145,8 @@ func provision(ctx context.Context, js jetstream.JetStream, c Config) (*resource
 	}
 	return &r, nil
 }
+
+// StreamConfig is the configuration of the ASSENT stream that a broker with
+// configuration c provisions (defaults applied), for tests and tools that
+// build the stream without running a broker.
+func StreamConfig(c Config) jetstream.StreamConfig { return streamConfig(c.WithDefaults()) }

@@ -148,6 +148,30 @@ func DecisionSubject(id string) (string, error) {
 	return DecisionPrefix + id, nil
 }
 
+// DecidedPrefix is where the server republishes each message stored on
+// assent.decision.<id>, as assent-decided.<id>, after storing it (the
+// stream's RePublish). It is outside the stream's subjects: nobody publishes
+// there, and readers learn of a decision only from what was stored
+// (docs/protocol.md, "Reading a decision").
+const DecidedPrefix = "assent-decided."
+
+// Headers the server adds to a republished message. LastSequenceHeader is
+// the stream sequence of the message stored on the same subject before this
+// one: "0" for the first, which alone is a request's decision.
+const (
+	SequenceHeader     = "Nats-Sequence"
+	LastSequenceHeader = "Nats-Last-Sequence"
+)
+
+// DecidedSubject is where the server republishes request id's stored
+// decision.
+func DecidedSubject(id string) (string, error) {
+	if err := CheckToken("request id", id); err != nil {
+		return "", err
+	}
+	return DecidedPrefix + id, nil
+}
+
 // RejectionSubject is where the broker publishes why it refused a request
 // message with id without deciding it.
 func RejectionSubject(id string) (string, error) {

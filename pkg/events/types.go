@@ -155,6 +155,18 @@ type Pending struct {
 	// Terms says what answers the broker accepts; absent from brokers
 	// before it was added.
 	Terms *Terms `json:"terms,omitempty"`
+
+	// What the broker derives a waiting request's state from (absent from
+	// brokers before the stream decided): the request message's stream
+	// sequence, time and digest, the deadline before escalation extends
+	// it, the limit that held an automatic approval (Rule is then
+	// "limit:<name>" and ApprovalRule the rule whose approvers answer).
+	RequestSeq    uint64    `json:"request_seq,omitempty"`
+	ReceivedAt    time.Time `json:"received_at,omitzero"`
+	RequestDigest string    `json:"request_digest,omitempty"`
+	BaseDeadline  time.Time `json:"base_deadline,omitzero"`
+	Limit         string    `json:"limit,omitempty"`
+	ApprovalRule  string    `json:"approval_rule,omitempty"`
 }
 
 // Terms is how a pending request may be answered, under the policy in force
@@ -217,6 +229,10 @@ type Decided struct {
 	// RequestDigest), so an agent that reused a request id can tell the
 	// decision is not about its request.
 	RequestDigest string `json:"request_digest,omitempty"`
+	// RequestSeq is the stream sequence of the request message decided,
+	// absent from brokers before it was added; a reader that no longer has
+	// the request finds it there.
+	RequestSeq uint64 `json:"request_seq,omitempty"`
 }
 
 // Rejection codes: why the broker refused a request without deciding it.
