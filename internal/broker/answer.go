@@ -40,8 +40,11 @@ func (b *Broker) Respond(ctx context.Context, principal, id string, resp events.
 		ctx = rec.traceContext(ctx)
 	}
 	now := b.now()
+	if !now.Before(rec.Deadline) && !rec.Deadline.IsZero() {
+		return rec, fmt.Errorf("%w: %s expired at %s", ErrExpired, id, rec.Deadline.Format(time.RFC3339))
+	}
 	trial := rec
-	if err := b.answerChange(principal, id, resp, origin{at: now}, now)(&trial); err != nil && !errors.Is(err, errNotDue) {
+	if err := b.answerChange(principal, id, resp, 0, now)(&trial); err != nil {
 		return rec, err
 	}
 	subj, err := events.ResponseSubject(principal, id)
@@ -53,7 +56,7 @@ func (b *Broker) Respond(ctx context.Context, principal, id string, resp events.
 		return rec, err
 	}
 	ctx, span := b.startSpan(ctx, SpanAnswer, trace.SpanKindInternal, id, attrPrincipal.String(principal), attrDecision.String(string(resp.Decision)))
-	rec, err = b.respond(ctx, principal, id, resp, origin{seq: seq, at: now, answer: true})
+	rec, err = b.respond(ctx, principal, id, resp, origin{seq: seq, answer: true})
 	endSpan(span, &rec, err)
 	return rec, err
 }
@@ -75,11 +78,30 @@ func checkAnswer(principal, id string, resp events.Responded) error {
 // loadPending reads the record of id, and refuses (with its terminalErr) one
 // that is decided.
 func (b *Broker) loadPending(ctx context.Context, id string) (Record, error) {
-	rec, err := b.load(ctx, id)
+	rec, err := b.loadJudged(ctx, id)
 	if err != nil {
 		return Record{}, err
 	}
 	return rec, rec.terminalErr()
+}
+
+// loadJudged reads the record of id once its request is judged (it waits
+// for answers, or is decided), or ctx ends.
+func (b *Broker) loadJudged(ctx context.Context, id string) (Record, error) {
+	ch, stop := b.records.wait(id)
+	defer stop()
+	for {
+		rec, err := b.load(ctx, id)
+		if err != nil || !rec.judging {
+			return rec, err
+		}
+		select {
+		case <-ch:
+		case <-time.After(judgingDelay):
+		case <-ctx.Done():
+			return rec, fmt.Errorf("request %s is stored but not judged yet: %w", id, ctx.Err())
+		}
+	}
 }
 
 // record publishes an event the gateway received onto the stream, where the
@@ -107,30 +129,69 @@ func (b *Broker) respond(ctx context.Context, principal, id string, resp events.
 	if err := checkAnswer(principal, id, resp); err != nil {
 		return Record{}, err
 	}
-	now := b.now()
-	if o.at.IsZero() || o.at.After(now) {
-		o.at = now
-	}
-	rec, _, err := b.transition(ctx, id, o, b.answerChange(principal, id, resp, o, now))
-	if errors.Is(err, errNotDue) {
-		// The deadline passed before the answer: record the expiry the timers
-		// have not recorded yet, and refuse the answer.
-		if rec, err = b.expire(ctx, id, now, o); err != nil {
-			return rec, err
-		}
-		return rec, rec.terminalErr()
-	}
-	return rec, err
+	return b.settleAnswer(ctx, id, o)
 }
 
-// answerChange returns the change principal's answer, given at o.at, makes to
-// a pending record; a remembered choice it asks for goes into the record with
-// the outcome it decides.
-func (b *Broker) answerChange(principal, id string, resp events.Responded, o origin, now time.Time) func(r *Record) error {
-	return func(r *Record) error {
-		if !o.at.Before(r.Deadline) {
-			return errNotDue // handled by the caller: expire it now
+// settleAnswer handles the answer or cancel o about request id (settleAt) and
+// maps what it found to the result (settled). The HTTP gateway's call
+// (o.delivery 0) waits for a request still being judged; the consumer hands
+// the message back instead.
+func (b *Broker) settleAnswer(ctx context.Context, id string, o origin) (Record, error) {
+	for {
+		rec, st, err := b.settleAt(ctx, id, o)
+		rec, err = settled(id, rec, st, o, err)
+		if o.delivery > 0 || !errors.Is(err, errJudging) {
+			return rec, err
 		}
+		if _, err := b.loadJudged(ctx, id); err != nil {
+			return rec, err
+		}
+	}
+}
+
+// settled maps what settleAt found for the answer or cancel o to its
+// result: the request's record, and nil if o counted or decided it, else
+// why not.
+func settled(id string, rec Record, st status, o origin, err error) (Record, error) {
+	switch {
+	case err != nil:
+		return rec, err
+	case !st.known && rec.Trigger == o.seq && o.seq != 0:
+		return rec, nil // decided by o, handled before
+	case !st.known:
+		return rec, rec.terminalErr()
+	case st.prop != nil && st.prop.Trigger == o.seq:
+		if st.result != nil {
+			return rec, st.result // an expiry: the answer came too late
+		}
+		if rec.DecisionEventID != st.prop.DecisionEventID {
+			return rec, rec.terminalErr() // another decision was stored first
+		}
+		return rec, nil
+	case st.counted:
+		return st.rec, st.result
+	case !st.pending && st.prop == nil:
+		// Stored while its request was being judged: it counts once the
+		// request waits for answers.
+		return rec, &retryError{fmt.Errorf("%w: %s", errJudging, id), judgingDelay}
+	}
+	return rec, fmt.Errorf("%w: %s", ErrNotFound, id)
+}
+
+// errJudging: an answer or cancel came while its request was being judged.
+var errJudging = errors.New("the request is being judged")
+
+// judgingDelay is how long an answer stored while its request was being
+// judged waits before it is looked at again.
+const judgingDelay = 100 * time.Millisecond
+
+// answerChange returns the change principal's answer, stored at stream
+// sequence seq at time at (0 and now for a trial before it is stored),
+// makes to a pending record; a remembered choice it asks for goes into the
+// record with the outcome it decides. The deadline is the caller's to
+// check.
+func (b *Broker) answerChange(principal, id string, resp events.Responded, seq uint64, at time.Time) func(r *Record) error {
+	return func(r *Record) error {
 		a := b.approvalFor(r)
 		in, err := policy.InputFrom(r.Request)
 		if err != nil {
@@ -141,7 +202,7 @@ func (b *Broker) answerChange(principal, id string, resp events.Responded, o ori
 		}
 		var grant *policy.Grant
 		if resp.Remember != nil {
-			g, err := a.NewGrant(events.NewID(), resp.Decision, *resp.Remember, in, principal, now)
+			g, err := a.NewGrant(decisionID(id+"/grant", seq, at), resp.Decision, *resp.Remember, in, principal, at)
 			if err != nil {
 				return fmt.Errorf("%w: remember: %w", ErrInvalid, err)
 			}
@@ -154,8 +215,8 @@ func (b *Broker) answerChange(principal, id string, resp events.Responded, o ori
 			}
 			grant = &g
 		}
-		vote := events.DecidedBy{Principal: principal, Channel: resp.Channel, Decision: resp.Decision, At: o.at.UTC()}
-		v := verdict{outcome: events.Denied, reason: resp.Reason, payload: resp.Payload, rule: r.Rule, at: now}
+		vote := events.DecidedBy{Principal: principal, Channel: resp.Channel, Decision: resp.Decision, At: at.UTC()}
+		v := verdict{outcome: events.Denied, reason: resp.Reason, payload: resp.Payload, rule: r.Rule, at: at}
 		if resp.Decision == events.Deny {
 			v.by = append(slices.Clone(r.Votes), vote)
 			r.Grant = grant
@@ -178,8 +239,8 @@ func (b *Broker) answerChange(principal, id string, resp events.Responded, o ori
 		}
 		if t := a.Tally(in, pv); !t.Decided {
 			r.Votes = votes // counted; more approvals needed
-			if o.seq != 0 {
-				r.Applied = append(slices.Clone(r.Applied), o.seq)
+			if seq != 0 {
+				r.Applied = append(slices.Clone(r.Applied), seq)
 			}
 			return nil
 		}
@@ -220,7 +281,7 @@ func (b *Broker) Cancel(ctx context.Context, id, by, reason string) (Record, err
 		return rec, err
 	}
 	ctx, span := b.startSpan(ctx, SpanCancel, trace.SpanKindInternal, id, attrPrincipal.String(by))
-	rec, err = b.cancel(ctx, id, by, c, origin{seq: seq, at: b.now(), answer: true})
+	rec, err = b.cancel(ctx, id, by, c, origin{seq: seq, answer: true})
 	endSpan(span, &rec, err)
 	return rec, err
 }
@@ -253,64 +314,49 @@ func (b *Broker) cancel(ctx context.Context, id, by string, c events.Cancel, o o
 	if err := checkCancel(by, c); err != nil {
 		return Record{}, err
 	}
-	now := b.now()
-	if o.at.IsZero() || o.at.After(now) {
-		o.at = now
-	}
+	return b.settleAnswer(ctx, id, o)
+}
+
+// cancelChange returns the change a cancel by by (from agent, on
+// assent.cancel.<agent>.<id>; "" from anyone allowed), stored at at, makes
+// to an open request.
+func (b *Broker) cancelChange(by, agent string, c events.Cancel, at time.Time) func(r *Record) error {
 	reason := c.Reason
 	if reason == "" {
 		reason = "cancelled by " + by
 	}
-	rec, _, err := b.transition(ctx, id, o, func(r *Record) error {
-		if o.agent != "" && o.agent != r.Request.Agent {
-			return fmt.Errorf("%w: agent %s cancels a request of agent %s", ErrNotEligible, o.agent, r.Request.Agent)
+	return func(r *Record) error {
+		if agent != "" && agent != r.Request.Agent {
+			return fmt.Errorf("%w: agent %s cancels a request of agent %s", ErrNotEligible, agent, r.Request.Agent)
 		}
-		return r.decide(verdict{outcome: events.Cancelled, reason: reason, by: []events.DecidedBy{{Principal: by, At: o.at.UTC()}}, rule: r.Rule, at: now})
-	})
-	return rec, err
+		return r.decide(verdict{outcome: events.Cancelled, reason: reason, by: []events.DecidedBy{{Principal: by, At: at.UTC()}}, rule: r.Rule, at: at})
+	}
 }
 
-// expire moves request id along in time, on behalf of message o: past its
-// deadline it ends (expired, or approved where the rule says a timeout
-// approves); past an escalation step it escalates, extending the deadline if
-// the step says so, and tells the step's approvers. An early call re-arms the
-// timers; a decided request is left as it is.
-func (b *Broker) expire(ctx context.Context, id string, now time.Time, o origin) (Record, error) {
-	escalated := false
-	rec, stored, err := b.transition(ctx, id, o, func(r *Record) error {
-		escalated = false
-		a := b.approvalFor(r)
-		if !r.BaseDeadline.IsZero() && len(a.Escalation) > 0 {
-			// Steps count against the request's own deadline, extended by
-			// the steps before them: one due at or after it never fires.
-			if esc := a.At(r.ReceivedAt, r.BaseDeadline, now); esc.Level > r.Level {
-				r.Level, r.Deadline = esc.Level, esc.Deadline
-				if now.Before(r.Deadline) {
-					escalated = true
-					return nil
-				}
-			}
-		}
-		if now.Before(r.Deadline) {
-			return errNotDue
-		}
-		if a.OnTimeout == events.Approve {
-			return r.decide(verdict{outcome: events.Approved, reason: "timeout: rule " + r.Rule + " approves when nobody answers", by: r.Votes, rule: r.Rule, auto: true, at: now})
-		}
-		return r.decide(verdict{outcome: events.Expired, reason: "timeout: no decision before the deadline", by: r.Votes, rule: r.Rule, auto: true, at: now})
-	})
-	switch {
-	case err == nil && stored && escalated:
-		if err := b.escalate(ctx, &rec); err != nil {
-			return rec, err
-		}
-		return rec, b.arm(ctx, &rec)
-	case errors.Is(err, errNotDue):
-		return rec, b.arm(ctx, &rec)
-	case errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrExpired):
-		return rec, nil
+// escalateAt moves r to the escalation level its rule reaches by at,
+// extending its deadline if the steps say so, and reports whether the level
+// rose. Steps count against the request's own deadline, extended by the
+// steps before them: one due at or after it never fires.
+func (b *Broker) escalateAt(r *Record, at time.Time) bool {
+	a := b.approvalFor(r)
+	if r.BaseDeadline.IsZero() || len(a.Escalation) == 0 {
+		return false
 	}
-	return rec, err
+	esc := a.At(r.ReceivedAt, r.BaseDeadline, at)
+	if esc.Level <= r.Level {
+		return false
+	}
+	r.Level, r.Deadline = esc.Level, esc.Deadline.UTC()
+	return true
+}
+
+// timeoutVerdict is the outcome of r once its deadline passed, as its rule
+// says: expired, or approved where a timeout approves.
+func (b *Broker) timeoutVerdict(r *Record, at time.Time) verdict {
+	if b.approvalFor(r).OnTimeout == events.Approve {
+		return verdict{outcome: events.Approved, reason: "timeout: rule " + r.Rule + " approves when nobody answers", by: r.Votes, rule: r.Rule, auto: true, at: at}
+	}
+	return verdict{outcome: events.Expired, reason: "timeout: no decision before the deadline", by: r.Votes, rule: r.Rule, auto: true, at: at}
 }
 
 // escalate announces that r reached its escalation level, to the principals

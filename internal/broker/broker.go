@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/assent-dev/assent/internal/recent"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/policy"
 )
@@ -48,15 +47,12 @@ type Broker struct {
 	metrics     metrics
 	records     *hub   // KV updates by request id, for callers waiting on a record
 	index       *index // pending and recent decided requests, for listings
-	// known holds the records this replica stored or read lately, at the
-	// revision it stored or read: an answer to a request made moments ago
-	// starts from it instead of reading the bucket again.
-	known *recent.Map[Record]
-	feed  *feed // new events for subscribers
+	ledger      *ledger
+	feed        *feed // new events for subscribers
 	// tracer makes the broker's spans (trace.go).
 	tracer trace.Tracer
 
-	stateReady chan struct{} // closed once the index holds the whole bucket
+	stateReady chan struct{} // closed once the ledger has read the whole stream
 
 	// maxEmit bounds an event the broker publishes (body and headers): the
 	// stream's message limit. maxValue bounds a state entry: the server's
@@ -118,7 +114,6 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 		ticks:   newTicks(),
 		records: newHub(),
 		index:   newIndex(cfg.KeepDecided),
-		known:   recent.New[Record](knownRecords),
 		feed:    newFeed(),
 		tracer:  newTracer(cfg.TracerProvider),
 
@@ -130,6 +125,7 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 
 		handOverOutage: newOutage(outageEvery),
 	}
+	b.ledger = newLedger(b)
 	if maxPayload <= 0 {
 		b.maxValue = 2*cfg.MaxEventSize + eventHeadroom
 	}
@@ -186,7 +182,15 @@ func (b *Broker) Run(ctx context.Context) error {
 	b.res = res
 
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return b.watchState(gctx) })
+	if err := b.markMigrated(ctx); err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	g.Go(func() error {
+		return b.ledger.run(gctx, func(pending int) {
+			b.log.Info("read the stream", zap.Int("pending", pending), zap.Uint64("sequence", b.ledger.applied.Load()), zap.Int("indexed", b.index.size()))
+			close(b.stateReady)
+		})
+	})
 	g.Go(func() error { return b.watchGrants(gctx) })
 	g.Go(func() error { return b.watchPresence(gctx) })
 	g.Go(func() error { return b.serveLookups(gctx) })
@@ -374,10 +378,10 @@ func (b *Broker) Submit(ctx context.Context, id, source string, req events.Reque
 	}
 	for {
 		rec, err := b.load(ctx, id)
-		if err == nil {
+		if err == nil && !rec.judging {
 			return rec, conflict(&rec, req, digest)
 		}
-		if !errors.Is(err, ErrNotFound) {
+		if err != nil && !errors.Is(err, ErrNotFound) {
 			return rec, err
 		}
 		select {

@@ -292,10 +292,10 @@ func (b *Broker) handleCancel(ctx context.Context, msg jetstream.Msg) (err error
 }
 
 // refusal maps the result of applying an answer or cancel to how its message
-// is settled: an unknown request may still arrive (retried a few times), a
-// decided, expired, forbidden or malformed one never will (terminated), a
-// decision whose publishing is under way is looked at again later, and
-// anything else is transient.
+// is settled: one about a request unknown when it was stored (its request
+// stored after it, or never), decided, expired, forbidden or malformed is
+// terminated, since the ledger has read everything stored before it and
+// nothing stored later changes that; anything else is transient.
 func (b *Broker) refusal(ctx context.Context, msg jetstream.Msg, id string, err error) error {
 	var retry *retryError
 	switch {
@@ -303,131 +303,11 @@ func (b *Broker) refusal(ctx context.Context, msg jetstream.Msg, id string, err 
 		return nil
 	case errors.As(err, &retry):
 		return err
-	case errors.Is(err, ErrNotFound):
-		return b.notYet(ctx, msg, id, err)
-	case errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrExpired), errors.Is(err, ErrNotEligible), errors.Is(err, ErrInvalid),
+	case errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrNotFound), errors.Is(err, ErrExpired), errors.Is(err, ErrNotEligible), errors.Is(err, ErrInvalid),
 		errors.Is(err, ErrBeforeRequest), errors.Is(err, ErrForgedDecision):
 		return permanent(err)
 	}
 	return err
-}
-
-// notYet handles an answer or cancel for request id, which the broker has
-// not stored. It may have overtaken its request: published on another
-// connection, or its request's replica died while ingesting it, and the
-// request comes back only once its ack wait has passed. So it is rejected as
-// unknown only when the requests consumer has handled every request the
-// stream stored before it, or on its last delivery. Until then it is looked
-// at again after a delay (notYetDelay), or as soon as the request is stored
-// (awaitRecord), whichever comes first: the handler waits for that here, up
-// to notYetHold, so that an answer whose request was held up by a leader
-// being elected is applied within moments of its request.
-func (b *Broker) notYet(ctx context.Context, msg jetstream.Msg, id string, err error) error {
-	md, mdErr := msg.Metadata()
-	if mdErr != nil || md.NumDelivered >= maxDeliver {
-		return permanent(err)
-	}
-	wctx, stopWaiting := context.WithCancel(ctx)
-	defer stopWaiting()
-	arrived := b.awaitRecord(wctx, id)
-	delay := notYetDelay(md.NumDelivered)
-	if md.NumDelivered >= 3 {
-		// Ask the requests consumer, unless the request comes first.
-		ictx, cancel := context.WithCancel(wctx)
-		go func() {
-			select {
-			case <-arrived:
-				cancel()
-			case <-ictx.Done():
-			}
-		}()
-		passed, ierr := b.requestsPassed(ictx, md.Sequence.Stream)
-		cancel()
-		select {
-		case <-arrived:
-			return &retryError{err, 0}
-		default:
-		}
-		switch {
-		case ierr != nil:
-			err = fmt.Errorf("%w (and the requests consumer could not be read: %w)", err, ierr)
-		case passed:
-			return permanent(err)
-		}
-	}
-	hold := min(delay, notYetHold)
-	select {
-	case <-arrived:
-		return &retryError{err, 0}
-	case <-time.After(hold):
-	case <-ctx.Done():
-		return &retryError{err, delay}
-	}
-	return &retryError{err, delay - hold}
-}
-
-// awaitRecord returns a channel closed once request id is stored, until ctx
-// ends: this replica's state watcher brings it, or a read of the bucket,
-// at once and every quarter second, finds it (a watcher can lag, say while
-// its connection is replaced).
-func (b *Broker) awaitRecord(ctx context.Context, id string) <-chan struct{} {
-	stored, stop := b.records.wait(id)
-	arrived := make(chan struct{})
-	go func() {
-		defer stop()
-		tick := time.NewTicker(250 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			if _, err := b.load(ctx, id); err == nil {
-				close(arrived)
-				return
-			}
-			select {
-			case <-stored:
-				close(arrived)
-				return
-			case <-tick.C:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return arrived
-}
-
-// notYetHold bounds how long a handler holds an answer or cancel whose
-// request is not stored yet, waiting for it, before it hands the message
-// back for the rest of its delay.
-const notYetHold = 2 * time.Second
-
-// notYetDelay is how long the n-th delivery of an answer or cancel whose
-// request is not stored yet waits before it is looked at again: a quarter
-// second, doubling from the third delivery up to notYetHold, so that the
-// first dozen seconds (a leader's election) are spent waiting in the
-// handler, where the request's arrival ends the wait; from the eleventh
-// delivery on, doubling up to 10 s, so that the consumer's MaxDeliver
-// spans about a minute and a half before the message is refused as naming
-// no request.
-func notYetDelay(n uint64) time.Duration {
-	switch {
-	case n < 3:
-		return 250 * time.Millisecond
-	case n <= 10:
-		return min(250*time.Millisecond<<min(n-3, 8), notYetHold)
-	}
-	return min(notYetHold<<min(n-10, 8), 10*time.Second)
-}
-
-// requestsPassed reports whether the requests consumer has handled every
-// request stored before stream sequence seq.
-func (b *Broker) requestsPassed(ctx context.Context, seq uint64) (bool, error) {
-	cctx, cancel := callCtx(ctx)
-	defer cancel()
-	info, err := b.res.requests.Info(cctx)
-	if err != nil {
-		return false, err
-	}
-	return info.AckFloor.Stream >= seq || info.NumPending == 0 && info.NumAckPending == 0, nil
 }
 
 // handleTimeout expires a request whose durable schedule or local timer fired.

@@ -99,20 +99,3 @@ func TestConsumeStopsAfterOverlongDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
-// TestNotYetDelaySpansMaxDeliver: an answer or cancel whose request is not
-// stored yet is looked at again soon at first, and its deliveries span more
-// than a minute before the last one refuses it.
-func TestNotYetDelaySpansMaxDeliver(t *testing.T) {
-	var span time.Duration
-	for n := uint64(1); n < maxDeliver; n++ {
-		d := notYetDelay(n)
-		if n <= 10 && d > notYetHold {
-			t.Errorf("delivery %d waits %s, more than it is held for (%s)", n, d, notYetHold)
-		}
-		span += d
-	}
-	if span < time.Minute {
-		t.Errorf("%d deliveries span %s: a request held up for longer loses its answers", maxDeliver, span)
-	}
-}

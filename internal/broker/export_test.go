@@ -7,22 +7,26 @@ import (
 	"github.com/assent-dev/assent/pkg/policy"
 )
 
-// SetCommitHook makes b call fn right after it stores an outcome and before it
-// publishes the decided event: the window a crash test aims at.
+// SetCommitHook makes b call fn right after it builds a decision and before
+// it publishes it: a crash there leaves the trigger stored and no decision.
 func (b *Broker) SetCommitHook(fn func(id string)) { b.afterCommit = fn }
 
-// SetPublishHook makes b call fn right after it publishes an outcome decided
-// at once and before it acknowledges the request message.
+// SetPublishHook makes b call fn right after its decision is stored and
+// before the grant it asks for and the acknowledgement of its trigger.
 func (b *Broker) SetPublishHook(fn func(id string)) { b.afterPublish = fn }
 
-// Published reports whether the decision the state records for request id
-// is on the stream, as the redelivery of its trigger finds out.
+// Published reports whether b has read a decision of request id that it
+// takes as the decision (one a trusted key signed, for a broker that
+// signs).
 func (b *Broker) Published(ctx context.Context, id string) (bool, error) {
+	if err := b.ledger.catchUp(ctx); err != nil {
+		return false, err
+	}
 	rec, err := b.load(ctx, id)
 	if err != nil {
 		return false, err
 	}
-	return b.published(ctx, &rec)
+	return rec.State.Terminal(), nil
 }
 
 // ForgetLocalGrants empties this replica's copy of the remembered choices, as

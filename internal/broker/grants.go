@@ -199,7 +199,7 @@ func (b *Broker) grantsFresh(ctx context.Context) (bool, error) {
 // the last one the watcher applied; it reports true if it holds none.
 func (b *Broker) grantsNewer(ctx context.Context) (bool, error) {
 	applied := b.grants.applied.Load()
-	resp, err := b.leaderMsgGet(ctx, GrantBucket, map[string]any{"seq": applied + 1, "next_by_subj": ">"})
+	resp, err := b.leaderMsgGet(ctx, "KV_"+GrantBucket, map[string]any{"seq": applied + 1, "next_by_subj": ">"})
 	if err != nil {
 		return false, fmt.Errorf("check remembered choices: %w", err)
 	}
@@ -214,27 +214,48 @@ func (b *Broker) grantsNewer(ctx context.Context) (bool, error) {
 
 // msgGetResponse is the JetStream API's answer to STREAM.MSG.GET.
 type msgGetResponse struct {
-	Message *struct {
-		Subject string `json:"subject"`
-		Seq     uint64 `json:"seq"`
-		Header  []byte `json:"hdrs,omitempty"`
-		Data    []byte `json:"data,omitempty"`
-	} `json:"message"`
-	Error *struct {
+	Message *storedMsg `json:"message"`
+	Error   *struct {
 		Code        int    `json:"code"`
 		ErrCode     int    `json:"err_code"`
 		Description string `json:"description"`
 	} `json:"error"`
 }
 
+// storedMsg is a message as STREAM.MSG.GET returns it.
+type storedMsg struct {
+	Subject string    `json:"subject"`
+	Seq     uint64    `json:"seq"`
+	Header  []byte    `json:"hdrs,omitempty"`
+	Data    []byte    `json:"data,omitempty"`
+	Time    time.Time `json:"time"`
+}
+
+// header decodes the message's headers; none if they cannot be read.
+func (m *storedMsg) header() nats.Header {
+	if len(m.Header) == 0 {
+		return nil
+	}
+	h, err := nats.DecodeHeadersMsg(m.Header)
+	if err != nil {
+		return nil
+	}
+	return h
+}
+
+// raw returns the message as the jetstream package's gets do.
+func (m *storedMsg) raw() *jetstream.RawStreamMsg {
+	return &jetstream.RawStreamMsg{Subject: m.Subject, Sequence: m.Seq, Header: m.header(), Data: m.Data, Time: m.Time}
+}
+
 // errNoMessage is JetStream's error code for "no message found".
 const errNoMessage = 10037
 
-// leaderMsgGet asks the leader of bucket's stream for a message (STREAM.MSG.GET
+// leaderMsgGet asks the leader of stream for a message (STREAM.MSG.GET
 // with req: a sequence, the next by subject, the last by subject), never a
 // direct get, which a replica behind the others may answer. An error is the
 // request's; the answer's own error is in the response.
-func (b *Broker) leaderMsgGet(ctx context.Context, bucket string, req any) (msgGetResponse, error) {
+func (b *Broker) leaderMsgGet(ctx context.Context, stream string, req any) (msgGetResponse, error) {
 	var resp msgGetResponse
 	data, err := json.Marshal(req)
 	if err != nil {
@@ -242,7 +263,7 @@ func (b *Broker) leaderMsgGet(ctx context.Context, bucket string, req any) (msgG
 	}
 	cctx, cancel := callCtx(ctx)
 	defer cancel()
-	msg, err := b.nc.RequestWithContext(cctx, "$JS.API.STREAM.MSG.GET.KV_"+bucket, data)
+	msg, err := b.nc.RequestWithContext(cctx, "$JS.API.STREAM.MSG.GET."+stream, data)
 	if err != nil {
 		return resp, err
 	}
@@ -257,7 +278,7 @@ func (b *Broker) readGrants(ctx context.Context, prefix string) ([]policy.Grant,
 	filter := "$KV." + GrantBucket + "." + prefix + ".*"
 	var out []policy.Grant
 	for seq := uint64(1); ; {
-		resp, err := b.leaderMsgGet(ctx, GrantBucket, map[string]any{"seq": seq, "next_by_subj": filter})
+		resp, err := b.leaderMsgGet(ctx, "KV_"+GrantBucket, map[string]any{"seq": seq, "next_by_subj": filter})
 		if err != nil {
 			return nil, fmt.Errorf("read remembered choices %s: %w", prefix, err)
 		}

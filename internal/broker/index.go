@@ -2,7 +2,6 @@ package broker
 
 import (
 	"cmp"
-	"context"
 	"math"
 	"slices"
 	"strings"
@@ -10,8 +9,6 @@ import (
 	"time"
 
 	"github.com/google/btree"
-	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -244,6 +241,27 @@ func (it *item) record() Record {
 		Request:    events.Requested{Agent: it.agent.String(), Session: it.session.String()},
 		ReceivedAt: time.Unix(0, it.at).UTC(),
 		revision:   it.revision,
+	}
+}
+
+// getDecided returns the record of decided request id as the index keeps
+// it, and whether it was trimmed.
+func (x *index) getDecided(id string) (Record, bool, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if d, ok := x.decided[id]; ok {
+		return d.rec, d.trimmed, true
+	}
+	return Record{}, false, false
+}
+
+// noteForgery records on decided request id a message found on its
+// decision subject after its decision, unless one is noted already.
+func (x *index) noteForgery(id, what string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if d, ok := x.decided[id]; ok && d.rec.Forgery == "" {
+		d.rec.Forgery = what
 	}
 }
 
@@ -529,62 +547,3 @@ func nanos(t time.Time) int64 {
 }
 
 var earliest, latest = time.Unix(0, math.MinInt64+1), time.Unix(0, math.MaxInt64-1)
-
-// watchState keeps the index in step with the state bucket and wakes callers
-// waiting on a request whenever its entry changes. A watcher delivers only
-// what was stored, after it was stored, so a re-read sees the change and a
-// losing compare-and-set is never mistaken for one. On its first pass over the
-// bucket it arms a local timer for every pending request (those whose
-// deadline passed while no broker ran expire at once), then reports the index
-// ready. After that, a pending request another replica took gets a backup
-// timer here (backupDelay), and a decided one loses its timer.
-func (b *Broker) watchState(ctx context.Context) error {
-	loaded := false
-	n := 0
-	b.follow(ctx, b.res.state, "request state", func(e jetstream.KeyValueEntry) {
-		if e.Operation() != jetstream.KeyValuePut {
-			b.index.remove(e.Key())
-			b.timers.stop(e.Key())
-			b.records.deliver(e.Key())
-			return
-		}
-		// What this replica wrote (or read) itself, it knows already: no
-		// need to decode it again, as long as its timer is in step.
-		if cur, _, ok := b.index.get(e.Key()); loaded && ok && cur.revision >= e.Revision() {
-			switch {
-			case cur.State != StatePending:
-				b.timers.stop(e.Key())
-				b.records.deliver(e.Key())
-				return
-			case b.timers.known(e.Key()):
-				b.records.deliver(e.Key())
-				return
-			}
-		}
-		rec, err := decodeRecord(e.Value(), e.Revision())
-		if err != nil {
-			b.log.Error("skip corrupt state entry", zap.String("request_id", e.Key()), zap.Error(err))
-			return
-		}
-		b.index.put(rec)
-		switch cur, _, ok := b.index.get(rec.ID); {
-		case ok && cur.revision > rec.revision:
-			// An older revision than one read already: that one counts.
-		case rec.State != StatePending:
-			b.timers.stop(rec.ID)
-		case !loaded:
-			b.timers.arm(rec.ID, b.wakeAt(&rec))
-			n++
-		default:
-			// Another replica took it (or moved its deadline): fire a
-			// little after it would, should it be gone by then.
-			b.timers.backup(rec.ID, b.wakeAt(&rec))
-		}
-		b.records.deliver(e.Key())
-	}, func() {
-		loaded = true
-		b.log.Info("recovered pending requests", zap.Int("pending", n), zap.Int("indexed", b.index.size()))
-		close(b.stateReady)
-	})
-	return nil
-}

@@ -14,15 +14,42 @@ import (
 	"github.com/assent-dev/assent/pkg/events"
 )
 
-// ingest stores a new request, the request message o, and starts its life: an
-// automatic decision, or a pending record with durable and local timers and an
-// announcement to approver channels. Ingesting the same request again finishes
-// whatever the first attempt left undone and changes nothing else; a
-// different request under the same id is refused with ErrIDConflict.
+// ingest starts the life of the request message o: an automatic decision,
+// or a pending request with durable and local timers and an announcement to
+// approver channels. Handling the same message again finishes whatever the
+// first handling left undone and changes nothing else; a later message with
+// the id of another request is refused with ErrIDConflict, and a copy of a
+// request already stored goes on from where that one stands.
 func (b *Broker) ingest(ctx context.Context, id, source string, req events.Requested, o origin) (Record, error) {
 	digest, argsDigest, err := events.RequestDigests(req)
 	if err != nil {
 		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := b.ledger.await(ctx, o.seq); err != nil {
+		return Record{}, err
+	}
+	if o.delivery > 1 {
+		// What the first handling stored must be known before judging again.
+		if err := b.ledger.catchUp(ctx); err != nil {
+			return Record{}, err
+		}
+	}
+	st := b.ledger.status(id, 0)
+	switch {
+	case !st.known:
+		// Decided: by this message, or by an earlier one with its id.
+		rec, err := b.load(ctx, id)
+		if err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return Record{}, fmt.Errorf("request %s at stream sequence %d: read by this replica but neither open nor decided", id, o.seq)
+			}
+			return Record{}, err
+		}
+		return rec, conflict(&rec, req, digest)
+	case st.reqSeq != o.seq:
+		return b.resume(ctx, st, req, digest)
+	case st.pending:
+		return b.awaitOrAdopt(ctx, &st.rec, nil, req, digest)
 	}
 	rec := Record{
 		ID:            id,
@@ -37,66 +64,61 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 	ectx, span := b.startSpan(ctx, SpanEvaluate, trace.SpanKindInternal, id)
 	err = b.evaluate(ectx, &rec, argsDigest, b.now())
 	endSpan(span, &rec, err)
-	switch {
-	case errors.Is(err, errSeen):
-		return b.resume(ctx, id, req, digest, o)
-	case err != nil:
+	if err != nil {
 		return Record{}, err
 	}
-	// Build what is published next before storing anything: a request whose
-	// events would not fit the stream is refused, not stored.
-	var msg *nats.Msg
 	if rec.State.Terminal() {
 		rec.Trigger, rec.Replica = o.seq, b.cfg.Name
-		msg, err = b.decisionMsg(ctx, &rec)
-	} else {
-		msg, err = b.pendingMsg(ctx, &rec)
+		rec.DecisionEventID = decisionID(id, o.seq, o.at)
+		rec.Decision.RequestSeq = o.seq
+		b.metrics.requested()
+		return b.fix(ctx, &rec)
 	}
+	msg, err := b.pendingMsg(ctx, &rec)
 	if err != nil {
 		return Record{}, err
 	}
-	val, err := b.encodeRecord(&rec)
-	if err != nil {
-		return Record{}, err
-	}
-	cctx, cancel := callCtx(ctx)
-	rev, err := b.res.state.Create(cctx, id, val)
-	cancel()
-	switch {
-	case errors.Is(err, jetstream.ErrKeyExists):
-		return b.resume(ctx, id, req, digest, o)
-	case err != nil:
-		return Record{}, fmt.Errorf("store request %s: %w", id, err)
-	}
-	rec.revision = rev
-	b.index.put(rec)
-	b.note(rec)
 	b.metrics.requested()
-	if rec.State.Terminal() {
-		return rec, b.decided(ctx, &rec, msg, o)
-	}
-	return rec, b.await(ctx, &rec, msg)
+	return b.awaitOrAdopt(ctx, &rec, msg, req, digest)
 }
 
-// resume handles a request message whose id is stored already: a redelivery
-// or a retry finishes what an earlier ingestion may have left undone
-// (publishing its decision, or its timers and announcement); a different
-// request under that id is refused with ErrIDConflict.
-func (b *Broker) resume(ctx context.Context, id string, req events.Requested, digest string, o origin) (Record, error) {
-	rec, err := b.load(ctx, id)
-	if err != nil {
-		return Record{}, err
+// awaitOrAdopt starts rec's wait (await); if its request turns out to have
+// a decision, it returns that one's record instead, refusing req (with
+// digest) if it is another request under the id.
+func (b *Broker) awaitOrAdopt(ctx context.Context, rec *Record, pending *nats.Msg, req events.Requested, digest string) (Record, error) {
+	err := b.await(ctx, rec, pending)
+	if !errors.Is(err, errDecidedFirst) {
+		return *rec, err
 	}
+	b.timers.stop(rec.ID)
+	first, err := b.firstDecision(ctx, rec.ID)
+	if errors.Is(err, ErrNotFound) {
+		// Refused while a decision was in flight that was not stored.
+		return *rec, &retryError{fmt.Errorf("%w: %s, but none is stored", errDecidedFirst, rec.ID), unavailableDelay}
+	}
+	if err != nil {
+		return *rec, err
+	}
+	got, err := b.adopt(ctx, rec.ID, first)
+	if err != nil {
+		return got, err
+	}
+	return got, conflict(&got, req, digest)
+}
+
+// resume handles a request message whose id an earlier one took, as the
+// ledger has it in st: a copy of that request goes on from where it stands
+// (its announcement made again, while it waits); a different request is
+// refused with ErrIDConflict.
+func (b *Broker) resume(ctx context.Context, st status, req events.Requested, digest string) (Record, error) {
+	rec := st.rec
 	if err := conflict(&rec, req, digest); err != nil {
 		return rec, err
 	}
-	if rec.State.Terminal() {
-		if rec.Trigger == o.seq {
-			return rec, b.complete(ctx, &rec, o)
-		}
-		return rec, nil // decided by another message, which sees to its publishing
+	if !st.pending {
+		return rec, nil // its own handling sees to it
 	}
-	return rec, b.await(ctx, &rec, nil)
+	return b.awaitOrAdopt(ctx, &rec, nil, req, digest)
 }
 
 // conflict returns ErrIDConflict, naming what differs, if req (with digest) is
@@ -108,9 +130,15 @@ func conflict(rec *Record, req events.Requested, digest string) error {
 	return fmt.Errorf("%w: %s is a request for %q by %s; this one differs in %s", ErrIDConflict, rec.ID, truncate(rec.Request.Tool, 60), rec.Request.Agent, strings.Join(events.DiffRequests(rec.Request, req), ", "))
 }
 
-// reject records an invalid request as denied, so its agent learns why at once
+// reject decides an invalid request denied, so its agent learns why at once
 // instead of waiting out a timeout.
 func (b *Broker) reject(ctx context.Context, id, source string, req events.Requested, o origin, why error) error {
+	if err := b.ledger.await(ctx, o.seq); err != nil {
+		return err
+	}
+	if st := b.ledger.status(id, 0); !st.known || st.reqSeq != o.seq {
+		return nil // decided already, or the id is another request's
+	}
 	at := o.at.UTC()
 	rec := Record{ID: id, Request: req, Source: source, RequestSeq: o.seq, ReceivedAt: at, Deadline: at, State: StatePending}
 	rec.setTrace(ctx)
@@ -119,31 +147,11 @@ func (b *Broker) reject(ctx context.Context, id, source string, req events.Reque
 		return err
 	}
 	rec.Trigger, rec.Replica = o.seq, b.cfg.Name
-	msg, err := b.decisionMsg(ctx, &rec)
-	if err != nil {
-		return err
-	}
-	val, err := b.encodeRecord(&rec)
-	if err != nil {
-		return err
-	}
-	cctx, cancel := callCtx(ctx)
-	_, err = b.res.state.Create(cctx, id, val)
-	cancel()
-	if err != nil {
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return err
-		}
-		// The id is taken: by this very message, stored before a crash, or
-		// by an earlier request, which is left alone.
-		prev, err := b.load(ctx, id)
-		if err != nil || prev.Trigger != o.seq {
-			return err
-		}
-		return b.complete(ctx, &prev, o)
-	}
+	rec.DecisionEventID = decisionID(id, o.seq, o.at)
+	rec.Decision.RequestSeq = o.seq
 	b.metrics.requested()
-	return b.decided(ctx, &rec, msg, o)
+	_, err := b.fix(ctx, &rec)
+	return err
 }
 
 // rejectConflict tells the agent that published request message o with id why
@@ -183,9 +191,19 @@ func (b *Broker) await(ctx context.Context, rec *Record, pending *nats.Msg) erro
 			return err
 		}
 	}
-	_, err := b.publish(ctx, pending, jetstream.WithMsgID("pending-"+rec.ID))
+	// Stored only while the request has no decision: a copy of a request
+	// decided long ago is never announced again.
+	_, err := b.publish(ctx, pending, jetstream.WithMsgID("pending-"+rec.ID),
+		jetstream.WithExpectLastSequenceForSubject(0, events.DecisionPrefix+rec.ID))
+	if isWrongLastSeq(err) {
+		return fmt.Errorf("%w: %s", errDecidedFirst, rec.ID)
+	}
 	return err
 }
+
+// errDecidedFirst: a request's pending event was refused, its decision
+// being stored already (or in flight).
+var errDecidedFirst = errors.New("the request has a decision")
 
 // pendingMsg builds the announcement of a pending request to approver
 // channels, carrying the trace context of ctx.
@@ -195,7 +213,12 @@ func (b *Broker) pendingMsg(ctx context.Context, r *Record) (*nats.Msg, error) {
 		return nil, err
 	}
 	rule, _ := r.rules(r.Rule)
-	e, err := events.New(events.TypePending, "", b.source, events.Pending{RequestID: r.ID, Request: r.Request, Deadline: r.Deadline, Approvers: r.Approvers, Rule: rule, Terms: b.terms(r)})
+	p := events.Pending{RequestID: r.ID, Request: r.Request, Deadline: r.Deadline, Approvers: r.Approvers, Rule: rule, Terms: b.terms(r),
+		RequestSeq: r.RequestSeq, ReceivedAt: r.ReceivedAt, RequestDigest: r.RequestDigest, BaseDeadline: r.BaseDeadline, Limit: r.Limit}
+	if rule != r.Rule {
+		p.ApprovalRule = r.Rule
+	}
+	e, err := events.New(events.TypePending, "", b.source, p)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -52,364 +53,300 @@ func originOf(msg jetstream.Msg) (origin, error) {
 	return origin{seq: md.Sequence.Stream, at: md.Timestamp, delivery: md.NumDelivered}, nil
 }
 
-// load reads the record of id.
+// load returns the record of request id: from the ledger while it is open,
+// from the index while it keeps it, else from the stream (its first stored
+// decision, and the request that decision names), or ErrNotFound.
 func (b *Broker) load(ctx context.Context, id string) (Record, error) {
-	var (
-		value    []byte
-		revision uint64
-	)
-	cctx, cancel := callCtx(ctx)
-	entry, err := b.res.state.Get(cctx, id)
-	cancel()
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound) && b.cfg.Replicas > 1:
-		// The bucket's get is a direct get, which any of its stream's
-		// replicas may answer, and one cut off from the others answers from
-		// what it had then. An answer refused as naming no request is
-		// final, so the leader has the last word. (A bucket of one replica
-		// has no other to be behind.)
-		value, revision, err = b.leaderGet(ctx, id)
-		if err != nil {
-			return Record{}, err
+	if rec, ok := b.ledger.view(id); ok {
+		if !rec.judging || b.now().Sub(rec.ReceivedAt) < orphanCheck {
+			return rec, nil
 		}
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
-		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
-	case err != nil:
-		return Record{}, fmt.Errorf("read state of %s: %w", id, err)
-	default:
-		value, revision = entry.Value(), entry.Revision()
+		// Judged by now, unless it is a copy of a request decided before
+		// what the index keeps, whose handler ran on another replica.
+		first, err := b.firstDecision(ctx, id)
+		if err != nil || first.Sequence > rec.RequestSeq {
+			return rec, nil
+		}
+		b.ledger.adoptOrphan(id, first)
+		if rec, ok := b.ledger.view(id); ok {
+			return rec, nil
+		}
 	}
-	rec, err := decodeRecord(value, revision)
-	if err == nil {
-		// What this replica reads, its listings show, even before the
-		// state watcher brings it (put keeps the newest revision).
-		b.index.put(rec)
-		b.note(rec)
+	if rec, trimmed, ok := b.index.getDecided(id); ok && !trimmed {
+		return rec, nil
 	}
-	return rec, err
+	return b.loadStored(ctx, id)
 }
 
-// knownRecords bounds the records a replica keeps from its own writes and
-// reads (Broker.known).
-const knownRecords = 8192
+// orphanCheck is how long after its request a request still being judged
+// makes a read look for an older decision.
+const orphanCheck = 5 * time.Second
 
-// note keeps rec, unless a newer revision of it is kept already, for
-// transition to start from.
-func (b *Broker) note(rec Record) {
-	b.known.Update(rec.ID, rec, func(r, old Record) bool { return r.revision > old.revision })
-}
-
-// transition applies change, on behalf of the message o, to the pending record
-// of id and stores the result with a compare-and-set on the revision it read,
-// retrying on conflict. This is the only place an outcome is chosen; once it
-// is stored, its decided event is published before transition returns.
-//
-// stored reports whether this call stored change's result (and not, say, a
-// racing replica's handling of the same message). A record that is already
-// terminal is returned unchanged with its terminalErr, unless o itself decided
-// it (a redelivery), in which case the decision is made sure of and nil
-// returned. An answer or cancel stored before its request is refused with
-// ErrBeforeRequest.
-func (b *Broker) transition(ctx context.Context, id string, o origin, change func(r *Record) error) (rec Record, stored bool, err error) {
-	for attempt := range maxCASAttempts {
-		// Start from the record this replica last stored or read, if it
-		// has one: the compare-and-set refuses the write if it is stale,
-		// and the next attempt reads the bucket.
-		cached := false
-		if attempt == 0 {
-			rec, cached = b.known.Get(id)
-		}
-		if !cached {
-			if rec, err = b.load(ctx, id); err != nil {
-				return Record{}, false, err
-			}
-		}
-		if o.answer && o.seq != 0 && o.seq < rec.RequestSeq {
-			return rec, false, fmt.Errorf("%w: %s: the answer is at stream sequence %d, the request at %d, so nobody could have seen the request", ErrBeforeRequest, id, o.seq, rec.RequestSeq)
-		}
-		if rec.applied(o.seq) {
-			if rec.State.Terminal() && rec.Trigger == o.seq {
-				return rec, false, b.complete(ctx, &rec, o)
-			}
-			return rec, false, nil
-		}
-		if rec.State.Terminal() {
-			return rec, false, rec.terminalErr()
-		}
-		next := rec
-		if err := change(&next); err != nil {
-			return rec, false, err
-		}
-		var decision *nats.Msg
-		if next.State.Terminal() {
-			next.Trigger, next.Replica = o.seq, b.cfg.Name
-			// An outcome is stored only if its event fits the stream.
-			if decision, err = b.decisionMsg(ctx, &next); err != nil {
-				return rec, false, err
-			}
-		}
-		val, err := b.encodeRecord(&next)
-		if err != nil {
-			return rec, false, err
-		}
-		cctx, cancel := callCtx(ctx)
-		rev, err := b.res.state.Update(cctx, id, val, rec.revision)
-		cancel()
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			continue // someone else wrote first; look again
-		}
-		if err != nil {
-			return rec, false, fmt.Errorf("store state of %s: %w", id, err)
-		}
-		next.revision = rev
-		// Listings read the index: show this replica's own write at once,
-		// not when the state watcher brings it back.
-		b.index.put(next)
-		b.note(next)
-		if next.State.Terminal() {
-			return next, true, b.decided(ctx, &next, decision, o)
-		}
-		return next, true, nil
-	}
-	return Record{}, false, fmt.Errorf("state of %s: too much contention", id)
-}
-
-// decided runs after an outcome was stored on behalf of o: publish it, stop
-// the timers. A publish that fails is returned, so that o is redelivered and
-// its redelivery publishes (complete) — except when the gateway applied o: the
-// broker's consumer still holds o then and will publish it.
-func (b *Broker) decided(ctx context.Context, r *Record, decision *nats.Msg, o origin) error {
-	if b.afterCommit != nil {
-		b.afterCommit(r.ID)
-	}
-	b.timers.stop(r.ID)
-	b.metrics.decided(r)
-	b.observe(r)
-	b.storeGrant(ctx, r)
-	if err := b.publishDecision(ctx, r, decision); err != nil {
-		if o.delivery == 0 && !errors.Is(err, ErrForgedDecision) {
-			b.log.Warn("publish decision failed; the broker's consumer will publish it", zap.String("request_id", r.ID), zap.Error(err))
-			return nil
-		}
-		return err
-	}
-	if b.afterPublish != nil && r.Trigger == r.RequestSeq {
-		b.afterPublish(r.ID)
-	}
-	return nil
-}
-
-// complete makes sure the decision that message o chose for r is on the
-// stream: o is being handled again after r was stored.
-//
-// On a redelivery the handling that chose the outcome stopped before
-// acknowledging, so it publishes now. On the first delivery to the consumer
-// the gateway chose the outcome, and may be publishing it right now: look
-// again after AckWait. When the gateway finds the consumer was first, the
-// consumer owns the publish.
-func (b *Broker) complete(ctx context.Context, r *Record, o origin) error {
-	switch published, err := b.published(ctx, r); {
-	case err != nil:
-		return err
-	case published:
-		return nil // and its grant was stored before it was published
-	}
-	// The broker that stored the outcome may still be running (the gateway
-	// and the consumer both apply an HTTP answer) or may have died: either
-	// way the grant is in the bucket once this returns.
-	b.storeGrant(ctx, r)
-	switch o.delivery {
-	case 0:
-		return nil
-	case 1:
-		return &retryError{fmt.Errorf("%w: %s", errPublishPending, r.ID), b.cfg.AckWait}
-	}
-	b.log.Warn("publishing a decision whose handling stopped before it was published", zap.String("request_id", r.ID), zap.Uint64("trigger", r.Trigger))
-	msg, err := b.decisionMsg(ctx, r)
+// loadStored reads the decision of request id from the stream, and the
+// request it decides: ErrNotFound when the stream holds no decision.
+func (b *Broker) loadStored(ctx context.Context, id string) (Record, error) {
+	m, err := b.firstDecision(ctx, id)
 	if err != nil {
-		return err
+		return Record{}, err
 	}
-	return b.publishDecision(ctx, r, msg)
+	e, err := b.codec.Decode(events.Header(m.Header), m.Data)
+	if err != nil {
+		return Record{}, fmt.Errorf("decision of %s at stream sequence %d: %w", id, m.Sequence, err)
+	}
+	d, err := events.DecodeDecided(&e)
+	if err != nil {
+		return Record{}, fmt.Errorf("decision of %s at stream sequence %d: %w", id, m.Sequence, err)
+	}
+	rec := Record{ID: id, State: State(d.Outcome), Decision: &d, DecisionEventID: e.ID(), RequestSeq: d.RequestSeq,
+		RequestDigest: d.RequestDigest, ReceivedAt: d.DecidedAt, Deadline: d.DecidedAt, revision: m.Sequence}
+	if old, _, ok := b.index.getDecided(id); ok {
+		rec.Forgery = old.Forgery
+	}
+	if d.RequestSeq == 0 {
+		return rec, nil
+	}
+	rm, err := b.getSeq(ctx, d.RequestSeq)
+	if err != nil {
+		return rec, nil // gone with retention: the decision says enough
+	}
+	rec.ReceivedAt = rm.Time.UTC()
+	if re, err := b.codec.Decode(events.Header(rm.Header), rm.Data); err == nil {
+		if req, err := events.DecodeRequested(&re); err == nil {
+			req.Agent = strings.TrimPrefix(rm.Subject, events.RequestPrefix)
+			rec.Request, rec.Source = req, re.Source()
+		}
+	}
+	if len(rec.Decision.Args) == 0 {
+		rec.Decision.Args = rec.Request.Args
+	}
+	return rec, nil
 }
 
-// publishDecision publishes r's decided event, built by decisionMsg, exactly
-// once: with an expected last subject sequence of 0 the stream refuses it if
-// the decision subject holds a message already. That message is then either
-// the same event (an earlier attempt whose acknowledgement was lost) or one
-// this broker did not make, and ErrForgedDecision is returned. A broker that
-// signs its decisions publishes after a forgery instead (publishSigned).
-func (b *Broker) publishDecision(ctx context.Context, r *Record, msg *nats.Msg) (err error) {
-	defer func() {
-		if err == nil {
-			b.copyToAgent(r.Request.Agent, "decided", r.ID, msg)
+// getSeq reads the message at stream sequence seq, from the stream's leader
+// on a cluster.
+func (b *Broker) getSeq(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
+	if b.cfg.Replicas <= 1 {
+		cctx, cancel := callCtx(ctx)
+		defer cancel()
+		return b.res.stream.GetMsg(cctx, seq)
+	}
+	resp, err := b.leaderMsgGet(ctx, StreamName, map[string]any{"seq": seq})
+	switch {
+	case err != nil:
+		return nil, err
+	case resp.Error != nil:
+		return nil, fmt.Errorf("stream sequence %d: %s (%d)", seq, resp.Error.Description, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return nil, fmt.Errorf("stream sequence %d: an answer without a message", seq)
+	}
+	return resp.Message.raw(), nil
+}
+
+// settleAt handles the stored message o about request id (an answer, a
+// cancel, an expiry batch): once the ledger has applied o, it publishes the
+// decision o's arrival makes, if any, and returns the request's state.
+// A redelivered o is handled once the ledger has read everything stored
+// when it came back, so that what its first handling stored is known.
+func (b *Broker) settleAt(ctx context.Context, id string, o origin) (Record, status, error) {
+	if err := b.ledger.await(ctx, o.seq); err != nil {
+		return Record{}, status{}, err
+	}
+	if o.delivery > 1 {
+		if err := b.ledger.catchUp(ctx); err != nil {
+			return Record{}, status{}, err
 		}
-	}()
+	}
+	st := b.ledger.status(id, o.seq)
+	if !st.known {
+		rec, err := b.load(ctx, id)
+		if err == nil && rec.Trigger == o.seq {
+			b.storeGrant(ctx, &rec) // its handling stopped before the grant
+		}
+		return rec, st, err
+	}
+	if st.prop != nil && st.prop.Trigger == o.seq {
+		rec, err := b.fix(ctx, st.prop)
+		return rec, st, err
+	}
+	return st.rec, st, nil
+}
+
+// fix publishes the decision prop, which a stored message's arrival made,
+// and returns the decision stored: prop, or one stored first (then prop
+// was never seen by anyone). It publishes the same event until the server
+// answers: stored, or refused as a second decision, when it reads the
+// first message of the subject from the stream's leader, and finds its own
+// event (an attempt whose acknowledgement was lost) or another.
+func (b *Broker) fix(ctx context.Context, prop *Record) (Record, error) {
+	msg, err := b.decisionMsg(ctx, prop)
+	if err != nil {
+		return Record{}, err
+	}
+	if b.afterCommit != nil {
+		b.afterCommit(prop.ID)
+	}
+	b.ledger.local.Store(prop.ID, *prop)
+	own, found, err := b.publishDecision(ctx, prop, msg)
+	if err != nil {
+		return *prop, err
+	}
+	if !own {
+		b.ledger.local.Delete(prop.ID)
+		// Another outcome was stored first: that is the decision.
+		rec, err := b.adopt(ctx, prop.ID, found)
+		if err == nil {
+			b.log.Info("another decision was stored first; it stands", zap.String("request_id", prop.ID),
+				zap.String("stored", string(rec.State)), zap.String("built", string(prop.State)))
+		}
+		return rec, err
+	}
+	if b.afterPublish != nil {
+		b.afterPublish(prop.ID)
+	}
+	b.metrics.decided(prop)
+	b.observe(prop)
+	// Written after the decision: a grant written before could outlive an
+	// answer whose decision lost.
+	b.storeGrant(ctx, prop)
+	b.copyToAgent(prop.Request.Agent, "decided", prop.ID, msg)
+	return *prop, nil
+}
+
+// adopt returns the record of request id decided by the stored message
+// first, which the ledger reads in its turn, or has read before this
+// replica took a later copy of the request for a new one (the decision was
+// older than what its index keeps).
+func (b *Broker) adopt(ctx context.Context, id string, first *jetstream.RawStreamMsg) (Record, error) {
+	if err := b.ledger.await(ctx, first.Sequence); err != nil {
+		return Record{}, err
+	}
+	b.ledger.adoptOrphan(id, first)
+	return b.load(ctx, id)
+}
+
+// publishDecision publishes r's decided event msg with an expected last
+// subject sequence of 0, so that the stream refuses it if the decision
+// subject holds a message already. It reports whether the decision stored
+// is r's own (stored now, or by an earlier attempt), and else the stream
+// sequence of the one stored first. A broker that signs its decisions
+// publishes after messages no trusted key signed (publishSigned).
+func (b *Broker) publishDecision(ctx context.Context, r *Record, msg *nats.Msg) (own bool, found *jetstream.RawStreamMsg, err error) {
 	if b.signer != nil {
 		return b.publishSigned(ctx, r, msg)
 	}
-	_, err = b.publish(ctx, msg, jetstream.WithExpectLastSequencePerSubject(0))
-	if !isWrongLastSeq(err) {
-		return err
+	for attempt := 0; ; attempt++ {
+		_, err = b.publish(ctx, msg, jetstream.WithExpectLastSequencePerSubject(0))
+		if err == nil {
+			return true, nil, nil
+		}
+		if !isWrongLastSeq(err) && (!unavailable(err) || attempt >= 3 || ctx.Err() != nil) {
+			break
+		}
+		if !isWrongLastSeq(err) {
+			continue // the same bytes again: stored, or refused
+		}
+		m, gerr := b.firstDecision(ctx, r.ID)
+		if gerr != nil {
+			return false, nil, fmt.Errorf("decision of %s: refused as a second decision, and the first could not be read: %w", r.ID, gerr)
+		}
+		return eventID(m.Header, m.Data) == r.DecisionEventID, m, nil
 	}
-	switch published, err := b.published(ctx, r); {
-	case err != nil:
-		return err
-	case !published:
-		return fmt.Errorf("decision of %s: the stream refused it as a second decision but holds none", r.ID)
+	// No answer: the decision may be stored. Read the subject; never judge
+	// again while it may still land.
+	m, gerr := b.firstDecision(ctx, r.ID)
+	switch {
+	case gerr == nil:
+		return eventID(m.Header, m.Data) == r.DecisionEventID, m, nil
+	case errors.Is(gerr, ErrNotFound):
+		return false, nil, fmt.Errorf("publish decision of %s: %w", r.ID, err)
 	}
-	return nil
+	return false, nil, fmt.Errorf("publish decision of %s: %w (and reading it back: %w)", r.ID, err, gerr)
 }
 
 // publishSigned publishes r's signed decided event once. Readers take the
 // first event on the decision subject that a trusted key signed, so what
-// else the subject holds does not matter, only that none of it is r's
+// else the subject holds does not matter, only that none of it is a
 // decision already: the event is published with the expected last subject
-// sequence of what was read, and a message added meanwhile (a racing
-// replica's copy, another forgery) sends the broker back to read again.
-func (b *Broker) publishSigned(ctx context.Context, r *Record, msg *nats.Msg) error {
+// sequence of what was read, and a message added meanwhile sends the
+// broker back to read again.
+func (b *Broker) publishSigned(ctx context.Context, r *Record, msg *nats.Msg) (bool, *jetstream.RawStreamMsg, error) {
 	var last uint64
 	for range maxCASAttempts {
 		_, err := b.publish(ctx, msg, jetstream.WithExpectLastSequencePerSubject(last))
-		if !isWrongLastSeq(err) {
-			return err
+		if err != nil && !isWrongLastSeq(err) && !unavailable(err) {
+			return false, nil, err
 		}
-		published, seq, err := b.scanSigned(ctx, r)
-		if err != nil || published {
-			return err
+		if err == nil {
+			return true, nil, nil
 		}
-		last = seq
+		found, next, serr := b.scanSigned(ctx, r)
+		switch {
+		case serr != nil:
+			return false, nil, serr
+		case found != nil:
+			return eventID(found.Header, found.Data) == r.DecisionEventID, found, nil
+		}
+		last = next
 	}
-	return fmt.Errorf("decision of %s: its subject changed %d times while publishing", r.ID, maxCASAttempts)
+	return false, nil, fmt.Errorf("decision of %s: its subject changed %d times while publishing", r.ID, maxCASAttempts)
 }
 
-// published reports whether r's decided event is on its decision subject:
-// the first message there, or for a broker that signs, the first message a
-// trusted key signed (scanSigned). If an unsigned broker finds another
-// message first, it logs and counts the forgery and returns
-// ErrForgedDecision.
-func (b *Broker) published(ctx context.Context, r *Record) (bool, error) {
-	if b.signer != nil {
-		published, _, err := b.scanSigned(ctx, r)
-		return published, err
-	}
-	m, err := b.firstDecision(ctx, r.ID)
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("look up decision of %s: %w", r.ID, err)
-	}
-	e, derr := events.Codec{MaxSize: b.maxEmit}.Decode(events.Header(m.Header), m.Data)
-	if derr == nil && e.ID() == r.DecisionEventID {
-		return true, nil
-	}
-	found := describeDecision(m, &e, nil)
-	b.forged(ctx, r, found, "the stream holds a decision this broker did not make; its own cannot be published")
-	return false, fmt.Errorf("%w: request %s: %s, not event %s", ErrForgedDecision, r.ID, found, r.DecisionEventID)
-}
-
-// scanSigned reads r's decision subject in order until it finds r's own
-// decided event signed by a trusted key. It reports whether it did, and the
-// sequence of the last message it read. The messages before it are
-// forgeries, being signed by no trusted key: they are logged and counted
-// once per request, and do not stop the broker. A decided event for r that a
-// trusted key signed but that is not r's decision is ErrForgedDecision: a
-// decision key is in other hands.
-func (b *Broker) scanSigned(ctx context.Context, r *Record) (published bool, last uint64, err error) {
+// scanSigned reads r's decision subject in order until it finds a decided
+// event a trusted key signed: the decision. It returns that message (nil
+// if none), and the sequence of the last message read.
+func (b *Broker) scanSigned(ctx context.Context, r *Record) (found *jetstream.RawStreamMsg, last uint64, err error) {
 	subj := events.DecisionPrefix + r.ID
-	found := ""
 	for seq := uint64(1); ; {
-		cctx, cancel := callCtx(ctx)
-		m, err := b.res.stream.GetMsg(cctx, seq, jetstream.WithGetMsgSubject(subj))
-		cancel()
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			break
+		resp, err := b.leaderMsgGet(ctx, StreamName, map[string]any{"seq": seq, "next_by_subj": subj})
+		switch {
+		case err != nil:
+			return nil, last, fmt.Errorf("look up decision of %s: %w", r.ID, err)
+		case resp.Error != nil && resp.Error.ErrCode == errNoMessage:
+			return nil, last, nil
+		case resp.Error != nil:
+			return nil, last, fmt.Errorf("look up decision of %s: %s (%d)", r.ID, resp.Error.Description, resp.Error.ErrCode)
+		case resp.Message == nil:
+			return nil, last, fmt.Errorf("look up decision of %s: an answer without a message", r.ID)
 		}
-		if err != nil {
-			return false, last, fmt.Errorf("look up decision of %s: %w", r.ID, err)
-		}
-		last, seq = m.Sequence, m.Sequence+1
-		e, err := events.Codec{MaxSize: b.maxEmit}.Decode(events.Header(m.Header), m.Data)
+		m := resp.Message
+		last, seq = m.Seq, m.Seq+1
+		e, err := b.codec.Decode(events.Header(m.header()), m.Data)
 		if err == nil {
 			_, err = b.trusted.Verify(&e)
 		}
-		if err == nil && e.ID() == r.DecisionEventID {
-			published = true
-			break
-		}
 		if err == nil {
-			what := describeDecision(m, &e, nil)
-			b.forged(ctx, r, what, "the stream holds a decision signed by a trusted decision key that this broker did not make")
-			return false, last, fmt.Errorf("%w: request %s: %s is signed by a trusted key, but the decision is event %s", ErrForgedDecision, r.ID, what, r.DecisionEventID)
+			return m.raw(), last, nil
 		}
-		if found == "" {
-			found = describeDecision(m, &e, err)
-		}
-	}
-	if found != "" {
-		b.forged(ctx, r, found, "the stream holds a decided event no trusted key signed; the broker's own signed decision follows it")
-	}
-	return published, last, nil
-}
-
-// describeDecision names a message found on a decision subject, for logs
-// and the record's Forgery.
-func describeDecision(m *jetstream.RawStreamMsg, e *events.Event, err error) string {
-	if err != nil && e.ID() == "" {
-		return fmt.Sprintf("stream sequence %d (not a decided event: %v)", m.Sequence, err)
-	}
-	found := fmt.Sprintf("stream sequence %d (event %q from %q)", m.Sequence, e.ID(), e.Source())
-	if err != nil {
-		found += ": " + err.Error()
-	}
-	return found
-}
-
-// forged logs and counts a forged decision of r, described by found, once
-// per request whichever replica and retry finds it first.
-func (b *Broker) forged(ctx context.Context, r *Record, found, msg string) {
-	if b.reportForgery(ctx, r.ID, found) {
-		b.metrics.nForged.Add(1)
-		b.log.Error(msg, zap.String("request_id", r.ID), zap.String("outcome", string(r.State)),
-			zap.String("found", found), zap.String("want_event_id", r.DecisionEventID))
 	}
 }
 
-// reportForgery records in id's state that its decision subject holds a
-// message the broker did not make (found describes it). It reports whether
-// this call recorded it, so that the forgery is logged and counted once,
-// whichever replica and retry finds it first.
-func (b *Broker) reportForgery(ctx context.Context, id, found string) bool {
-	for range maxCASAttempts {
-		rec, err := b.load(ctx, id)
-		if err != nil {
-			return true // better twice than never
-		}
-		if rec.Forgery != "" {
-			return false
-		}
-		rec.Forgery = found
-		val, err := encodeRecord(&rec)
-		if err != nil {
-			return true
-		}
-		cctx, cancel := callCtx(ctx)
-		_, err = b.res.state.Update(cctx, id, val, rec.revision)
-		cancel()
-		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return true
-		}
-	}
-	return true
-}
-
-// firstDecision reads the first message stored on id's decision subject: the
-// decision, since the broker publishes it only where none exists. A message
-// added after it is not the decision, whatever it says.
+// firstDecision reads the first message stored on id's decision subject
+// from the stream's leader (a direct get may be answered by a replica
+// behind it): the decision, since the broker publishes it only where none
+// exists. A message added after it is not the decision, whatever it says.
+// ErrNotFound when there is none.
 func (b *Broker) firstDecision(ctx context.Context, id string) (*jetstream.RawStreamMsg, error) {
-	cctx, cancel := callCtx(ctx)
-	defer cancel()
-	return b.res.stream.GetMsg(cctx, 1, jetstream.WithGetMsgSubject(events.DecisionPrefix+id))
+	if b.cfg.Replicas <= 1 {
+		cctx, cancel := callCtx(ctx)
+		defer cancel()
+		m, err := b.res.stream.GetMsg(cctx, 1, jetstream.WithGetMsgSubject(events.DecisionPrefix+id))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		return m, err
+	}
+	resp, err := b.leaderMsgGet(ctx, StreamName, map[string]any{"seq": 1, "next_by_subj": events.DecisionPrefix + id})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("look up decision of %s: %w", id, err)
+	case resp.Error != nil && resp.Error.ErrCode == errNoMessage:
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	case resp.Error != nil:
+		return nil, fmt.Errorf("look up decision of %s: %s (%d)", id, resp.Error.Description, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return nil, fmt.Errorf("look up decision of %s: an answer without a message", id)
+	}
+	return resp.Message.raw(), nil
 }
 
 func isWrongLastSeq(err error) bool {
@@ -462,19 +399,6 @@ func (b *Broker) encode(subject string, e *events.Event) (*nats.Msg, error) {
 	return msg, nil
 }
 
-// encodeRecord encodes r for its KV entry and refuses a value the NATS server
-// would not take.
-func (b *Broker) encodeRecord(r *Record) ([]byte, error) {
-	val, err := encodeRecord(r)
-	if err != nil {
-		return nil, err
-	}
-	if len(val) > b.maxValue {
-		return nil, fmt.Errorf("%w: %w: the state of %s would be %d bytes, over the server's limit of %d (large args and a large payload or edit together)", ErrInvalid, events.ErrTooLarge, r.ID, len(val), b.maxValue)
-	}
-	return val, nil
-}
-
 func shortType(t string) string {
 	const prefix = "dev.assent.approval."
 	if len(t) > len(prefix) && t[:len(prefix)] == prefix {
@@ -488,25 +412,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "..."
-}
-
-// leaderGet reads id's entry in the state bucket from its stream's leader,
-// through the JetStream API rather than a direct get: ErrNotFound when the
-// bucket has no value for it (never written, deleted or purged).
-func (b *Broker) leaderGet(ctx context.Context, id string) ([]byte, uint64, error) {
-	resp, err := b.leaderMsgGet(ctx, StateBucket, map[string]string{"last_by_subj": "$KV." + StateBucket + "." + id})
-	switch {
-	case err != nil:
-		return nil, 0, fmt.Errorf("read state of %s from its stream's leader: %w", id, err)
-	case resp.Error != nil && resp.Error.ErrCode == errNoMessage:
-		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, id)
-	case resp.Error != nil:
-		return nil, 0, fmt.Errorf("read state of %s from its stream's leader: %s (%d)", id, resp.Error.Description, resp.Error.ErrCode)
-	case resp.Message == nil:
-		return nil, 0, fmt.Errorf("read state of %s from its stream's leader: an answer without a message", id)
-	case len(resp.Message.Data) == 0:
-		// A delete or purge marker: a record is never empty.
-		return nil, 0, fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	return resp.Message.Data, resp.Message.Seq, nil
 }

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -48,10 +47,6 @@ func (b *Broker) approvalFor(r *Record) *policy.Approval {
 	return p.ModeApproval()
 }
 
-// errSeen: the request is stored already; evaluating it again would count it
-// against its limits twice.
-var errSeen = errors.New("request already stored")
-
 // evaluate applies the policy to a new record whose request's args have
 // argsDigest: it sets the record's rule and deadline, and decides it at once
 // when the policy says so.
@@ -69,10 +64,6 @@ func (b *Broker) evaluate(ctx context.Context, r *Record, argsDigest string, now
 		b.compareShadow(ctx, r, in, res, shadow.Evaluate(in, now, rem))
 	}
 	if res.Action == policy.Allow && len(res.Limits) > 0 {
-		// Charge a request once: not again when it is delivered again.
-		if _, err := b.load(ctx, r.ID); err == nil {
-			return errSeen
-		}
 		var err error
 		if res, err = b.charge(ctx, res, in, now); err != nil {
 			return err

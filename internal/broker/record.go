@@ -115,6 +115,12 @@ type Record struct {
 	TraceState  string `json:"tracestate,omitempty"`
 
 	revision uint64
+	// judging: the request is stored and neither waits for answers nor is
+	// decided yet.
+	judging bool
+	// forged: the decision itself (the first message on the decision
+	// subject) is one no broker made.
+	forged bool
 }
 
 // applied reports whether the message at stream sequence seq was applied to r
@@ -133,6 +139,9 @@ func (r *Record) terminalErr() error {
 		return fmt.Errorf("%w: %s expired at %s", ErrExpired, r.ID, r.Deadline.Format(time.RFC3339))
 	case StatePending:
 		return nil
+	}
+	if r.forged {
+		return fmt.Errorf("%w: request %s: %s", ErrForgedDecision, r.ID, r.Forgery)
 	}
 	return fmt.Errorf("%w: %s is %s", ErrAlreadyDecided, r.ID, r.State)
 }

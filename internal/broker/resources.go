@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -63,17 +64,6 @@ func streamConfig(c Config) jetstream.StreamConfig {
 	}
 }
 
-func stateBucketConfig(c Config) jetstream.KeyValueConfig {
-	return jetstream.KeyValueConfig{
-		Bucket:      StateBucket,
-		Description: "Assent request state; the compare-and-set on an entry's revision picks each outcome",
-		History:     1,
-		TTL:         c.Retention,
-		Storage:     jetstream.FileStorage,
-		Replicas:    c.Replicas,
-	}
-}
-
 // maxDeliver is how many times a consumer hands out one message; the broker
 // settles it for good on the last.
 const maxDeliver = 20
@@ -113,7 +103,12 @@ func provision(ctx context.Context, js jetstream.JetStream, c Config) (*resource
 	if r.stream, err = js.CreateOrUpdateStream(ctx, streamConfig(c)); err != nil {
 		return nil, fmt.Errorf("stream %s: %w", StreamName, err)
 	}
-	if r.state, err = js.CreateOrUpdateKeyValue(ctx, stateBucketConfig(c)); err != nil {
+	// The state bucket of brokers before the stream decided: read once by
+	// the migration (migrate.go), never written.
+	switch r.state, err = js.KeyValue(ctx, StateBucket); {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		r.state = nil
+	case err != nil:
 		return nil, fmt.Errorf("bucket %s: %w", StateBucket, err)
 	}
 	if r.grants, err = js.CreateOrUpdateKeyValue(ctx, grantBucketConfig(c)); err != nil {

@@ -12,16 +12,17 @@ import (
 	"github.com/assent-dev/assent/pkg/events"
 )
 
-// TestLoadAsksTheLeaderBeforeNotFound: on a cluster, the state bucket's
-// direct gets may be answered by a replica that does not have an entry yet
-// (a follower cut off from the others), and an answer or cancel refused as
-// naming no request is refused for good. Here a mirror that leaves the
-// request out takes part in the bucket's direct gets, as such a follower
-// would: it holds one other request (a mirror answers direct gets once it
-// has caught up with something), and a replica connected to its node is
-// answered by it about half the time. load still finds the request every
-// time, through the stream's leader.
-func TestLoadAsksTheLeaderBeforeNotFound(t *testing.T) {
+// TestDecisionReadFromTheLeader: on a cluster, a stream's direct gets may
+// be answered by a replica that does not have a message yet (a follower cut
+// off from the others). A replica resolving a publish refused as a second
+// decision, or reading a decision its index no longer keeps, must not take
+// "not found" from it. Here a mirror that leaves the decision out takes part
+// in the stream's direct gets, as such a follower would: it holds one other
+// decision (a mirror answers direct gets once it has caught up with
+// something), and a replica connected to its node is answered by it about
+// half the time. firstDecision still finds the decision every time, through
+// the stream's leader.
+func TestDecisionReadFromTheLeader(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Config{})
 	connect := func(url string) *nats.Conn {
 		t.Helper()
@@ -33,17 +34,20 @@ func TestLoadAsksTheLeaderBeforeNotFound(t *testing.T) {
 		return nc
 	}
 	nc := connect(c.URL())
-	b, ctx := runInternal(t, nc, Config{Name: "a", Replicas: 3})
+	b, ctx := runInternal(t, nc, Config{Name: "a", Replicas: 3, Mode: ModeAutoApprove})
 	other := submit(ctx, t, b, events.Requested{Tool: "t", Agent: "a"})
 	rec := submit(ctx, t, b, events.Requested{Tool: "t", Agent: "a"})
+	if !rec.State.Terminal() || !other.State.Terminal() {
+		t.Fatalf("requests %s and %s, want both decided", rec.State, other.State)
+	}
 
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mirror, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:         "STALE_STATE",
-		Mirror:       &jetstream.StreamSource{Name: "KV_" + StateBucket, FilterSubject: "$KV." + StateBucket + "." + other.ID},
+		Name:         "STALE_DECISIONS",
+		Mirror:       &jetstream.StreamSource{Name: StreamName, FilterSubject: events.DecisionPrefix + other.ID},
 		MirrorDirect: true,
 	})
 	if err != nil {
@@ -71,14 +75,14 @@ func TestLoadAsksTheLeaderBeforeNotFound(t *testing.T) {
 		t.Fatalf("the mirror is on %q, no node of the cluster", node)
 	}
 	// A replica connected to the mirror's node.
-	b2, ctx := runInternal(t, connect(url), Config{Name: "b", Replicas: 3})
+	b2, ctx := runInternal(t, connect(url), Config{Name: "b", Replicas: 3, Mode: ModeAutoApprove})
 
-	// The stale answer is really given: the bucket's own get misses the
-	// entry now and then.
+	// The stale answer is really given: the stream's own direct get misses
+	// the decision now and then.
 	missed := false
 	for range 200 {
-		_, err := b2.res.state.Get(ctx, rec.ID)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
+		_, err := b2.res.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(events.DecisionPrefix+rec.ID))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			missed = true
 			break
 		}
@@ -90,12 +94,16 @@ func TestLoadAsksTheLeaderBeforeNotFound(t *testing.T) {
 		t.Fatal("the mirror never answered a direct get; the test shows nothing")
 	}
 	for range 50 {
-		got, err := b2.load(ctx, rec.ID)
+		m, err := b2.firstDecision(ctx, rec.ID)
 		if err != nil {
-			t.Fatalf("load %s: %v", rec.ID, err)
+			t.Fatalf("first decision of %s: %v", rec.ID, err)
 		}
-		if got.ID != rec.ID || got.State != StatePending || got.revision == 0 {
-			t.Fatalf("loaded %+v, want the pending request", got)
+		if eventID(m.Header, m.Data) != rec.DecisionEventID {
+			t.Fatalf("read event %s, want %s", eventID(m.Header, m.Data), rec.DecisionEventID)
+		}
+		got, err := b2.loadStored(ctx, rec.ID)
+		if err != nil || got.State != rec.State || got.Request.Tool != "t" {
+			t.Fatalf("loaded %+v (%v), want the decided request", got, err)
 		}
 	}
 	// What is not stored is still not found, after asking the leader.

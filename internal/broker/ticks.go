@@ -325,19 +325,42 @@ func (b *Broker) expireBatch(ctx context.Context, ids []string, o origin) error 
 // The expiry is a span (SpanExpire) in the request's trace.
 func (b *Broker) expireOne(ctx context.Context, id string, o origin) error {
 	ctx, span := b.startSpan(b.requestContext(ctx, id), SpanExpire, trace.SpanKindInternal, id)
-	rec, err := b.expire(ctx, id, b.now(), o)
+	rec, err := b.expire(ctx, id, o)
 	span.SetAttributes(attrLevel.Int(rec.Level))
 	endSpan(span, &rec, err)
 	var retry *retryError
 	switch {
 	case err == nil, errors.Is(err, ErrNotFound):
 		return nil
-	case errors.Is(err, ErrForgedDecision):
-		return permanent(err)
+	case errors.Is(err, ErrForgedDecision), errors.Is(err, ErrAlreadyDecided), errors.Is(err, ErrExpired):
+		return nil
 	case errors.As(err, &retry):
 		return err
 	case unavailable(err) && o.delivery <= maxDeliver/2:
 		return &retryError{err, unavailableDelay}
 	}
 	return &retryError{err, min(time.Duration(o.delivery)*250*time.Millisecond, 2*time.Second)}
+}
+
+// expire handles request id as the expiry batch (or old per-request
+// timeout) o names it: publishes the expiry the stored messages make, or
+// announces the escalation level reached, or re-arms the timers of a
+// request whose moment has not come by o's stored time (clocks of replicas
+// and the stream's leader differ a little).
+func (b *Broker) expire(ctx context.Context, id string, o origin) (Record, error) {
+	rec, st, err := b.settleAt(ctx, id, o)
+	switch {
+	case err != nil, !st.known:
+		return rec, err
+	case st.prop != nil:
+		return rec, nil // decided by o (published), or by an earlier message
+	case st.level > 0:
+		if err := b.escalate(ctx, &rec); err != nil {
+			return rec, err
+		}
+	}
+	if !st.pending {
+		return rec, nil
+	}
+	return rec, b.arm(ctx, &rec)
 }

@@ -119,10 +119,9 @@ func (b *Broker) requestContext(ctx context.Context, id string) context.Context 
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx
 	}
-	rec, ok := b.known.Get(id)
+	rec, ok := b.ledger.view(id)
 	if !ok {
-		var err error
-		if rec, err = b.load(ctx, id); err != nil {
+		if rec, _, ok = b.index.getDecided(id); !ok {
 			return ctx
 		}
 	}

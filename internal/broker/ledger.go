@@ -1,0 +1,804 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/assent-dev/assent/pkg/events"
+)
+
+// The ledger is each replica's reading of the ASSENT stream, the one source
+// of truth: it applies every stored message in stream order, and so knows
+// what the stored messages make of each open request (docs/architecture.md,
+// "The stream decides").
+//
+// A request is open from its request message until its decision is stored.
+// While it is open the ledger keeps what its stored events say: the request,
+// the pending event's deadline, rule and approvers, the answers, cancels and
+// expiry batches that name it. Applying those in order, it works out the
+// outcome the first of them to end the request makes (the proposal), the
+// same on every replica, since every replica reads the same messages in the
+// same order. The proposal is not a decision: it is what the handler of its
+// trigger message publishes on assent.decision.<id> with an expected last
+// subject sequence of 0. Only a stored decision ends a request, here and
+// for every reader, and the first one stored is the decision whatever the
+// proposal was (a replica under another policy may have judged the request
+// differently before anything else was stored).
+//
+// Handlers of the message at stream sequence s wait until the ledger has
+// applied s (await): then it holds every message stored before s.
+type ledger struct {
+	b *Broker
+
+	mu   sync.Mutex
+	open map[string]*entry
+	// wake is closed when applied moves, if someone waits.
+	wake chan struct{}
+	// marker is the stream sequence of the migration marker: decisions
+	// stored before it were made by brokers before the stream decided, and
+	// their event ids are not derived from their triggers.
+	marker uint64
+
+	applied atomic.Uint64
+	// local holds decisions this replica just built, by request id, so
+	// that applying them need not decode what it encoded.
+	local sync.Map
+}
+
+// entry is an open request.
+type entry struct {
+	id     string
+	reqSeq uint64
+	reqAt  time.Time
+	// req is the request message while no pending event carries the
+	// request: decoded only when needed (a conflict check, a cancel).
+	req *jetstream.RawStreamMsg
+	// rec is the request's state once its pending event is stored.
+	rec *Record
+	// triggers are the stream messages applied to the request (its request
+	// message, answers, cancels, expiry batches): a decision's event id is
+	// derived from one of them.
+	triggers []trigger
+	// results says what each answer or cancel did: nil for counted.
+	results map[uint64]error
+	// escalated maps an expiry batch's sequence to the level it reached.
+	escalated map[uint64]int
+	// proposal is the outcome the stored messages make, not yet stored as
+	// the decision; nil while they make none.
+	proposal *Record
+	// early are answers stored before the pending event: they count once
+	// it is stored, in their order.
+	early []early
+	// forged describes messages on the decision subject that a broker
+	// signing its decisions did not sign, before the decision.
+	forged string
+	seen   time.Time
+}
+
+// early is an answer stored before its request's pending event.
+type early struct {
+	seq    uint64
+	at     time.Time
+	change func(*Record) error
+}
+
+type trigger struct {
+	seq uint64
+	at  time.Time
+}
+
+func newLedger(b *Broker) *ledger {
+	return &ledger{b: b, open: make(map[string]*entry)}
+}
+
+// orphanAfter is how long a request stays open with neither a pending
+// event nor a decision before the ledger forgets it: a request message
+// published again under the id of one decided so long ago that the ledger
+// no longer knows it, whose handler finds the old decision.
+const orphanAfter = 15 * time.Minute
+
+// run reads the stream from its first message until ctx ends, and closes
+// ready once it has applied every message stored when it started.
+func (l *ledger) run(ctx context.Context, ready func(pending int)) error {
+	b := l.b
+	var last uint64
+	for {
+		cctx, cancel := callCtx(ctx)
+		info, err := b.res.stream.Info(cctx)
+		cancel()
+		if err == nil {
+			last = info.State.LastSeq
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		b.log.Warn("read the stream's state before reading it; retrying", zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(unavailableDelay):
+		}
+	}
+	caughtUp := func() {
+		if ready != nil {
+			l.mu.Lock()
+			n := len(l.open)
+			l.mu.Unlock()
+			ready(n)
+			ready = nil
+		}
+	}
+	if last == 0 {
+		caughtUp()
+	}
+	sweep := time.NewTicker(time.Minute)
+	defer sweep.Stop()
+	for ctx.Err() == nil {
+		start := l.applied.Load() + 1
+		cons, err := b.res.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+			DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+			OptStartSeq:   start,
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				b.log.Warn("read the stream; retrying", zap.Error(err))
+				time.Sleep(unavailableDelay)
+			}
+			continue
+		}
+		it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+		if err != nil {
+			continue
+		}
+		stop := context.AfterFunc(ctx, it.Stop)
+		for {
+			msg, err := it.Next()
+			if err != nil {
+				break
+			}
+			l.apply(msg)
+			if ready != nil && l.applied.Load() >= last {
+				caughtUp()
+			}
+			select {
+			case <-sweep.C:
+				l.sweep()
+			default:
+			}
+		}
+		stop()
+		it.Stop()
+	}
+	return nil
+}
+
+// await returns once the ledger has applied stream sequence seq, or ctx
+// ends.
+func (l *ledger) await(ctx context.Context, seq uint64) error {
+	for {
+		if l.applied.Load() >= seq {
+			return nil
+		}
+		l.mu.Lock()
+		if l.wake == nil {
+			l.wake = make(chan struct{})
+		}
+		wake := l.wake
+		l.mu.Unlock()
+		if l.applied.Load() >= seq {
+			return nil
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return fmt.Errorf("this replica has not read the stream up to sequence %d yet: %w", seq, ctx.Err())
+		}
+	}
+}
+
+// catchUp returns once the ledger has applied every message the stream held
+// when it was called: a redelivered message's handler calls it so that
+// whatever its first handling stored is known before it acts again.
+func (l *ledger) catchUp(ctx context.Context) error {
+	cctx, cancel := callCtx(ctx)
+	info, err := l.b.res.stream.Info(cctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("read the stream's last sequence: %w", err)
+	}
+	return l.await(ctx, info.State.LastSeq)
+}
+
+// apply applies one stored message.
+func (l *ledger) apply(msg jetstream.Msg) {
+	md, err := msg.Metadata()
+	if err != nil {
+		return
+	}
+	seq, at := md.Sequence.Stream, md.Timestamp.UTC()
+	subj := msg.Subject()
+	l.mu.Lock()
+	switch {
+	case strings.HasPrefix(subj, events.RequestPrefix):
+		l.applyRequest(seq, at, msg)
+	case strings.HasPrefix(subj, events.PendingPrefix):
+		l.applyPending(seq, at, msg)
+	case strings.HasPrefix(subj, events.ResponsePrefix):
+		l.applyAnswer(seq, at, msg)
+	case strings.HasPrefix(subj, events.CancelPrefix):
+		l.applyCancel(seq, at, msg)
+	case subj == tickDue:
+		for _, id := range dueIDs(msg.Data()) {
+			l.applyDue(seq, at, id)
+		}
+	case strings.HasPrefix(subj, TimeoutPrefix):
+		l.applyDue(seq, at, subj[len(TimeoutPrefix):])
+	case strings.HasPrefix(subj, events.DecisionPrefix):
+		l.applyDecision(seq, at, subj, msg.Headers(), msg.Data())
+	case subj == MigratedSubject:
+		if l.marker == 0 {
+			l.marker = seq
+		}
+	}
+	l.applied.Store(seq)
+	if l.wake != nil {
+		close(l.wake)
+		l.wake = nil
+	}
+	l.mu.Unlock()
+}
+
+// decode decodes a stored message's event, nil if it is not one.
+func (l *ledger) decode(h nats.Header, data []byte) *events.Event {
+	e, err := events.Codec{MaxSize: l.b.maxEmit}.Decode(events.Header(h), data)
+	if err != nil {
+		return nil
+	}
+	return &e
+}
+
+// eventID reads the id of the event in a message without decoding its
+// data, "" if it has none.
+func eventID(h nats.Header, data []byte) string {
+	if id := h.Get("ce-id"); id != "" {
+		return id
+	}
+	var env struct {
+		ID string `json:"id"`
+	}
+	if json.Unmarshal(data, &env) != nil {
+		return ""
+	}
+	return env.ID
+}
+
+func (l *ledger) applyRequest(seq uint64, at time.Time, msg jetstream.Msg) {
+	id := eventID(msg.Headers(), msg.Data())
+	if !events.ValidToken(id) {
+		return
+	}
+	if _, ok := l.open[id]; ok {
+		return // a later copy: its handler compares it with this one
+	}
+	if _, _, ok := l.b.index.get(id); ok {
+		return // decided
+	}
+	l.open[id] = &entry{
+		id: id, reqSeq: seq, reqAt: at, seen: time.Now(),
+		req:      &jetstream.RawStreamMsg{Subject: msg.Subject(), Sequence: seq, Header: msg.Headers(), Data: msg.Data(), Time: at},
+		triggers: []trigger{{seq, at}},
+	}
+}
+
+func (l *ledger) applyPending(seq uint64, at time.Time, msg jetstream.Msg) {
+	e := l.decode(msg.Headers(), msg.Data())
+	if e == nil {
+		return
+	}
+	switch e.Type() {
+	case events.TypePending:
+		p, err := events.DecodePending(e)
+		if err != nil || !events.ValidToken(p.RequestID) {
+			return
+		}
+		l.pending(seq, at, e, p)
+	case events.TypeEscalated:
+		esc, err := events.DecodeEscalated(e)
+		if err != nil {
+			return
+		}
+		if en := l.open[esc.RequestID]; en != nil && en.rec != nil && esc.Level > en.rec.Level {
+			en.rec.Level, en.rec.Deadline, en.rec.revision = esc.Level, esc.Deadline.UTC(), seq
+			l.b.index.put(*en.rec)
+			l.b.timers.backup(en.id, l.b.wakeAt(en.rec))
+			l.b.records.deliver(en.id)
+		}
+	}
+}
+
+// pending applies a request's pending event: the request now waits for
+// answers, with the deadline, rule and approvers it names.
+func (l *ledger) pending(seq uint64, at time.Time, e *events.Event, p events.Pending) {
+	en := l.open[p.RequestID]
+	if en == nil {
+		if _, _, ok := l.b.index.get(p.RequestID); ok {
+			return // decided
+		}
+		// The request message is gone (retention), or was stored before
+		// what this replica reads: the pending event says what it held.
+		en = &entry{id: p.RequestID, reqSeq: p.RequestSeq, reqAt: p.ReceivedAt, seen: time.Now()}
+		if en.reqAt.IsZero() {
+			en.reqAt = at
+		}
+		l.open[p.RequestID] = en
+	}
+	if en.rec != nil || en.proposal != nil {
+		return // announced again: nothing changes
+	}
+	rec := &Record{
+		ID:            p.RequestID,
+		State:         StatePending,
+		Request:       p.Request,
+		RequestDigest: p.RequestDigest,
+		RequestSeq:    en.reqSeq,
+		ReceivedAt:    en.reqAt,
+		Deadline:      p.Deadline.UTC(),
+		Rule:          p.Rule,
+		Limit:         p.Limit,
+		Approvers:     p.Approvers,
+		BaseDeadline:  p.BaseDeadline.UTC(),
+		revision:      seq,
+	}
+	if p.ApprovalRule != "" {
+		rec.Rule = p.ApprovalRule
+	}
+	if p.Terms != nil {
+		rec.Quorum = p.Terms.Quorum
+	}
+	if p.Request.Agent == "" && en.req != nil {
+		rec.Request.Agent = strings.TrimPrefix(en.req.Subject, events.RequestPrefix)
+	}
+	if en.req != nil {
+		rec.Source = eventSource(en.req.Header, en.req.Data)
+	}
+	if rec.RequestDigest == "" {
+		rec.RequestDigest, _ = events.RequestDigest(rec.Request)
+	}
+	if tp, ok := e.Extensions()[events.TraceParentAttribute].(string); ok {
+		rec.TraceParent = tp
+		rec.TraceState, _ = e.Extensions()[events.TraceStateAttribute].(string)
+	}
+	en.rec, en.req = rec, nil
+	for _, a := range en.early {
+		l.result(en, a.seq, a.at, a.change)
+	}
+	en.early = nil
+	l.b.index.put(*rec)
+	if l.b.ready.Load() && !l.b.timers.known(rec.ID) {
+		// Another replica took it: fire a little after it would,
+		// should that one be gone by then.
+		l.b.timers.backup(rec.ID, l.b.wakeAt(rec))
+	} else {
+		l.b.timers.arm(rec.ID, l.b.wakeAt(rec))
+	}
+	l.b.records.deliver(rec.ID)
+}
+
+// eventSource reads the source of the event in a message, "" if none.
+func eventSource(h nats.Header, data []byte) string {
+	if s := h.Get("ce-source"); s != "" {
+		return s
+	}
+	var env struct {
+		Source string `json:"source"`
+	}
+	_ = json.Unmarshal(data, &env)
+	return env.Source
+}
+
+// errNotWaiting refuses an answer stored before its request's pending
+// event: nobody could have been asked yet.
+var errNotWaiting = errors.New("the request is not waiting for answers yet")
+
+func (l *ledger) applyAnswer(seq uint64, at time.Time, msg jetstream.Msg) {
+	sub, err := events.ParseSubject(msg.Subject())
+	if err != nil {
+		return
+	}
+	en := l.open[sub.RequestID]
+	if en == nil {
+		return
+	}
+	en.triggers = append(en.triggers, trigger{seq, at})
+	var resp events.Responded
+	if e := l.decode(msg.Headers(), msg.Data()); e != nil {
+		resp, err = events.DecodeResponded(e)
+	} else {
+		err = fmt.Errorf("%w: not an event", events.ErrMalformed)
+	}
+	if err == nil {
+		err = checkAnswer(sub.Principal, sub.RequestID, resp)
+	}
+	change := func(r *Record) error {
+		if err != nil {
+			return err
+		}
+		return l.b.answerChange(sub.Principal, sub.RequestID, resp, seq, at)(r)
+	}
+	if en.rec == nil && en.proposal == nil {
+		// The request is being judged: the answer counts once it waits
+		// for answers, if it does.
+		en.early = append(en.early, early{seq, at, change})
+		return
+	}
+	l.result(en, seq, at, change)
+}
+
+func (l *ledger) applyCancel(seq uint64, at time.Time, msg jetstream.Msg) {
+	sub, err := events.ParseSubject(msg.Subject())
+	if err != nil {
+		return
+	}
+	en := l.open[sub.RequestID]
+	if en == nil {
+		return
+	}
+	en.triggers = append(en.triggers, trigger{seq, at})
+	e := l.decode(msg.Headers(), msg.Data())
+	if e == nil {
+		return
+	}
+	c, err := events.DecodeCancel(e)
+	by := e.Source()
+	if err == nil {
+		err = checkCancel(by, c)
+	}
+	if err != nil {
+		en.result(seq, err)
+		return
+	}
+	change := l.b.cancelChange(by, sub.Agent, c, at)
+	if en.rec == nil && en.proposal == nil {
+		// Cancelled before it waits for anyone (or while it is being
+		// judged): the cancel ends it, unless a decision is stored first.
+		rec, _ := l.requestRecord(en)
+		if err := change(&rec); err != nil {
+			en.result(seq, err)
+			return
+		}
+		l.propose(en, rec, seq, at)
+		en.result(seq, nil)
+		return
+	}
+	l.result(en, seq, at, change)
+}
+
+// result applies change, made by the answer or cancel at seq stored at at,
+// to en's request and records what it did. The change applies to a copy;
+// one that ends the request becomes its proposal.
+func (l *ledger) result(en *entry, seq uint64, at time.Time, change func(*Record) error) {
+	switch {
+	case en.proposal != nil:
+		en.result(seq, en.proposal.terminalErr())
+		return
+	case en.rec == nil:
+		en.result(seq, fmt.Errorf("%w: %s: %w", ErrNotFound, en.id, errNotWaiting))
+		return
+	case seq < en.rec.RequestSeq:
+		en.result(seq, fmt.Errorf("%w: %s: the answer is at stream sequence %d, the request at %d, so nobody could have seen the request", ErrBeforeRequest, en.id, seq, en.rec.RequestSeq))
+		return
+	}
+	next := *en.rec
+	if l.b.escalateAt(&next, at) {
+		l.changed(en, next, seq)
+	}
+	if !at.Before(next.Deadline) {
+		l.expire(en, next, seq, at)
+		en.result(seq, en.proposal.terminalErr())
+		return
+	}
+	if err := change(&next); err != nil {
+		en.result(seq, err)
+		return
+	}
+	if next.State.Terminal() {
+		l.propose(en, next, seq, at)
+	} else {
+		l.changed(en, next, seq)
+	}
+	en.result(seq, nil)
+}
+
+func (en *entry) result(seq uint64, err error) {
+	if en.results == nil {
+		en.results = make(map[uint64]error)
+	}
+	en.results[seq] = err
+}
+
+// changed stores a pending request's new state (a vote counted, a level
+// reached).
+func (l *ledger) changed(en *entry, next Record, seq uint64) {
+	next.revision = seq
+	*en.rec = next
+	l.b.index.put(next)
+	l.b.records.deliver(en.id)
+}
+
+// propose makes next, ended by the message at seq stored at at, en's
+// proposal.
+func (l *ledger) propose(en *entry, next Record, seq uint64, at time.Time) {
+	next.Trigger, next.revision = seq, seq
+	next.DecisionEventID = decisionID(en.id, seq, at)
+	if next.Decision != nil {
+		next.Decision.RequestSeq = next.RequestSeq
+	}
+	if next.Grant != nil {
+		next.Grant.ID = decisionID(en.id+"/grant", seq, at)
+	}
+	en.proposal = &next
+}
+
+// expire proposes that en's request ends by the message at seq, stored at
+// at, at or after its deadline.
+func (l *ledger) expire(en *entry, next Record, seq uint64, at time.Time) {
+	if err := next.decide(l.b.timeoutVerdict(&next, at)); err != nil {
+		l.b.log.Error("expire", zap.String("request_id", en.id), zap.Error(err))
+		return
+	}
+	l.propose(en, next, seq, at)
+}
+
+// applyDue applies an expiry batch that names id, stored at at.
+func (l *ledger) applyDue(seq uint64, at time.Time, id string) {
+	en := l.open[id]
+	if en == nil || en.rec == nil || en.proposal != nil {
+		return
+	}
+	en.triggers = append(en.triggers, trigger{seq, at})
+	next := *en.rec
+	if l.b.escalateAt(&next, at) && at.Before(next.Deadline) {
+		if en.escalated == nil {
+			en.escalated = make(map[uint64]int)
+		}
+		en.escalated[seq] = next.Level
+		l.changed(en, next, seq)
+		return
+	}
+	if !at.Before(next.Deadline) {
+		l.expire(en, next, seq, at)
+	}
+}
+
+// adoptOrphan applies first, the decision of request id, to an entry the
+// ledger opened for a copy of the request stored after it: the decision
+// was older than what the index keeps when the copy came.
+func (l *ledger) adoptOrphan(id string, first *jetstream.RawStreamMsg) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if en := l.open[id]; en != nil && en.reqSeq > first.Sequence {
+		l.applyDecision(first.Sequence, first.Time, first.Subject, first.Header, first.Data)
+	}
+}
+
+func (l *ledger) applyDecision(seq uint64, at time.Time, subj string, h nats.Header, data []byte) {
+	id := subj[len(events.DecisionPrefix):]
+	b := l.b
+	if d, _, ok := b.index.getDecided(id); ok {
+		// A message after the decision is never the decision.
+		b.index.noteForgery(id, fmt.Sprintf("stream sequence %d, stored after the decision (%s)", seq, describeStored(seq, l.decode(h, data), nil)))
+		if d.Forgery == "" {
+			b.metrics.nForged.Add(1)
+			b.log.Error("the stream holds a second message on a decision subject; readers keep the first", zap.String("request_id", id), zap.Uint64("seq", seq))
+		}
+		return
+	}
+	en := l.open[id]
+	var rec Record
+	if v, ok := l.local.LoadAndDelete(id); ok && v.(Record).DecisionEventID == eventID(h, data) {
+		rec = v.(Record)
+	} else {
+		e := l.decode(h, data)
+		var d events.Decided
+		var err error
+		if e == nil {
+			err = fmt.Errorf("%w: not an event", events.ErrMalformed)
+		} else if d, err = events.DecodeDecided(e); err == nil && b.trusted != nil {
+			_, err = b.trusted.Verify(e)
+		}
+		if err != nil || d.RequestID != id {
+			what := describeStored(seq, e, err)
+			if err == nil {
+				what = describeStored(seq, e, fmt.Errorf("it names request %q", d.RequestID))
+			}
+			if b.trusted != nil || e == nil || err != nil && d.RequestID != id {
+				// Not a decision readers take: signed brokers' readers
+				// skip it, and so does everyone for one that is not a
+				// decided event about this request.
+				l.forgedBefore(en, id, what)
+				return
+			}
+		}
+		if en != nil && en.rec != nil {
+			rec = *en.rec
+		} else if en != nil {
+			rec, _ = l.requestRecord(en)
+		} else {
+			rec = Record{ID: id, RequestSeq: d.RequestSeq}
+		}
+		rec.State, rec.Decision, rec.DecisionEventID = State(d.Outcome), &d, e.ID()
+		if d.RequestDigest != "" {
+			rec.RequestDigest = d.RequestDigest
+		}
+		if rec.Decision.Args == nil {
+			rec.Decision.Args = rec.Request.Args
+		}
+		if en != nil && b.trusted == nil && seq > l.marker && l.marker != 0 && !en.madeBy(rec.DecisionEventID) {
+			rec.Forgery = describeStored(seq, e, errors.New("its id is not one a broker derives from the messages about this request"))
+			rec.forged = true
+			b.metrics.nForged.Add(1)
+			b.log.Error("the stream holds a decision no broker made; readers take it as the decision", zap.String("request_id", id), zap.String("found", rec.Forgery))
+		}
+		if en != nil && en.proposal != nil && en.proposal.DecisionEventID == rec.DecisionEventID {
+			rec.Trigger, rec.Grant = en.proposal.Trigger, en.proposal.Grant
+		}
+	}
+	if en != nil && en.forged != "" && rec.Forgery == "" {
+		rec.Forgery = en.forged
+	}
+	rec.revision, rec.judging = seq, false
+	if rec.ReceivedAt.IsZero() && en != nil {
+		rec.ReceivedAt = en.reqAt
+	}
+	delete(l.open, id)
+	b.index.put(rec)
+	b.timers.stop(id)
+	b.records.deliver(id)
+}
+
+// forgedBefore notes a message on id's decision subject that is not its
+// decision, stored before any that is.
+func (l *ledger) forgedBefore(en *entry, id, what string) {
+	if en == nil || en.forged != "" {
+		return
+	}
+	en.forged = what
+	l.b.metrics.nForged.Add(1)
+	l.b.log.Error("the stream holds a decided event no trusted key signed; readers that check signatures skip it", zap.String("request_id", id), zap.String("found", what))
+	if en.rec != nil {
+		en.rec.Forgery = what
+		l.b.records.deliver(id)
+	}
+}
+
+// madeBy reports whether event id is derived from one of the messages
+// applied to en.
+func (en *entry) madeBy(id string) bool {
+	for _, t := range en.triggers {
+		if decisionID(en.id, t.seq, t.at) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// describeStored names a message found on a decision subject, for logs and
+// the record's Forgery.
+func describeStored(seq uint64, e *events.Event, err error) string {
+	if e == nil {
+		return fmt.Sprintf("stream sequence %d (not a decided event)", seq)
+	}
+	found := fmt.Sprintf("stream sequence %d (event %q from %q)", seq, e.ID(), e.Source())
+	if err != nil {
+		found += ": " + err.Error()
+	}
+	return found
+}
+
+// requestRecord builds the record of an open request from its request
+// message.
+func (l *ledger) requestRecord(en *entry) (Record, error) {
+	rec := Record{ID: en.id, State: StatePending, RequestSeq: en.reqSeq, ReceivedAt: en.reqAt, judging: true}
+	if en.req == nil {
+		return rec, nil
+	}
+	rec.Request.Agent = strings.TrimPrefix(en.req.Subject, events.RequestPrefix)
+	e := l.decode(en.req.Header, en.req.Data)
+	if e == nil {
+		return rec, nil
+	}
+	rec.Source = e.Source()
+	req, err := events.DecodeRequested(e)
+	if err != nil {
+		return rec, nil
+	}
+	req.Agent = rec.Request.Agent
+	rec.Request = req
+	rec.RequestDigest, _ = events.RequestDigest(req)
+	rec.Deadline = rec.ReceivedAt.Add(l.b.cfg.clamp(req.Timeout.Std())).UTC()
+	return rec, nil
+}
+
+// sweep forgets requests open for orphanAfter with neither a pending event
+// nor a decision.
+func (l *ledger) sweep() {
+	cutoff := time.Now().Add(-orphanAfter)
+	for id, en := range l.open {
+		if en.rec == nil && en.proposal == nil && en.seen.Before(cutoff) {
+			delete(l.open, id)
+		}
+	}
+}
+
+// status is what the ledger knows of a request at the moment a handler
+// asks.
+type status struct {
+	known   bool   // open: requested or pending
+	reqSeq  uint64 // its first request message
+	pending bool
+	rec     Record  // its state (pending), or what its request says
+	result  error   // what the answer or cancel asked about did
+	counted bool    // that answer or cancel was applied
+	prop    *Record // the outcome the stored messages make, if any
+	level   int     // the level the expiry batch asked about reached, 0 if none
+}
+
+// status returns what the ledger knows of open request id, with the result
+// of the message at seq (0: none).
+func (l *ledger) status(id string, seq uint64) status {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	en := l.open[id]
+	if en == nil {
+		return status{}
+	}
+	st := status{known: true, reqSeq: en.reqSeq, pending: en.rec != nil, level: en.escalated[seq]}
+	if en.rec != nil {
+		st.rec = *en.rec
+	} else {
+		st.rec, _ = l.requestRecord(en)
+	}
+	if err, ok := en.results[seq]; ok {
+		st.result, st.counted = err, true
+	}
+	if en.proposal != nil {
+		p := *en.proposal
+		st.prop = &p
+	}
+	return st
+}
+
+// view returns the state of open request id as readers see it: pending
+// until its decision is stored.
+func (l *ledger) view(id string) (Record, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	en := l.open[id]
+	if en == nil {
+		return Record{}, false
+	}
+	if en.rec != nil {
+		return *en.rec, true
+	}
+	rec, _ := l.requestRecord(en)
+	rec.revision = en.reqSeq
+	return rec, true
+}
+
+// openCount counts the open requests.
+func (l *ledger) openCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.open)
+}
