@@ -224,6 +224,14 @@ func (b *Broker) adopt(ctx context.Context, id string, first *jetstream.RawStrea
 	return b.load(ctx, id)
 }
 
+// A publish refused because another write on the decision subject was in
+// flight is tried again up to maxInFlightRefusals times, inFlightDelay
+// apart: the other write is stored or refused within a round trip.
+const (
+	maxInFlightRefusals = 8
+	inFlightDelay       = 5 * time.Millisecond
+)
+
 // publishDecision publishes r's decided event msg with an expected last
 // subject sequence of 0, so that the stream refuses it if the decision
 // subject holds a message already. It reports whether the decision stored
@@ -246,6 +254,12 @@ func (b *Broker) publishDecision(ctx context.Context, r *Record, msg *nats.Msg) 
 			continue // the same bytes again: stored, or refused
 		}
 		m, gerr := b.firstDecision(ctx, r.ID)
+		if errors.Is(gerr, ErrNotFound) && attempt < maxInFlightRefusals {
+			// Refused while another write on the subject was in flight
+			// (JetStream's 10164), which may not be stored: try again.
+			time.Sleep(inFlightDelay)
+			continue
+		}
 		if gerr != nil {
 			return false, nil, fmt.Errorf("decision of %s: refused as a second decision, and the first could not be read: %w", r.ID, gerr)
 		}
