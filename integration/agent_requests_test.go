@@ -21,6 +21,14 @@ import (
 // other's; the server refuses them another agent's subjects, and refuses
 // approvers and bots both; the broker's credentials (an admin's tools) may
 // list any agent's; nobody connects without credentials.
+//
+// The same roles and the server's copies of stored decisions
+// (assent-decided.<id>) and the lookups: every role but a private agent
+// gets the copy the server republishes, nobody may publish one (not even
+// with the broker's credentials); the bot and the admin may ask the broker
+// about any request (assent-broker.lookup.<id>), the others not; an agent,
+// a private agent and a gateway may look up their own agent's requests and
+// no other's.
 func TestAgentOwnRequestsPerRole(t *testing.T) {
 	a, ns, b, _ := operatorBroker(t, "own")
 	if _, err := nats.Connect(ns.ClientURL()); err == nil {
@@ -100,6 +108,79 @@ func TestAgentOwnRequestsPerRole(t *testing.T) {
 		}
 	}
 	adminV.none(t, "the admin listing victim's")
+
+	// The server's copy of a stored decision reaches every role that may
+	// read it, though the server refuses everyone publishing there.
+	copies := map[string]*nats.Subscription{}
+	for role, c := range roles {
+		if role == "private" {
+			c.v.refusedSub(t, c.nc, events.DecidedPrefix+"*")
+			continue
+		}
+		sub, err := c.nc.SubscribeSync(events.DecidedPrefix + "*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		copies[role] = sub
+	}
+	submit("r1", "victim", "s2")
+	if _, err := b.Cancel(ctx, "r1", "admin/test", "to be told"); err != nil {
+		t.Fatal(err)
+	}
+	for role, sub := range copies {
+		for {
+			m, err := sub.NextMsg(itest.Patience)
+			if err != nil {
+				t.Fatalf("%s: no copy of r1's decision: %v", role, err)
+			}
+			if m.Subject != events.DecidedPrefix+"r1" {
+				continue
+			}
+			if got := m.Header.Get(events.LastSequenceHeader); got != "0" {
+				t.Errorf("%s: r1's decision copied with %s %q, want 0", role, events.LastSequenceHeader, got)
+			}
+			break
+		}
+	}
+	for _, c := range roles {
+		c.v.refused(t, c.nc, events.DecidedPrefix+"r1", &nats.Msg{Data: []byte(`{"forged":true}`)})
+	}
+
+	// Lookups: of any request, and of an agent's own.
+	lookup := func(role, subject, want string) {
+		t.Helper()
+		m, err := roles[role].nc.Request(subject, nil, itest.Patience)
+		if err != nil || m.Header.Get(events.LookupStatus) != want {
+			t.Fatalf("%s asking %s: %v %v, want %s", role, subject, m, err, want)
+		}
+	}
+	for _, tc := range []struct {
+		role, own, ownID string
+		any              bool // may ask assent-broker.lookup.<id>
+	}{
+		{"agent", "coder", "c2", false},
+		{"private", "quiet", "q1", false},
+		{"approver", "", "", false},
+		{"bot", "", "", true},
+		{"gateway", "desktop", "d1", false},
+		{"admin", "victim", "v1", true},
+	} {
+		c := roles[tc.role]
+		if tc.any {
+			lookup(tc.role, events.BrokerLookupPrefix+"v1", events.LookupPending)
+		} else {
+			c.v.refused(t, c.nc, events.BrokerLookupPrefix+"v1", &nats.Msg{})
+		}
+		if tc.own != "" {
+			lookup(tc.role, events.PrivatePrefix+tc.own+".lookup."+tc.ownID, events.LookupPending)
+		}
+		if tc.own != "victim" {
+			c.v.refused(t, c.nc, events.PrivatePrefix+"victim.lookup.v1", &nats.Msg{})
+		}
+	}
 
 	// The agent cancels one session of its own; the private agent all of
 	// its own, through the SDK.

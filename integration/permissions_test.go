@@ -399,6 +399,13 @@ func TestChannelsSkipForgedDecision(t *testing.T) {
 	ns := testenv.Server(t)
 	w := newChannelWorldOn(t, ns, testenv.Conn(t, ns), testenv.Conn(t, ns), broker.Config{DecisionKey: key})
 	w.trusted = []string{pub}
+	// The forgery is stored first: an agent that trusted no key would take
+	// it for the decision (and refuse it, its digests being wrong), so the
+	// agent trusts the broker's key too, and takes the signed decision
+	// stored after it.
+	if w.agent, err = handler.NewClient(testenv.Conn(t, ns), handler.Config{Agent: "coder", TrustedKeys: w.trusted, Logger: quietLogger(t)}); err != nil {
+		t.Fatal(err)
+	}
 	w.runBot(t, "bot")
 	id, decided := w.ask(t, "forged")
 	w.shown(t, id)

@@ -194,6 +194,7 @@ func (b *Broker) Run(ctx context.Context) error {
 	g.Go(func() error { return b.watchGrants(gctx) })
 	g.Go(func() error { return b.watchPresence(gctx) })
 	g.Go(func() error { return b.serveLookups(gctx) })
+	g.Go(func() error { return b.serveRequestLookups(gctx) })
 	// Pending requests (and their timers), remembered choices and live
 	// approvers must be known before requests are judged.
 	for _, ready := range []chan struct{}{b.stateReady, b.grants.ready, b.presence.ready} {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
@@ -190,4 +191,72 @@ func TestOpenMissing(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "broker creds init --dir") {
 		t.Fatalf("open an empty dir: %v", err)
 	}
+}
+
+// TestDecidedAndLookupPermissions: per role, who may read the server's
+// copies of stored decisions (assent-decided.<id>) and who may publish there
+// (nobody, not even the broker: the server republishes on its own), who may
+// ask the broker about any request (assent-broker.lookup.<id>) and who about
+// agent coder's own (assent-private.coder.lookup.<id>). Older SDKs' stored
+// decision subject stays readable where the stream is.
+func TestDecidedAndLookupPermissions(t *testing.T) {
+	const (
+		subDecided   = "sub assent-decided.R1"
+		pubDecided   = "pub assent-decided.R1"
+		subStored    = "sub assent.decision.R1"
+		pubLookup    = "pub assent-broker.lookup.R1"
+		pubOwn       = "pub assent-private.coder.lookup.R1"
+		pubOthers    = "pub assent-private.other.lookup.R1"
+		pubDecisions = "pub assent.decision.R1"
+	)
+	all := []string{subDecided, pubDecided, subStored, pubLookup, pubOwn, pubOthers, pubDecisions}
+	for _, tc := range []struct {
+		name string
+		who  creds.Identity
+		may  []string
+	}{
+		{"agent", creds.Identity{Role: creds.RoleAgent, Name: "coder"}, []string{subDecided, subStored, pubOwn}},
+		{"private agent", creds.Identity{Role: creds.RoleAgent, Name: "coder", Private: true}, []string{pubOwn}},
+		{"approver", creds.Identity{Role: creds.RoleApprover, Name: "alice"}, []string{subDecided, subStored}},
+		{"bot", creds.Identity{Role: creds.RoleBot, Name: "bot", Principals: []string{"alice"}}, []string{subDecided, subStored, pubLookup}},
+		{"gateway", creds.Identity{Role: creds.RoleGateway, Name: "gw", Agent: "coder", Principal: "alice"}, []string{subDecided, subStored, pubOwn}},
+		{"private gateway", creds.Identity{Role: creds.RoleGateway, Name: "gw", Agent: "coder", Private: true}, []string{pubOwn}},
+		{"admin (broker)", creds.Identity{Role: creds.RoleBroker, Name: "admin-tool"}, []string{subDecided, subStored, pubLookup, pubOwn, pubOthers, pubDecisions}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := tc.who.Permissions()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, op := range all {
+				kind, subject, _ := strings.Cut(op, " ")
+				perm := p.Pub
+				if kind == "sub" {
+					perm = p.Sub
+				}
+				if got, want := allowed(perm, subject), slices.Contains(tc.may, op); got != want {
+					t.Errorf("%s: allowed %v, want %v", op, got, want)
+				}
+			}
+		})
+	}
+	if _, err := (creds.Identity{}).Permissions(); err == nil {
+		t.Error("credentials issued to no role")
+	}
+}
+
+// allowed reports whether p lets a client use subject, as the server
+// decides: an allowed subject covers it and no denied one does.
+func allowed(p jwt.Permission, subject string) bool {
+	for _, d := range p.Deny {
+		if server.SubjectMatchesFilter(subject, d) {
+			return false
+		}
+	}
+	for _, a := range p.Allow {
+		if server.SubjectMatchesFilter(subject, a) {
+			return true
+		}
+	}
+	return false
 }

@@ -54,7 +54,7 @@ func TestSecurityDocPermissions(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, l := range lines(p.Pub.Allow, p.Sub.Allow) {
-				if strings.Contains(l, name+".") || strings.HasSuffix(l, name) || strings.Contains(l, "$KV.assent-channels.") || strings.Contains(l, "assent-bot.") {
+				if strings.Contains(l, name+".") || strings.HasSuffix(l, name) || strings.Contains(l, "$KV.assent-channels.") || strings.Contains(l, "assent-bot.") || strings.Contains(l, "assent-broker.") {
 					want = append(want, l)
 				}
 			}

@@ -71,9 +71,13 @@ func (who Identity) Permissions() (jwt.Permissions, error) {
 	var p perms
 	switch who.Role {
 	case RoleBroker:
-		// The broker owns the stream, its buckets and its consumers.
+		// The broker owns the stream, its buckets and its consumers. It
+		// publishes no copy of a decision: the server republishes what the
+		// stream stored, on its own, and a publish there by anyone would
+		// look to readers like a stored decision.
 		p.pub(">")
 		p.sub(">")
+		p.denyPub(events.DecidedPrefix + ">")
 		return p.jwt(), nil
 	case RoleAgent:
 		if who.Private {
@@ -98,6 +102,9 @@ func (who Identity) Permissions() (jwt.Permissions, error) {
 		}
 		p.stream(webhook.LogStream, true)
 		p.pub(webhook.LogSubjectPrefix + ">")
+		// Its webhooks serve every agent: they ask the broker whether a
+		// request exists and whose it is (never its args).
+		p.pub(events.BrokerLookupPrefix + "*")
 	case RoleGateway:
 		if err := events.CheckToken("agent", who.Agent); err != nil {
 			return jwt.Permissions{}, fmt.Errorf("a gateway asks as one agent, its identity.agent: %w", err)
@@ -119,8 +126,9 @@ func (who Identity) Permissions() (jwt.Permissions, error) {
 	return p.jwt(), nil
 }
 
-// perms collects allowed subjects.
-type perms struct{ pubs, subs []string }
+// perms collects allowed subjects, and subjects denied publishing although
+// an allowed one covers them.
+type perms struct{ pubs, subs, denyPubs []string }
 
 func (p *perms) pub(s ...string) {
 	for _, x := range s {
@@ -138,35 +146,50 @@ func (p *perms) sub(s ...string) {
 	}
 }
 
+func (p *perms) denyPub(s string) { p.denyPubs = append(p.denyPubs, s) }
+
 func (p *perms) jwt() jwt.Permissions {
 	var out jwt.Permissions
 	out.Pub.Allow.Add(p.pubs...)
+	out.Pub.Deny.Add(p.denyPubs...)
 	out.Sub.Allow.Add(p.subs...)
 	return out
 }
 
 // client is what every client of the contract needs: replies to its
 // requests (JetStream API answers and publish acknowledgements come to its
-// inbox), the stream's info and reads, decisions and rejections as they
-// happen, and the request state bucket (deadlines and digests).
+// inbox), the stream's info and reads (direct gets of stored decisions),
+// the server's copies of stored decisions (assent-decided.*) and
+// rejections as they happen.
+//
+// Credentials of this minor version still read what SDKs before it read:
+// the stored decision subjects themselves (assent.decision.*), whose plain
+// subscribers also see decisions the stream refused, and the request state
+// bucket, which brokers no longer write (its reads find nothing, at once).
+// Both go in the next minor version.
 func (p *perms) client() {
-	p.sub("_INBOX.>", events.DecisionPrefix+"*", events.RejectionPrefix+"*")
+	p.sub("_INBOX.>", events.DecidedPrefix+"*", events.RejectionPrefix+"*")
 	p.pub("$JS.API.INFO")
 	p.stream(handler.StreamName, false)
-	p.bucket(events.StateBucket, false)
+	p.sub(events.DecisionPrefix + "*")  // old SDKs; goes in the next minor version
+	p.bucket(events.StateBucket, false) // old SDKs; goes in the next minor version
 }
 
 // agent may publish its own requests and cancels only, and ask the broker
-// to list or cancel its own pending requests (events.AgentSubject).
+// about its own requests (ownRequests).
 func (p *perms) agent(name string) {
 	p.client()
 	p.pub(events.RequestPrefix+name, events.CancelPrefix+name+".>")
 	p.ownRequests(name)
 }
 
-// ownRequests may ask the broker for agent name's pending requests, and to
-// cancel them.
+// ownRequests may ask the broker about agent name's requests only: what it
+// stored of one (assent-private.<name>.lookup.<id>: the SDK learns its
+// deadline there), the pending ones, and to cancel them
+// (events.AgentSubject). Not assent-broker.lookup.<id>, which answers for
+// any agent's request: an agent has no need to ask about another's.
 func (p *perms) ownRequests(name string) {
+	p.pub(events.PrivatePrefix + name + ".lookup.>")
 	for _, kind := range []string{events.AgentList, events.AgentCancel} {
 		p.pub(events.PrivatePrefix + name + "." + kind)
 	}
@@ -176,7 +199,7 @@ func (p *perms) ownRequests(name string) {
 // is its own: its decisions and rejections, copied to its private subjects,
 // and the broker's answers to its lookups, in its own inbox.
 func (p *perms) privateAgent(name string) {
-	p.pub(events.RequestPrefix+name, events.CancelPrefix+name+".>", events.PrivatePrefix+name+".lookup.>")
+	p.pub(events.RequestPrefix+name, events.CancelPrefix+name+".>")
 	p.ownRequests(name)
 	p.sub(handler.PrivateInbox(name)+".>", events.PrivatePrefix+name+".>")
 }

@@ -16,9 +16,10 @@ import (
 // the client's grace on top, longer than clients wait for a tool call (the
 // TypeScript SDK gives up after 60s): the model would see the client's
 // timeout, not why. So before asking, the gateway checks that NATS is
-// connected and a broker has run on it; after asking, that a broker stores
-// the request within Config.BrokerWait. Otherwise the call fails at once
-// with ErrNoBroker, and does not run.
+// connected, that a broker has run on it (its stream exists; private
+// credentials may not look) and that one answers the agent's lookups; after
+// asking, that a broker stores the request within Config.BrokerWait.
+// Otherwise the call fails at once with ErrNoBroker, and does not run.
 
 // opCheck bounds each look at NATS while checking for a broker.
 const opCheck = 2 * time.Second
@@ -26,45 +27,37 @@ const opCheck = 2 * time.Second
 // takenUp reports whether a broker has stored request id yet.
 type takenUp func(ctx context.Context, id string) (bool, error)
 
-// brokerReady checks, before request id is asked, that a broker can take it
-// up: NATS is connected and, with private credentials, a broker answers
-// lookups, else a broker has made its request state bucket. It returns how
-// to tell that the broker took the request up, or an error wrapping
-// ErrNoBroker.
-func (g *Gateway) brokerReady(ctx context.Context, id string) (takenUp, error) {
+// brokerReady checks, before agent's request id is asked, that a broker can
+// take it up: NATS is connected, a broker has made its stream (unless the
+// credentials are private) and a broker answers the agent's lookups
+// (assent-private.<agent>.lookup.<id>, which agent credentials may ask for
+// their own agent). It returns how to tell that the broker took the request
+// up, or an error wrapping ErrNoBroker.
+func (g *Gateway) brokerReady(ctx context.Context, agent, id string) (takenUp, error) {
 	if err := g.unreachable(); err != nil {
 		return nil, err
 	}
-	if g.cfg.NATS.Private {
-		up := func(ctx context.Context, id string) (bool, error) { return g.lookup(ctx, id) }
-		if _, err := up(ctx, id); errors.Is(err, ErrNoBroker) {
+	if !g.cfg.NATS.Private {
+		sctx, cancel := context.WithTimeout(ctx, opCheck)
+		defer cancel()
+		_, err := g.js.Stream(sctx, events.StreamName)
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			return nil, fmt.Errorf("%w: no broker has run on this NATS server (it has no stream %s)", ErrNoBroker, events.StreamName)
+		case err != nil && ctx.Err() == nil:
+			if err := g.unreachable(); err != nil { // it went while we asked
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: JetStream does not answer: %v", ErrNoBroker, err)
+		case err != nil:
 			return nil, err
 		}
-		return up, nil
 	}
-	sctx, cancel := context.WithTimeout(ctx, opCheck)
-	defer cancel()
-	s, err := g.js.Stream(sctx, "KV_"+events.StateBucket)
-	switch {
-	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return nil, fmt.Errorf("%w: no broker has run on this NATS server (it has no bucket %s)", ErrNoBroker, events.StateBucket)
-	case err != nil && ctx.Err() == nil:
-		if err := g.unreachable(); err != nil { // it went while we asked
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: JetStream does not answer: %v", ErrNoBroker, err)
-	case err != nil:
+	up := func(ctx context.Context, id string) (bool, error) { return g.lookup(ctx, agent, id) }
+	if _, err := up(ctx, id); errors.Is(err, ErrNoBroker) {
 		return nil, err
 	}
-	return func(ctx context.Context, id string) (bool, error) {
-		ctx, cancel := context.WithTimeout(ctx, opCheck)
-		defer cancel()
-		_, err := s.GetLastMsgForSubject(ctx, "$KV."+events.StateBucket+"."+id)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return false, nil
-		}
-		return err == nil, err
-	}, nil
+	return up, nil
 }
 
 // unreachable is an error wrapping ErrNoBroker when the gateway is not
@@ -76,10 +69,10 @@ func (g *Gateway) unreachable() error {
 	return fmt.Errorf("%w: NATS is unreachable (the connection is %s)", ErrNoBroker, g.nc.Status())
 }
 
-// lookup asks the brokers about request id (private credentials): whether
-// one has stored it. No broker to answer is an error wrapping ErrNoBroker.
-func (g *Gateway) lookup(ctx context.Context, id string) (bool, error) {
-	subj, err := events.PrivateSubject(g.cfg.Identity.Agent, "lookup", id)
+// lookup asks the brokers about agent's request id: whether one has stored
+// it. No broker to answer is an error wrapping ErrNoBroker.
+func (g *Gateway) lookup(ctx context.Context, agent, id string) (bool, error) {
+	subj, err := events.PrivateSubject(agent, "lookup", id)
 	if err != nil {
 		return false, err
 	}

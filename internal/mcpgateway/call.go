@@ -217,7 +217,7 @@ func cut(s string, n int) string {
 // NATS, goes on in the background, which Close waits for.
 func (g *Gateway) ask(ctx context.Context, req *mcp.CallToolRequest, r handler.Request, log *zap.Logger) (handler.Decision, error) {
 	noDecision := handler.Decision{RequestID: r.ID}
-	up, err := g.brokerReady(ctx, r.ID)
+	up, err := g.brokerReady(ctx, r.Agent, r.ID)
 	if err != nil {
 		if ctx.Err() != nil { // nothing was asked: nothing to withdraw
 			return noDecision, fmt.Errorf("%w: %w", errEnded, context.Cause(ctx))

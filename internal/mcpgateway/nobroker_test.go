@@ -23,25 +23,29 @@ const longTimeout = 10 * time.Minute
 
 // With no broker to answer, a call fails at once with a tool error saying
 // so, and does not run, instead of waiting its timeout (here ten minutes)
-// and more: whether NATS is down, no broker ever ran on it, or the broker
-// stopped. A request that was published is withdrawn, on the record once a
-// broker is back.
+// and more: whether NATS is down, no broker ever ran on it, the broker
+// stopped, or one answers lookups but does not take the request up. A
+// request that was published is withdrawn, on the record once a broker is
+// back.
 func TestNoBroker(t *testing.T) {
 	tests := []struct {
 		name    string
 		private bool
 		// broker: a broker ran on NATS, and stopped; down: NATS stops
-		// once the gateway started.
-		broker, down bool
-		want         string
+		// once the gateway started; stuck: something answers the agent's
+		// lookups as a broker would that has not stored the request (one
+		// far behind, say), and never stores it.
+		broker, down, stuck bool
+		want                string
 		// withdrawn: the request was published, and is found cancelled
 		// once a broker is back.
 		withdrawn bool
 	}{
 		{name: "NATS is down", broker: true, down: true, want: "NATS is unreachable"},
 		{name: "no broker ever ran", want: "no broker has run on this NATS server"},
-		{name: "the broker stopped", broker: true, want: "no broker took the request up within 5s", withdrawn: true},
+		{name: "the broker stopped", broker: true, want: "no broker is connected to NATS"},
 		{name: "the broker stopped, private credentials", private: true, broker: true, want: "no broker is connected to NATS"},
+		{name: "no broker takes the request up", broker: true, stuck: true, want: "no broker took the request up within 5s", withdrawn: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -50,6 +54,18 @@ func TestNoBroker(t *testing.T) {
 			if tt.broker {
 				_, stop := brokertest.Run(t, nc, broker.Config{Name: "gone"})
 				stop()
+			}
+			if tt.stuck {
+				sub, err := nc.Subscribe(events.PrivatePrefix+"desk.lookup.*", func(m *nats.Msg) {
+					_ = m.RespondMsg(&nats.Msg{Header: nats.Header{events.LookupStatus: {events.LookupUnknown}}})
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := nc.Flush(); err != nil {
+					t.Fatal(err)
+				}
+				defer sub.Unsubscribe() //nolint:errcheck // the test ends
 			}
 			n, url := newNotes(t)
 			n.seed(t, "kept.txt")

@@ -167,15 +167,22 @@ func (a *Approver) handle(ctx context.Context, msg jetstream.Msg) {
 	log := a.log.With(zap.String("request_id", req.ID), zap.String("tool", req.Tool))
 	hctx, cancel := context.WithDeadline(ctx, req.Deadline)
 	defer cancel()
-	// Stop the handler as soon as the request is decided elsewhere. The
-	// subscription is in place on the server (flushed) before the stored
-	// decision is looked up, so that a decision is either found or seen.
-	decSubj, _ := events.DecisionSubject(req.ID)
+	// Stop the handler as soon as the request is decided elsewhere, as the
+	// server tells once it stored the decision (never from the stored
+	// subject, whose plain subscribers also see what the stream refused).
+	// The subscription is in place on the server (flushed) before the
+	// stored decision is looked up, so that a decision is either found or
+	// seen, unless its copy is lost: the handler then runs on, and the
+	// broker refuses its answer as too late.
+	decSubj, _ := events.DecidedSubject(req.ID)
 	sub, err := a.nc.Subscribe(decSubj, func(m *nats.Msg) {
-		if a.client.authentic(m.Header, m.Data) {
-			cancel()
-		} else {
+		switch {
+		case !a.client.first(m.Header):
+			log.Warn("ignoring a decided event that is not the first on its subject")
+		case !a.client.authentic(m.Header, m.Data):
 			log.Warn("ignoring a decided event that no trusted key signed")
+		default:
+			cancel()
 		}
 	})
 	if err == nil {

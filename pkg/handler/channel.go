@@ -136,9 +136,10 @@ type ChannelConfig struct {
 	// Concurrency bounds the notifications in flight. Default 16.
 	Concurrency int
 	// TrustedKeys are the public keys of the broker's decision keys, as in
-	// Config.TrustedKeys. When set, only a decision one of them signed
-	// resolves a request; a forged one is logged and skipped. Empty, the
-	// first decided event on the subject does.
+	// Config.TrustedKeys. When set, only the first stored decision one of
+	// them signed resolves a request; a forged one is logged and skipped.
+	// Empty, the first decided event stored on the subject does, and any
+	// stored after it is logged and skipped.
 	TrustedKeys []string
 	// TracerProvider makes the channel's spans (SpanNotify, SpanAnswer,
 	// SpanResolve) in each request's trace; nil uses OpenTelemetry's global
@@ -567,7 +568,11 @@ func (c *Channel) notifyFailed(ctx context.Context, msg jetstream.Msg, err error
 // tried again.
 const undeliverableRetry = time.Minute
 
-// handleOutcome shows a decision where the channel showed its request.
+// handleOutcome shows a decision where the channel showed its request. The
+// consumer delivers only stored messages, but a subject may hold more than
+// one (a client without permissions publishing without the broker's
+// expected sequence): only the one that decides, the first on its subject
+// or with trusted keys the first that a trusted key signed, is shown.
 func (c *Channel) handleOutcome(ctx context.Context, msg jetstream.Msg) {
 	id := strings.TrimPrefix(msg.Subject(), events.DecisionPrefix)
 	d, sc, err := c.client.readTraced(nats.Header(msg.Headers()), msg.Data())
@@ -583,6 +588,26 @@ func (c *Channel) handleOutcome(ctx context.Context, msg jetstream.Msg) {
 		return
 	}
 	defer keepAlive(msg)()
+	md, err := msg.Metadata()
+	if err != nil {
+		_ = msg.Ack() // not from a consumer: nothing to show
+		return
+	}
+	switch _, _, first, found, err := c.client.firstStored(ctx, id); {
+	case err != nil && !errors.Is(err, ErrTampered), err == nil && !found:
+		// Unreadable now, or read from a stream replica that has not
+		// stored the message yet: try again.
+		if ctx.Err() == nil {
+			c.log.Debug("read the first decision; will retry", zap.String("request_id", id), zap.Error(err))
+		}
+		retry(msg)
+		return
+	case first != md.Sequence.Stream:
+		c.log.Warn("ignoring a decided event that is not the first on its subject", zap.String("request_id", id),
+			zap.Uint64("seq", md.Sequence.Stream), zap.Uint64("first", first))
+		_ = msg.Ack()
+		return
+	}
 	ctx, span := c.tracer.Start(trace.ContextWithRemoteSpanContext(ctx, sc), SpanResolve, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attrRequestID.String(id), attrChannel.String(c.cfg.Channel), attrOutcome.String(string(d.Outcome))))
 	err = c.resolve(ctx, id, d)

@@ -76,9 +76,9 @@ type Config struct {
 	// decided event counts only if one of them signed it (docs/protocol.md,
 	// "Signed decisions"): Request skips any other, logs it and keeps
 	// waiting, and Decision reads the first stored one that verifies. Empty,
-	// decisions are not checked for a signature, and on a NATS server whose
-	// permissions let anyone publish on assent.decision.<id>, whoever
-	// publishes there first decides.
+	// decisions are not checked for a signature and the first one stored
+	// decides, so on a NATS server whose permissions let anyone publish on
+	// assent.decision.<id>, whoever publishes there first decides.
 	TrustedKeys []string
 	// Private reads decisions through the agent's own subjects
 	// (events.PrivatePrefix) and asks the broker for what it stored, instead
@@ -110,9 +110,8 @@ type Client struct {
 	// tracer makes the span of each Request.
 	tracer trace.Tracer
 
-	mu          sync.Mutex
-	stream      jetstream.Stream // found on first use
-	stateStream jetstream.Stream
+	mu     sync.Mutex
+	stream jetstream.Stream // found on first use
 }
 
 // NewClient returns a client on nc. The connection stays the caller's.
@@ -175,6 +174,18 @@ func NewClient(nc *nats.Conn, cfg Config) (*Client, error) {
 // The call is a span (SpanRequest) in the trace of ctx, or the root of a new
 // one; the requested event carries its trace context, so the broker's and
 // the approvers' spans join that trace.
+//
+// Request takes a decision only from what the server tells once it stored
+// it, never from the stored subject assent.decision.<id> itself, whose plain
+// subscribers also see messages the stream refused: the server's copy on
+// assent-decided.<id> when it is the first message of its subject
+// (Nats-Last-Sequence 0; with Config.TrustedKeys, any that a trusted key
+// signed), or the first stored decision, read with a direct get soon after
+// publishing, every few seconds while waiting, and once more at the end,
+// since that copy is a plain message a reconnect or a stream leader change
+// can lose. The deadline it waits for is the broker's, asked on the agent's
+// lookup subject (assent-private.<agent>.lookup.<id>); credentials that may
+// not ask there wait as long as the request asked for.
 func (c *Client) Request(ctx context.Context, req Request) (d Decision, err error) {
 	if req.ID == "" {
 		req.ID = events.NewID()
@@ -223,7 +234,10 @@ func (c *Client) request(ctx context.Context, req Request) (Decision, error) {
 	if err != nil {
 		return Decision{}, err
 	}
-	decSubj, err := events.DecisionSubject(req.ID)
+	// Decisions arrive as the server's copy of what it stored (the stream's
+	// RePublish), or with Private as the broker's copy on the agent's own
+	// subject.
+	decSubj, err := events.DecidedSubject(req.ID)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -290,30 +304,19 @@ func (c *Client) request(ctx context.Context, req Request) (Decision, error) {
 		}
 		return noDecision, fmt.Errorf("publish request: %w", err)
 	}
-	// look reads what the broker stored of this id: its decision, or the
-	// deadline it set. A stored request with another digest is a conflict.
-	look := func(ctx context.Context) (Decision, bool, time.Time, error) {
-		// A read whose reply is lost would otherwise wait as long as ctx.
-		ctx, cancel := context.WithTimeout(ctx, opTimeout)
-		defer cancel()
-		st, err := c.state(ctx, req.ID)
-		if err != nil {
-			log().Debug("read request state", zap.Error(err))
-		} else if st.RequestDigest != "" && st.RequestDigest != digest {
-			return noDecision, false, time.Time{}, fmt.Errorf("%w: %s is stored with request digest %s, this request is %s", ErrIDConflict, req.ID, st.RequestDigest, digest)
+	// look reads the stored decision of this id and, with state, the
+	// deadline the broker set; a stored request or rejection with another
+	// digest is a conflict.
+	look := func(ctx context.Context, state bool) (Decision, bool, time.Time, error) {
+		d, ok, st, err := c.look(ctx, req.Agent, req.ID, want, state, log)
+		if err != nil || ok {
+			return d, ok, time.Time{}, err
 		}
-		d, ok, err := c.decision(ctx, req.ID, want)
-		if err != nil {
-			if errors.Is(err, ErrIDConflict) {
-				return noDecision, false, time.Time{}, err
-			}
-			log().Debug("read stored decision", zap.Error(err))
-		}
-		return d, ok, st.Deadline, nil
+		return noDecision, false, st.Deadline, nil
 	}
 	if ack.Duplicate {
 		// A retry, or the id is taken: the decision may already be stored.
-		if d, ok, _, err := look(ctx); err != nil || ok {
+		if d, ok, _, err := look(ctx, true); err != nil || ok {
 			return d, err
 		}
 	}
@@ -321,29 +324,49 @@ func (c *Client) request(ctx context.Context, req Request) (Decision, error) {
 	waitUntil := time.Now().Add(initialWait + c.cfg.Grace)
 	wait := time.NewTimer(time.Until(waitUntil))
 	defer wait.Stop()
-	// Look at the stored state now and then: it covers a retry of a request
-	// decided longer ago than JetStream's duplicate window and decisions
-	// published while a reconnect dropped the subscription, and it learns the
-	// deadline the broker set.
-	recheck := time.NewTimer(time.Second)
+	// newDeadline waits for the broker's deadline, once known, plus
+	// Config.Grace.
+	newDeadline := func(deadline time.Time) {
+		if !deadline.IsZero() {
+			waitUntil = deadline.Add(c.cfg.Grace)
+			wait.Reset(time.Until(waitUntil))
+		}
+	}
+	// Read the stored decision now and then (lookEvery): the server's copy
+	// of it is a plain message, lost in a reconnect or around a stream
+	// leader change, and a retry of a request decided longer ago than
+	// JetStream's duplicate window gets none. The broker's deadline is
+	// asked with the first look and every stateEvery (an escalation moves
+	// it).
+	recheck := time.NewTimer(firstLook)
 	defer recheck.Stop()
+	var asked time.Time
 	for {
 		select {
 		case <-recheck.C:
-			d, ok, deadline, err := look(ctx)
+			state := time.Since(asked) >= stateEvery
+			d, ok, deadline, err := look(ctx, state)
 			if err != nil || ok {
 				return d, err
 			}
-			if !deadline.IsZero() {
-				waitUntil = deadline.Add(c.cfg.Grace)
-				wait.Reset(time.Until(waitUntil))
+			if state {
+				asked = time.Now()
+				newDeadline(deadline)
 			}
-			recheck.Reset(30 * time.Second)
+			recheck.Reset(lookEvery)
 		case m := <-answers:
 			if m.Subject == rejSubj {
 				if err := c.rejection(m, req.ID, digest); err != nil {
 					return noDecision, err
 				}
+				continue
+			}
+			if !c.cfg.Private && !c.first(m.Header) {
+				// Stored after another message of its subject: not the
+				// decision, which the stream holds. Read it now.
+				log().Warn("ignoring a decided event that is not the first on its subject",
+					zap.String("sequence", m.Header.Get(events.SequenceHeader)), zap.String("after", m.Header.Get(events.LastSequenceHeader)))
+				recheck.Reset(0)
 				continue
 			}
 			d, sc, err := c.verify(m.Header, m.Data, req.ID, want)
@@ -357,9 +380,15 @@ func (c *Client) request(ctx context.Context, req Request) (Decision, error) {
 			linkDecider(ctx, sc)
 			return d, nil
 		case <-wait.C:
-			// Last look, in case the subscription missed it during a reconnect.
-			if d, ok, _, err := look(context.WithoutCancel(ctx)); err != nil || ok {
+			// Last look, in case the decision's copy was lost, and the
+			// deadline once more, in case an escalation moved it.
+			d, ok, deadline, err := look(context.WithoutCancel(ctx), true)
+			if err != nil || ok {
 				return d, err
+			}
+			if deadline.Add(c.cfg.Grace).After(time.Now()) {
+				newDeadline(deadline)
+				continue
 			}
 			return noDecision, fmt.Errorf("%w for %s by %s", ErrNoDecision, req.ID, waitUntil.Format(time.RFC3339))
 		case <-ctx.Done():
@@ -367,6 +396,19 @@ func (c *Client) request(ctx context.Context, req Request) (Decision, error) {
 		}
 	}
 }
+
+// How often Request reads what is stored of its request while it waits:
+// the decision firstLook after publishing and every lookEvery after, the
+// broker's deadline with the first look and every stateEvery after. The
+// server's copy of a decision (assent-decided.<id>) usually comes first; a
+// look finds one whose copy was lost (about one in a thousand under
+// constant stream leader changes: docs/stream-decides.md, section 1) within
+// seconds rather than at the deadline.
+const (
+	firstLook  = time.Second
+	lookEvery  = 2 * time.Second
+	stateEvery = 30 * time.Second
+)
 
 // opTimeout bounds the wait for the answer to one publish or read: JetStream
 // answers nothing to a request it cannot serve at that moment (its stream's
@@ -437,83 +479,173 @@ func (c *Client) decision(ctx context.Context, id string, want *sent) (Decision,
 	if c.cfg.Private {
 		return c.privateDecision(ctx, id, want)
 	}
+	d, sc, _, ok, err := c.firstStored(ctx, id)
+	if err != nil || !ok {
+		return Decision{}, false, err
+	}
+	if err := check(d, id, want); err != nil {
+		return Decision{}, false, err
+	}
+	if want != nil {
+		linkDecider(ctx, sc)
+	}
+	return d, true, nil
+}
+
+// firstStored reads the decided event that decides request id: the first
+// message stored on assent.decision.<id> (a get of the first by subject, not
+// the last: a message stored after the decision is not the decision) or,
+// with trusted keys, the first there that a trusted key signed. It returns
+// that message's stream sequence too; ok is false when the stream holds no
+// decision of id (yet: a stream replica behind its leader may answer so for
+// a moment). Without trusted keys, a first message that is not a decided
+// event is an error wrapping ErrTampered, with its sequence.
+func (c *Client) firstStored(ctx context.Context, id string) (d Decision, sc trace.SpanContext, seq uint64, ok bool, err error) {
 	subj, err := events.DecisionSubject(id)
 	if err != nil {
-		return Decision{}, false, err
+		return Decision{}, sc, 0, false, err
 	}
 	stream, err := c.getStream(ctx)
 	if err != nil {
-		return Decision{}, false, err
+		return Decision{}, sc, 0, false, err
 	}
-	for seq := uint64(1); ; {
-		m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+	for next := uint64(1); ; {
+		m, err := stream.GetMsg(ctx, next, jetstream.WithGetMsgSubject(subj))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return Decision{}, false, nil
+			return Decision{}, sc, 0, false, nil
 		}
 		if err != nil {
-			return Decision{}, false, err
+			return Decision{}, sc, 0, false, err
 		}
 		d, sc, err := c.readTraced(m.Header, m.Data)
 		if err != nil && c.trusted != nil {
 			c.log.Warn("skipping a stored decided event that no trusted key signed",
 				zap.String("request_id", id), zap.Uint64("seq", m.Sequence), zap.Error(err))
-			seq = m.Sequence + 1
+			next = m.Sequence + 1
 			continue
 		}
-		if err == nil {
-			err = check(d, id, want)
-		}
 		if err != nil {
-			return Decision{}, false, err
+			return Decision{}, sc, m.Sequence, false, err
 		}
-		if want != nil {
-			linkDecider(ctx, sc)
-		}
-		return d, true, nil
+		return d, sc, m.Sequence, true, nil
 	}
 }
 
-// stored is what an agent reads of a request's state entry.
+// first reports whether h, the headers of the server's copy of a stored
+// decided event (assent-decided.<id>), show it may be the decision: the
+// first message stored on its subject (Nats-Last-Sequence 0) or, with
+// trusted keys, any, since a broker that signs publishes its decision after
+// a forgery it finds there (verify then checks the signature). A message
+// stored later was not refused only because it was published without the
+// broker's expected sequence: a client without permissions, not the broker.
+func (c *Client) first(h nats.Header) bool {
+	return c.trusted != nil || h.Get(events.LastSequenceHeader) == "0"
+}
+
+// stored is what the broker tells of a request besides its decision: the
+// deadline it set and the digest of the request it stored under the id;
+// zero while it has not stored the request.
 type stored struct {
-	Deadline      time.Time `json:"deadline"`
-	RequestDigest string    `json:"request_digest"`
+	Deadline      time.Time
+	RequestDigest string
 }
 
-// state reads the deadline the broker set for request id and the digest of
-// the request it stored, from its state entry; zero when the broker has not
-// stored the request yet.
-func (c *Client) state(ctx context.Context, id string) (stored, error) {
+// look reads what is stored of request id, which agent asked and Request
+// published as want: its decision (as Decision reads it) and, with state,
+// the deadline the broker set, from the broker's lookup. A decision, a
+// stored request or a stored rejection that shows the id belongs to another
+// request is ErrIDConflict, and a rejection of want ends the wait too.
+// Reads that fail are logged at debug level and leave their part zero: the
+// next look tries again.
+func (c *Client) look(ctx context.Context, agent, id string, want *sent, state bool, log func() *zap.Logger) (Decision, bool, stored, error) {
+	conflict := func(st stored) error {
+		if st.RequestDigest == "" || st.RequestDigest == want.digest {
+			return nil
+		}
+		return fmt.Errorf("%w: %s is stored with request digest %s, this request is %s", ErrIDConflict, id, st.RequestDigest, want.digest)
+	}
 	if c.cfg.Private {
-		m, err := c.lookup(ctx, id)
+		// One lookup tells both.
+		lctx, cancel := context.WithTimeout(ctx, opTimeout)
+		defer cancel()
+		m, err := c.lookup(lctx, agent, id)
 		if err != nil {
-			return stored{}, err
+			log().Debug("look up the request", zap.Error(err))
+			return Decision{}, false, stored{}, nil
 		}
-		return storedOf(m), nil
-	}
-	c.mu.Lock()
-	s := c.stateStream
-	c.mu.Unlock()
-	if s == nil {
-		var err error
-		if s, err = c.js.Stream(ctx, "KV_"+events.StateBucket); err != nil {
-			return stored{}, err
+		st := storedOf(m)
+		if err := conflict(st); err != nil {
+			return Decision{}, false, stored{}, err
 		}
-		c.mu.Lock()
-		c.stateStream = s
-		c.mu.Unlock()
+		d, ok, err := c.lookedUpDecision(lctx, m, id, want)
+		if err != nil && !errors.Is(err, ErrIDConflict) {
+			log().Debug("read the looked up decision", zap.Error(err))
+			return Decision{}, false, st, nil
+		}
+		return d, ok, st, err
 	}
-	m, err := s.GetLastMsgForSubject(ctx, "$KV."+events.StateBucket+"."+id)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return stored{}, nil
+	dctx, cancel := context.WithTimeout(ctx, opTimeout)
+	d, ok, err := c.decision(dctx, id, want)
+	cancel()
+	switch {
+	case errors.Is(err, ErrIDConflict):
+		return Decision{}, false, stored{}, err
+	case err != nil:
+		log().Debug("read the stored decision", zap.Error(err))
+	case ok:
+		return d, true, stored{}, nil
 	}
-	if err != nil {
-		return stored{}, err
+	if !state {
+		return Decision{}, false, stored{}, nil
 	}
 	var st stored
-	if err := json.Unmarshal(m.Data, &st); err != nil {
-		return stored{}, err
+	lctx, cancel := context.WithTimeout(ctx, opTimeout)
+	m, err := c.lookup(lctx, agent, id)
+	cancel()
+	if err != nil {
+		log().Debug("look up the request", zap.Error(err))
+	} else if st = storedOf(m); conflict(st) != nil {
+		return Decision{}, false, stored{}, conflict(st)
 	}
-	return st, nil
+	rctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	if err := c.storedRejection(rctx, id, want.digest, log); err != nil {
+		return Decision{}, false, stored{}, err
+	}
+	return Decision{}, false, st, nil
+}
+
+// maxRejections bounds how many stored rejections of one id a look reads:
+// one per request message the broker refused under that id.
+const maxRejections = 16
+
+// storedRejection reads the rejections stored for id, for one of the
+// request with digest (what rejection returns for it); nil if there is
+// none, or if they cannot be read now (logged).
+func (c *Client) storedRejection(ctx context.Context, id, digest string, log func() *zap.Logger) error {
+	subj, err := events.RejectionSubject(id)
+	if err != nil {
+		return err
+	}
+	stream, err := c.getStream(ctx)
+	if err != nil {
+		log().Debug("read stored rejections", zap.Error(err))
+		return nil
+	}
+	for next, n := uint64(1), 0; n < maxRejections; n++ {
+		m, err := stream.GetMsg(ctx, next, jetstream.WithGetMsgSubject(subj))
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrMsgNotFound) {
+				log().Debug("read stored rejections", zap.Error(err))
+			}
+			return nil
+		}
+		if err := c.rejection(&nats.Msg{Header: m.Header, Data: m.Data}, id, digest); err != nil {
+			return err
+		}
+		next = m.Sequence + 1
+	}
+	return nil
 }
 
 func (c *Client) getStream(ctx context.Context) (jetstream.Stream, error) {
@@ -609,9 +741,9 @@ func (c *Client) readTraced(h nats.Header, body []byte) (Decision, trace.SpanCon
 	return d, sc, nil
 }
 
-// authentic reports whether a message on a decision subject is a decision
-// the client accepts as the broker's: any message at all without trusted
-// keys, else a decided event that a trusted key signed.
+// authentic reports whether a decided event is one the client accepts as
+// the broker's: any message at all without trusted keys (first says whether
+// it is the first stored), else a decided event that a trusted key signed.
 func (c *Client) authentic(h nats.Header, body []byte) bool {
 	if c.trusted == nil {
 		return true
@@ -664,10 +796,11 @@ func serverCodec(nc *nats.Conn) events.Codec {
 	return events.Codec{MaxSize: max(int(nc.MaxPayload()), events.DefaultMaxEventSize)}
 }
 
-// lookup asks the broker what it stored of this client's agent's request id
-// (Config.Private).
-func (c *Client) lookup(ctx context.Context, id string) (*nats.Msg, error) {
-	subj, err := events.PrivateSubject(c.cfg.Agent, "lookup", id)
+// lookup asks the broker what it stored of agent's request id, on the
+// agent's own subject (assent-private.<agent>.lookup.<id>), which agent
+// credentials, private or not, may ask for their own agent alone.
+func (c *Client) lookup(ctx context.Context, agent, id string) (*nats.Msg, error) {
+	subj, err := events.PrivateSubject(agent, "lookup", id)
 	if err != nil {
 		return nil, err
 	}
@@ -693,9 +826,18 @@ func storedOf(m *nats.Msg) stored {
 
 // privateDecision is decision through a lookup (Config.Private).
 func (c *Client) privateDecision(ctx context.Context, id string, want *sent) (Decision, bool, error) {
-	m, err := c.lookup(ctx, id)
-	if err != nil || m.Header.Get(events.LookupStatus) != events.LookupDecided {
+	m, err := c.lookup(ctx, c.cfg.Agent, id)
+	if err != nil {
 		return Decision{}, false, err
+	}
+	return c.lookedUpDecision(ctx, m, id, want)
+}
+
+// lookedUpDecision reads the decided event in m, a lookup's answer, if it
+// holds one.
+func (c *Client) lookedUpDecision(ctx context.Context, m *nats.Msg, id string, want *sent) (Decision, bool, error) {
+	if m.Header.Get(events.LookupStatus) != events.LookupDecided {
+		return Decision{}, false, nil
 	}
 	h := nats.Header{}
 	for k, v := range m.Header {

@@ -13,6 +13,13 @@
 // user stops a session; the broker answers both for this agent's requests
 // alone.
 //
+// A decision is read only from what the server tells once it stored it: its
+// copy on assent-decided.<id> (the stream's RePublish) when it is the first
+// message of its subject, and the first stored decision, read directly while
+// waiting. Never from a plain subscription to assent.decision.<id>, which
+// also delivers decisions the stream refused. The Channel and Approver
+// runtimes follow the same rule.
+//
 // On a NATS server where anyone may publish on assent.decision.<id>, give the
 // client the broker's decision keys (Config.TrustedKeys, the public keys of
 // broker --decision-key): it then takes only a decision the broker signed.

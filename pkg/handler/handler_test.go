@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -187,13 +188,18 @@ func TestNoBrokerMeansNoDecision(t *testing.T) {
 	}
 }
 
-// TestForgedDecisionIgnored publishes a decided event whose args do not match
-// its digest before the real one: the client must not accept it.
+// TestForgedDecisionIgnored publishes decided events whose args do not match
+// their digest on the request's decision subject, as a client without
+// permissions could, while the request waits: the client must not accept
+// them. The first of them is the first message stored there, so the broker
+// cannot publish its own decision after it (it reports the forgery), and the
+// client ends without a decision rather than with a forged one; Decision
+// reports the stored one as tampered.
 func TestForgedDecisionIgnored(t *testing.T) {
 	ns := testenv.Server(t)
 	runBroker(t, testenv.Conn(t, ns), broker.Config{})
 	nc := testenv.Conn(t, ns)
-	c, _ := handler.NewClient(nc, handler.Config{Agent: "a1"})
+	c, _ := handler.NewClient(nc, handler.Config{Agent: "a1", Grace: 200 * time.Millisecond})
 	id := events.NewID()
 	type result struct {
 		d   handler.Decision
@@ -213,18 +219,18 @@ func TestForgedDecisionIgnored(t *testing.T) {
 		{RequestID: id, Outcome: events.Approved, Args: json.RawMessage(`{"amount":5}`), ArgsDigest: otherDigest, RequestDigest: requestDigest, DecidedAt: time.Now()},
 	}
 	subj, _ := events.DecisionSubject(id)
-	for i := range 20 { // keep forging while the client subscribes
+	for i := range 20 { // keep forging while the client waits
 		e, _ := events.New(events.TypeDecided, "", "broker/evil", forged[i%len(forged)])
 		h, body, _ := events.Encode(&e)
 		_ = nc.PublishMsg(&nats.Msg{Subject: subj, Header: nats.Header(h), Data: body})
 		time.Sleep(20 * time.Millisecond)
 	}
 	r := <-res
-	if r.err != nil {
-		t.Fatal(r.err)
+	if !errors.Is(r.err, handler.ErrNoDecision) || r.d.Approved() {
+		t.Fatalf("Request returned %+v, %v; want ErrNoDecision", r.d, r.err)
 	}
-	if r.d.Outcome != events.Expired || string(r.d.Args) != `{"amount":5}` {
-		t.Fatalf("accepted %+v", r.d)
+	if d, ok, err := c.Decision(testCtx(t), id); ok || !errors.Is(err, handler.ErrTampered) {
+		t.Fatalf("Decision: %+v %v %v, want ErrTampered", d, ok, err)
 	}
 }
 
@@ -250,16 +256,28 @@ func TestConfigErrors(t *testing.T) {
 }
 
 // TestWaitsForBrokerDeadline asks with no timeout of its own: the client must
-// learn the broker's deadline (2s here, not its 5 minute fallback) and give up
-// shortly after it when no broker is left to decide.
+// learn the broker's deadline (2s here, not its 5 minute fallback) from the
+// broker's lookup, and give up shortly after it when no broker is left to
+// decide.
 func TestWaitsForBrokerDeadline(t *testing.T) {
 	ns := testenv.Server(t)
 	stop := runBroker(t, testenv.Conn(t, ns), broker.Config{DefaultTimeout: 2 * time.Second})
 	nc := testenv.Conn(t, ns)
 	c, _ := handler.NewClient(nc, handler.Config{Agent: "a1", Grace: 500 * time.Millisecond})
-	// Stop the broker once the request is pending, so nothing will expire it.
-	sub, err := nc.Subscribe("assent.pending.a1", func(*nats.Msg) { go stop() })
+	// Stop the broker once it told the client the request is pending (its
+	// answer to the lookup, in the client's inbox), so nothing will expire
+	// it.
+	var once sync.Once
+	tap := testenv.Conn(t, ns)
+	sub, err := tap.Subscribe("_INBOX.>", func(m *nats.Msg) {
+		if m.Header.Get(events.LookupStatus) == events.LookupPending {
+			once.Do(func() { go stop() })
+		}
+	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tap.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe() //nolint:errcheck

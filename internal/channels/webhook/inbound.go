@@ -207,15 +207,8 @@ func unavailable(err error) *httpError {
 
 // exists reports whether the broker holds a request with id.
 func (a *Adapter) exists(ctx context.Context, id string) (bool, error) {
-	s, err := a.js.Stream(ctx, "KV_"+events.StateBucket)
-	if err != nil {
-		return false, err
-	}
-	_, err = s.GetLastMsgForSubject(ctx, "$KV."+events.StateBucket+"."+id)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
-	}
-	return err == nil, err
+	status, _, err := lookupRequest(ctx, a.env.NATS, id)
+	return err == nil && status != events.LookupUnknown, err
 }
 
 // seenKey is the bucket key of a webhook-id sent to inbound endpoint name.

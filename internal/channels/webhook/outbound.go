@@ -400,8 +400,6 @@ func keepAlive(msg jetstream.Msg, interval time.Duration) func() {
 // filter by agent: answers, cancels and decisions name only the request.
 type agentCache struct {
 	recent *recent.Map[string]
-	mu     sync.Mutex // guards kv
-	kv     jetstream.KeyValue
 }
 
 // agentCacheSize bounds the requests an agentCache remembers.
@@ -417,8 +415,8 @@ func (c *agentCache) put(id, agent string) {
 	}
 }
 
-// get returns the agent of request id: remembered, or from the broker's state
-// entry of the request. It returns "" when no request has that id (an answer
+// get returns the agent of request id: remembered, or asked of the broker
+// (a broker lookup). It returns "" when no request has that id (an answer
 // to an unknown id, or a request past the broker's retention).
 func (c *agentCache) get(ctx context.Context, js jetstream.JetStream, id string) (string, error) {
 	if !events.ValidToken(id) {
@@ -427,33 +425,10 @@ func (c *agentCache) get(ctx context.Context, js jetstream.JetStream, id string)
 	if agent, ok := c.recent.Get(id); ok {
 		return agent, nil
 	}
-	c.mu.Lock()
-	kv := c.kv
-	c.mu.Unlock()
-	if kv == nil {
-		var err error
-		if kv, err = js.KeyValue(ctx, events.StateBucket); err != nil {
-			return "", fmt.Errorf("bucket %s: %w", events.StateBucket, err)
-		}
-		c.mu.Lock()
-		c.kv = kv
-		c.mu.Unlock()
-	}
-	entry, err := kv.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return "", nil
-	}
+	_, agent, err := lookupRequest(ctx, js.Conn(), id)
 	if err != nil {
 		return "", err
 	}
-	var rec struct {
-		Request struct {
-			Agent string `json:"agent"`
-		} `json:"request"`
-	}
-	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
-		return "", nil
-	}
-	c.put(id, rec.Request.Agent)
-	return rec.Request.Agent, nil
+	c.put(id, agent)
+	return agent, nil
 }
