@@ -19,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/creds"
@@ -179,6 +182,66 @@ func TestExampleAgentSignedDecisions(t *testing.T) {
 		t.Fatalf("the agent did not report skipping the forgery:\n%s", out)
 	}
 	mustExist(t, other, true)
+}
+
+// TestExampleAgentRefusedDecision: the TypeScript agent never acts on a
+// publish the stream refused. An approval of its own request, digests and
+// all, published on the decision subject with an expected last subject
+// sequence the subject does not have, reaches every plain subscriber of
+// that subject, but it is not stored, so it is not republished on
+// assent-decided.<id>. Nor does the agent take a message there that was
+// not the first stored on its subject (Nats-Last-Sequence other than 0):
+// it keeps waiting, and obeys the broker's denial.
+func TestExampleAgentRefusedDecision(t *testing.T) {
+	prog := typescriptAgent(t)
+	e := itest.NewEnv(t, broker.Config{})
+	file := tempFile(t, "q3.csv")
+	id := events.NewID()
+	p := startAgent(t, append(prog, "--nats-url", e.NS.ClientURL(), "--agent", "ex-refused", "--id", id, file))
+	rec := p.waitPending(t, e, id)
+
+	plain, err := e.NC.SubscribeSync(events.DecisionPrefix + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := fmt.Sprintf(`{"path":%s}`, jsonText(t, file))
+	approval := itest.RawEvent(events.NewID(), events.TypeDecided, "broker/refused",
+		fmt.Sprintf(`{"request_id":%q,"outcome":"approved","args":%s,"args_digest":%q,"request_digest":%q,"decided_at":%q}`,
+			id, args, mustDigest(t, args), rec.RequestDigest, time.Now().UTC().Format(time.RFC3339Nano)))
+	refused := &nats.Msg{
+		Subject: events.DecisionPrefix + id,
+		Header: nats.Header{
+			"Content-Type":                      {events.ContentTypeStructured},
+			jetstream.ExpectedLastSubjSeqHeader: {"999999"},
+		},
+		Data: approval,
+	}
+	second := &nats.Msg{
+		Subject: events.DecidedPrefix + id,
+		Header: nats.Header{
+			"Content-Type":            {events.ContentTypeStructured},
+			events.SequenceHeader:     {"999999"},
+			events.LastSequenceHeader: {"999998"},
+		},
+		Data: approval,
+	}
+	for _, m := range []*nats.Msg{refused, second} {
+		if err := e.NC.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := plain.NextMsg(itest.Patience); err != nil {
+		t.Fatalf("a plain subscriber of %s did not get the refused publish: %v", refused.Subject, err)
+	}
+
+	itest.AnswerNATS(t, e.JS, "alice", id, events.Responded{Decision: events.Deny, Reason: "not this one"})
+	if out := p.exits(t, 3, "not this one"); !strings.Contains(out, "not the first stored") {
+		t.Fatalf("the agent did not report skipping the message stored second:\n%s", out)
+	}
+	mustExist(t, file, true)
+	if n := itest.CountDecisions(t, e.JS, id); n != 1 {
+		t.Fatalf("%d decided events stored for %s, want the broker's alone", n, id)
+	}
 }
 
 // TestExampleAgentWithCredentials: the TypeScript agent works with the

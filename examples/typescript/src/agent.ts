@@ -28,6 +28,7 @@ import {
 
 const EXIT = { approved: 0, error: 1, usage: 2, denied: 3, expired: 4, cancelled: 5 } as const;
 const STREAM = "ASSENT"; // the broker's stream: every assent.> subject
+const LOOK_EVERY_MS = 2_000; // how often a waiting agent reads the stored decision
 const TOKEN = /^[A-Za-z0-9_-]{1,128}$/; // agent names and request ids are subject tokens
 
 async function main(): Promise<number> {
@@ -99,8 +100,11 @@ async function main(): Promise<number> {
   });
 
   // Listen for the decision and a rejection before publishing, so that
-  // neither can slip between the publish and the subscription.
-  const answers = listen(nc, [`assent.decision.${id}`, `assent.rejection.${id}`]);
+  // neither can slip between the publish and the subscription. The decision
+  // is read where the server republishes it once stored, never on
+  // assent.decision.<id> itself: a plain subscriber there also gets
+  // publishes the stream refused.
+  const answers = listen(nc, [`assent-decided.${id}`, `assent.rejection.${id}`]);
   try {
     if (interrupted) return EXIT.cancelled; // Ctrl-C before anything was asked
     // 4. Publish the request on assent.request.<agent> through JetStream,
@@ -127,9 +131,10 @@ async function main(): Promise<number> {
     if (interrupted) await cancel(); // Ctrl-C came while publishing
     console.log(`waiting up to ${timeout}s for a decision (Ctrl-C cancels the request)`);
 
-    // 5. Wait for the decision: the event on assent.decision.<id> (with
-    // trusted keys, one a trusted key signed). It is stored already when
-    // this is a retry of a decided request.
+    // 5. Wait for the decision: the first decided event stored on
+    // assent.decision.<id> (with trusted keys, the first a trusted key
+    // signed). It is stored already when this is a retry of a decided
+    // request.
     const decision = await waitForDecision(jsm, answers, id, digest, trusted, (timeout + 30) * 1000);
     if (decision === undefined) {
       console.error(`no decision for request ${id} within ${timeout + 30}s; nothing was deleted`);
@@ -188,11 +193,14 @@ type Decided = {
   decided_by?: { principal: string }[];
 };
 
-// waitForDecision returns the request's decision: the one stored on the
-// stream, or else the first to arrive on the subscription. Every 10 seconds
-// without a message it looks at the stream again (a reconnect may have
-// dropped a message). A rejection of this very request (its id belongs to
-// another one) is an error; it returns undefined if nothing came within ms.
+// waitForDecision returns the request's decision: the first decided event
+// stored on assent.decision.<id>. The server republishes each message it
+// stores there on assent-decided.<id>, and one whose Nats-Last-Sequence is 0
+// is the first. A republish can be lost (in a reconnect, or around a change
+// of the stream's leader), so it also reads the stored decision with direct
+// gets: at once, every LOOK_EVERY_MS while it waits, and once more at the
+// end. A rejection of this very request (its id belongs to another one) is
+// an error; it returns undefined if no decision came within ms.
 async function waitForDecision(
   jsm: JetStreamManager,
   answers: Answers,
@@ -202,50 +210,102 @@ async function waitForDecision(
   ms: number,
 ): Promise<Decided | undefined> {
   const deadline = Date.now() + ms;
-  let event = await storedDecision(jsm, id, trusted);
-  while (event === undefined) {
-    const left = deadline - Date.now();
-    if (left <= 0) return undefined;
-    const m = await answers.next(Math.min(left, 10_000));
-    if (m === undefined) {
-      event = await storedDecision(jsm, id, trusted);
-    } else if (m.subject.startsWith("assent.rejection.")) {
+  const skipped = new Set<number>(); // stream sequences already said to be skipped
+  let failed = ""; // the last error of a look, said once
+  const look = async () => {
+    try {
+      const event = await storedDecision(jsm, id, trusted, skipped);
+      failed = "";
+      return event;
+    } catch (err) {
+      if (String(err) !== failed) console.log(`could not read the stored decision: ${err}; trying again`);
+      failed = String(err);
+      return undefined;
+    }
+  };
+  let nextLook = 0;
+  for (;;) {
+    const now = Date.now();
+    if (now >= nextLook || now >= deadline) {
+      const event = await look();
+      if (event !== undefined) return event.data as unknown as Decided;
+      if (now >= deadline) return undefined;
+      nextLook = Date.now() + LOOK_EVERY_MS;
+    }
+    const m = await answers.next(Math.max(0, Math.min(nextLook, deadline) - Date.now()));
+    if (m === undefined) continue;
+    if (m.subject.startsWith("assent.rejection.")) {
       const data = readEvent(m.data)?.data as Record<string, Json> | undefined;
       if (data?.request_digest === digest)
         throw new Error(`id ${id} is already used by a different request: ${data.reason}`);
-    } else {
-      event = decidedEvent(m.subject, m.data, trusted);
+      continue;
     }
+    const event = republishedDecision(m, trusted, skipped);
+    if (event !== undefined) return event.data as unknown as Decided;
   }
-  return event.data as unknown as Decided;
+}
+
+// republishedDecision returns the event of a message on assent-decided.<id>
+// if it is the decision: the first message stored on its subject
+// (Nats-Last-Sequence 0), a decided event, and with trusted keys one a
+// trusted key signed. With trusted keys its place does not matter: a
+// forgery stored first puts the broker's signed decision second, and only
+// a broker signs.
+function republishedDecision(m: Msg, trusted: Set<string>, skipped: Set<number>) {
+  const seq = Number(m.headers?.get("Nats-Sequence") || NaN); // get says "" for a missing header
+  if (trusted.size === 0 && m.headers?.get("Nats-Last-Sequence") !== "0") {
+    skip(skipped, seq, m.subject, "it is not the first stored on its subject");
+    return undefined;
+  }
+  return decidedEvent(seq, m.subject, m.data, trusted, skipped);
 }
 
 // storedDecision reads the messages stored on assent.decision.<id> in order
-// with JetStream direct gets, and returns the first decided event (with
-// trusted keys, the first one a trusted key signed), if any.
-async function storedDecision(jsm: JetStreamManager, id: string, trusted: Set<string>) {
+// with JetStream direct gets, starting with the first (seq 1,
+// next_by_subj; never last_by_subj, which returns whatever was stored
+// last), and returns the first decided event (with trusted keys, the first
+// one a trusted key signed), if any.
+async function storedDecision(jsm: JetStreamManager, id: string, trusted: Set<string>, skipped: Set<number>) {
   for (let seq = 1; ; ) {
     const m = await jsm.direct.getMessage(STREAM, { seq, next_by_subj: `assent.decision.${id}` });
     if (m === null) return undefined;
-    const event = decidedEvent(m.subject, m.data, trusted);
+    const event = decidedEvent(m.seq, m.subject, m.data, trusted, skipped);
     if (event !== undefined) return event;
     seq = m.seq + 1;
   }
 }
 
 // decidedEvent returns the message's event if it is a decided event (and,
-// with trusted keys, one of them signed it); else it says so and returns
-// undefined.
-function decidedEvent(subject: string, body: Uint8Array, trusted: Set<string>): Record<string, Json> | undefined {
+// with trusted keys, one of them signed it); else it says so, once for the
+// message stored as seq, and returns undefined.
+function decidedEvent(
+  seq: number,
+  subject: string,
+  body: Uint8Array,
+  trusted: Set<string>,
+  skipped: Set<number>,
+): Record<string, Json> | undefined {
   const event = readEvent(body);
   if (event?.type !== "dev.assent.approval.decided" || typeof event.data !== "object" || event.data === null) {
-    console.log(`skipping a message on ${subject} that is not a decided event`);
+    skip(skipped, seq, subject, "it is not a decided event");
   } else if (trusted.size > 0 && !signedByTrusted(event, trusted)) {
-    console.log(`skipping a message on ${subject} that no trusted key signed`);
+    skip(skipped, seq, subject, "no trusted key signed it");
   } else {
     return event;
   }
   return undefined;
+}
+
+// skip says why the message stored as seq is not the decision, the first
+// time it is seen (seq is NaN for a message that names none).
+function skip(skipped: Set<number>, seq: number, subject: string, why: string): void {
+  if (Number.isNaN(seq)) {
+    console.log(`skipping a message on ${subject}: ${why}`);
+    return;
+  }
+  if (skipped.has(seq)) return;
+  skipped.add(seq);
+  console.log(`skipping a message on ${subject} (stream sequence ${seq}): ${why}`);
 }
 
 // readEvent parses a structured-mode CloudEvent (the whole event is the
@@ -271,6 +331,7 @@ function listen(nc: NatsConnection, subjects: string[]): Answers {
     nc.subscribe(subject, {
       callback: (err, m) => {
         if (err === null) queue.push(m);
+        else console.log(`the subscription to ${subject} failed: ${err.message}`);
         wake();
       },
     }),
