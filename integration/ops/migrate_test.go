@@ -400,7 +400,7 @@ func testMigrate(t *testing.T, oldBin, curBin string, kill bool) {
 // died between storing its outcome in the bucket and publishing it. It
 // returns lost's record, which still says it is decided. overdue must still
 // be pending, with no decision.
-func purgeDecision(t *testing.T, dir, lost, overdue string) broker.Record {
+func purgeDecision(t *testing.T, dir, lost, overdue string) oldRecord {
 	t.Helper()
 	ns, err := natsembed.Start(natsembed.Config{Port: -1, StoreDir: dir}, nil)
 	if err != nil {
@@ -422,13 +422,13 @@ func purgeDecision(t *testing.T, dir, lost, overdue string) broker.Record {
 	if err != nil {
 		t.Fatalf("the old broker's bucket %s: %v", events.StateBucket, err)
 	}
-	record := func(id string) broker.Record {
+	record := func(id string) oldRecord {
 		t.Helper()
 		e, err := kv.Get(ctx, id)
 		if err != nil {
 			t.Fatalf("the bucket's entry for %s: %v", id, err)
 		}
-		var rec broker.Record
+		var rec oldRecord
 		if err := json.Unmarshal(e.Value(), &rec); err != nil {
 			t.Fatalf("the bucket's entry for %s: %v", id, err)
 		}
@@ -459,6 +459,14 @@ func purgeDecision(t *testing.T, dir, lost, overdue string) broker.Record {
 		t.Fatalf("%s still holds a message after the purge", subj)
 	}
 	return rec
+}
+
+// oldRecord is what the test reads of a request's entry in the old broker's
+// bucket (the JSON of broker.Record at a2cd62b).
+type oldRecord struct {
+	State           broker.State    `json:"state"`
+	Decision        *events.Decided `json:"decision"`
+	DecisionEventID string          `json:"decision_event_id"`
 }
 
 // decisionEvent is a decided event as stored: its CloudEvent id and data.
