@@ -203,6 +203,11 @@ func (b *Broker) fix(ctx context.Context, prop *Record) (Record, error) {
 	if b.afterPublish != nil {
 		b.afterPublish(prop.ID)
 	}
+	// Readers of this replica (listings, GET, the HTTP answer's reply) see
+	// the decision once the ledger has read it.
+	if err := b.ledger.await(ctx, found.Sequence); err != nil {
+		return *prop, err
+	}
 	b.metrics.decided(prop)
 	b.observe(prop)
 	// Written after the decision: a grant written before could outlive an
@@ -235,17 +240,18 @@ const (
 // publishDecision publishes r's decided event msg with an expected last
 // subject sequence of 0, so that the stream refuses it if the decision
 // subject holds a message already. It reports whether the decision stored
-// is r's own (stored now, or by an earlier attempt), and else the stream
-// sequence of the one stored first. A broker that signs its decisions
+// is r's own (stored now, or by an earlier attempt), and the message stored
+// first (only its sequence, when it is the one just stored). A broker that signs its decisions
 // publishes after messages no trusted key signed (publishSigned).
 func (b *Broker) publishDecision(ctx context.Context, r *Record, msg *nats.Msg) (own bool, found *jetstream.RawStreamMsg, err error) {
 	if b.signer != nil {
 		return b.publishSigned(ctx, r, msg)
 	}
 	for attempt := 0; ; attempt++ {
-		_, err = b.publish(ctx, msg, jetstream.WithExpectLastSequencePerSubject(0))
+		var ack *jetstream.PubAck
+		ack, err = b.publish(ctx, msg, jetstream.WithExpectLastSequencePerSubject(0))
 		if err == nil {
-			return true, nil, nil
+			return true, &jetstream.RawStreamMsg{Subject: msg.Subject, Sequence: ack.Sequence}, nil
 		}
 		if !isWrongLastSeq(err) && (!unavailable(err) || attempt >= 3 || ctx.Err() != nil) {
 			break
@@ -286,12 +292,12 @@ func (b *Broker) publishDecision(ctx context.Context, r *Record, msg *nats.Msg) 
 func (b *Broker) publishSigned(ctx context.Context, r *Record, msg *nats.Msg) (bool, *jetstream.RawStreamMsg, error) {
 	var last uint64
 	for range maxCASAttempts {
-		_, err := b.publish(ctx, msg, jetstream.WithExpectLastSequencePerSubject(last))
+		ack, err := b.publish(ctx, msg, jetstream.WithExpectLastSequencePerSubject(last))
 		if err != nil && !isWrongLastSeq(err) && !unavailable(err) {
 			return false, nil, err
 		}
 		if err == nil {
-			return true, nil, nil
+			return true, &jetstream.RawStreamMsg{Subject: msg.Subject, Sequence: ack.Sequence}, nil
 		}
 		found, next, serr := b.scanSigned(ctx, r)
 		switch {

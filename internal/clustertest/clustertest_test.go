@@ -182,7 +182,7 @@ func TestReplicasOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{events.StreamName, "KV_" + events.StateBucket} {
+	for _, name := range []string{events.StreamName} {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			t.Fatal(err)
