@@ -182,7 +182,7 @@ func (b *Broker) Run(ctx context.Context) error {
 	b.res = res
 
 	g, gctx := errgroup.WithContext(ctx)
-	if err := b.markMigrated(ctx); err != nil {
+	if err := b.migrate(ctx); err != nil {
 		return fmt.Errorf("broker: %w", err)
 	}
 	g.Go(func() error {

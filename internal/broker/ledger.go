@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,10 @@ type ledger struct {
 	marker uint64
 
 	applied atomic.Uint64
+	// legacy holds the pending requests of the previous version's state
+	// bucket (migrate.go), by id: what their pending events do not say.
+	legacy map[string]Record
+
 	// local holds decisions this replica just built, by request id, so
 	// that applying them need not decode what it encoded.
 	local sync.Map
@@ -366,6 +371,16 @@ func (l *ledger) pending(seq uint64, at time.Time, e *events.Event, p events.Pen
 	if p.Terms != nil {
 		rec.Quorum = p.Terms.Quorum
 	}
+	if old, ok := l.legacy[p.RequestID]; ok && p.RequestSeq == 0 {
+		// Announced by the previous version: its state entry says the rest.
+		rec.RequestSeq, rec.ReceivedAt, rec.RequestDigest = old.RequestSeq, old.ReceivedAt, old.RequestDigest
+		rec.Deadline, rec.BaseDeadline, rec.Level = old.Deadline, old.BaseDeadline, old.Level
+		rec.Rule, rec.Limit, rec.Approvers, rec.Quorum = old.Rule, old.Limit, old.Approvers, old.Quorum
+		rec.Source, rec.TraceParent, rec.TraceState = old.Source, old.TraceParent, old.TraceState
+		rec.Votes, rec.Applied = old.Votes, old.Applied // the answers it counted, not to be counted again
+		en.reqSeq, en.reqAt = old.RequestSeq, old.ReceivedAt
+		delete(l.legacy, p.RequestID)
+	}
 	if p.Request.Agent == "" && en.req != nil {
 		rec.Request.Agent = strings.TrimPrefix(en.req.Subject, events.RequestPrefix)
 	}
@@ -494,6 +509,9 @@ func (l *ledger) result(en *entry, seq uint64, at time.Time, change func(*Record
 		return
 	case en.rec == nil:
 		en.result(seq, fmt.Errorf("%w: %s: %w", ErrNotFound, en.id, errNotWaiting))
+		return
+	case slices.Contains(en.rec.Applied, seq):
+		en.result(seq, nil) // counted already
 		return
 	case seq < en.rec.RequestSeq:
 		en.result(seq, fmt.Errorf("%w: %s: the answer is at stream sequence %d, the request at %d, so nobody could have seen the request", ErrBeforeRequest, en.id, seq, en.rec.RequestSeq))
