@@ -71,6 +71,9 @@ type Broker struct {
 	// an outcome decided at ingest is published, before its request message
 	// is acknowledged.
 	afterCommit, afterPublish func(id string)
+	// afterPending, if set, runs right after a request's pending event is
+	// stored, before its request message is acknowledged.
+	afterPending func(id string)
 }
 
 // New returns a broker that uses nc. A nil logger logs nothing. Call Run to start it.

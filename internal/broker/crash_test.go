@@ -22,18 +22,30 @@ import (
 // patience bounds every wait in these tests: only a hang misses it.
 const patience = 20 * time.Second
 
-// TestCrashBetweenStateAndDecision kills a broker in the window between storing
-// an outcome and publishing its decided event, on every path that decides, and
-// checks that a second broker publishes the decision promptly: well before the
-// request's deadline (10 minutes for the paths a person or agent triggers),
-// exactly once, and the same outcome the state records. The agent asks again
-// by id while the broker is down and once more after the decision: neither
+// TestCrashBetweenWrites kills a broker between the writes its handling of a
+// message makes, on every path that decides: with the trigger (request,
+// answer, cancel, expiry batch) stored and the decision built but not
+// published; and with the decision stored but neither the remembered choice
+// it asks for nor the trigger's acknowledgement. A second broker must finish
+// promptly: well before the request's deadline (10 minutes for the paths a
+// person or agent triggers), one decision, what the stream holds read the
+// same by the broker, the remembered choice in force. The agent asks again by
+// id while the broker is down and once more after the decision: neither
 // changes it.
 //
 // The kill is the broker's NATS connection closing from inside the window: the
 // server then sees what it sees when the process dies (no ack, no publish,
 // nothing more from that client).
-func TestCrashBetweenStateAndDecision(t *testing.T) {
+func TestCrashBetweenWrites(t *testing.T) {
+	points := []struct {
+		name string
+		hook func(*broker.Broker, func(id string))
+		// stored: the decision is on the stream when the broker dies.
+		stored bool
+	}{
+		{"before-decision", (*broker.Broker).SetCommitHook, false},
+		{"after-decision", (*broker.Broker).SetPublishHook, true},
+	}
 	cases := []struct {
 		name    string
 		mode    broker.Mode
@@ -68,79 +80,131 @@ func TestCrashBetweenStateAndDecision(t *testing.T) {
 		{name: "timeout", timeout: time.Second, want: events.Expired},
 		{name: "automatic", mode: broker.ModeAutoApprove, timeout: 10 * time.Minute, want: events.Approved},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			ns := testenv.Server(t)
-			check := testenv.Conn(t, ns)
-			js, err := jetstream.New(check)
-			if err != nil {
-				t.Fatal(err)
-			}
-			a, crashed := crashing(t, ns, broker.Config{Name: "a", Mode: tc.mode}, (*broker.Broker).SetCommitHook)
-
-			id := events.NewID()
-			req := events.Requested{Tool: "rm", Args: []byte(`{"path":"/tmp/x"}`), Agent: "crasher", Session: "s1", Timeout: events.Duration(tc.timeout)}
-			publishEvent(t, js, events.RequestPrefix+"crasher", events.TypeRequested, "agent/crasher", req, id)
-			if tc.trigger != nil {
-				waitState(t, a, id, func(s broker.State) bool { return s == broker.StatePending })
-				tc.trigger(t, js, a, id)
-			}
-			select {
-			case got := <-crashed:
-				if got != id {
-					t.Fatalf("crashed deciding %s, want %s", got, id)
+	for _, point := range points {
+		for _, tc := range cases {
+			t.Run(point.name+"/"+tc.name, func(t *testing.T) {
+				ns := testenv.Server(t)
+				check := testenv.Conn(t, ns)
+				js, err := jetstream.New(check)
+				if err != nil {
+					t.Fatal(err)
 				}
-			case <-time.After(patience):
-				t.Fatal("broker a never reached the window between storing and publishing")
-			}
-			if d, ok := firstDecision(t, js, id); ok {
-				t.Fatalf("the decision (%s) is on the stream although the broker died before publishing it", d.Outcome)
-			}
+				a, crashed := crashing(t, ns, broker.Config{Name: "a", Mode: tc.mode}, point.hook)
 
-			// The agent, hearing nothing, asks again by id (past the stream's
-			// duplicate window, so the stream stores it again).
-			askAgain(t, js, id, req)
+				id := events.NewID()
+				req := events.Requested{Tool: "rm", Args: []byte(`{"path":"/tmp/x"}`), Agent: "crasher", Session: "s1", Timeout: events.Duration(tc.timeout)}
+				publishEvent(t, js, events.RequestPrefix+"crasher", events.TypeRequested, "agent/crasher", req, id)
+				if tc.trigger != nil {
+					waitState(t, a, id, func(s broker.State) bool { return s == broker.StatePending })
+					tc.trigger(t, js, a, id)
+				}
+				select {
+				case got := <-crashed:
+					if got != id {
+						t.Fatalf("crashed deciding %s, want %s", got, id)
+					}
+				case <-time.After(patience):
+					t.Fatalf("broker a never reached the window (%s)", point.name)
+				}
+				if d, ok := firstDecision(t, js, id); ok != point.stored {
+					t.Fatalf("the decision (%s) on the stream: %v, want %v", d.Outcome, ok, point.stored)
+				}
 
-			crashedAt := time.Now()
-			b, _ := brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Name: "b", Mode: tc.mode})
-			var d events.Decided
-			deadline := time.Now().Add(patience)
-			for {
-				var ok bool
-				if d, ok = firstDecision(t, js, id); ok {
-					break
+				// The agent, hearing nothing, asks again by id (past the stream's
+				// duplicate window, so the stream stores it again).
+				askAgain(t, js, id, req)
+
+				crashedAt := time.Now()
+				b, _ := brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Name: "b", Mode: tc.mode})
+				var d events.Decided
+				deadline := time.Now().Add(patience)
+				for {
+					var ok bool
+					if d, ok = firstDecision(t, js, id); ok {
+						break
+					}
+					if time.Now().After(deadline) {
+						rec, err := b.Get(tctx(t), id)
+						t.Fatalf("no decision on the stream %s after the crash; the state says %s (%v)", patience, rec.State, err)
+					}
+					time.Sleep(20 * time.Millisecond)
 				}
-				if time.Now().After(deadline) {
-					rec, err := b.Get(tctx(t), id)
-					t.Fatalf("no decision on the stream %s after the crash; the state says %s (%v)", patience, rec.State, err)
+				t.Logf("decision published %s after the crash", time.Since(crashedAt).Round(time.Millisecond))
+				if d.Outcome != tc.want {
+					t.Fatalf("outcome %s, want %s", d.Outcome, tc.want)
 				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			t.Logf("decision published %s after the crash", time.Since(crashedAt).Round(time.Millisecond))
-			if d.Outcome != tc.want {
-				t.Fatalf("outcome %s, want %s", d.Outcome, tc.want)
-			}
-			rec, err := b.Get(tctx(t), id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(rec.State) != string(d.Outcome) || !rec.Decision.DecidedAt.Equal(d.DecidedAt) {
-				t.Fatalf("the stream says %s at %s, the state %s at %v", d.Outcome, d.DecidedAt, rec.State, rec.Decision)
-			}
-			if tc.remembers && !slices.ContainsFunc(b.Remembered(), func(g policy.Grant) bool { return g.RequestID == id }) {
-				t.Fatalf("the decision is out, but the remembered choice its answer asked for is not in force: %+v", b.Remembered())
-			}
-			// Once more after the decision: it stays the one decision.
-			askAgain(t, js, id, req)
-			// Let redeliveries and timers run out, then count.
-			time.Sleep(3 * time.Second)
-			if again, err := b.Get(tctx(t), id); err != nil || again.DecisionEventID != rec.DecisionEventID || again.Revision() != rec.Revision() {
-				t.Fatalf("asked again after the decision, the state holds %+v (%v), want %+v", again.Decision, err, rec.Decision)
-			}
-			if n := countMsgs(t, js, events.DecisionPrefix+id); n != 1 {
-				t.Fatalf("%d decided events for %s, want 1", n, id)
-			}
-		})
+				rec, err := b.Get(tctx(t), id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(rec.State) != string(d.Outcome) || !rec.Decision.DecidedAt.Equal(d.DecidedAt) {
+					t.Fatalf("the stream says %s at %s, the state %s at %v", d.Outcome, d.DecidedAt, rec.State, rec.Decision)
+				}
+				// The remembered choice is written after the decision: stored by
+				// the handling that published it, or, when the broker died in
+				// between, by the answer's redelivery an ack wait later.
+				for deadline := time.Now().Add(patience); tc.remembers; time.Sleep(20 * time.Millisecond) {
+					if slices.ContainsFunc(b.Remembered(), func(g policy.Grant) bool { return g.RequestID == id }) {
+						break
+					}
+					if !point.stored || time.Now().After(deadline) {
+						t.Fatalf("the decision is out, but the remembered choice its answer asked for is not in force: %+v", b.Remembered())
+					}
+				}
+				// Once more after the decision: it stays the one decision.
+				askAgain(t, js, id, req)
+				// Let redeliveries and timers run out, then count.
+				time.Sleep(2500 * time.Millisecond)
+				if again, err := b.Get(tctx(t), id); err != nil || again.DecisionEventID != rec.DecisionEventID || again.Revision() != rec.Revision() {
+					t.Fatalf("asked again after the decision, the state holds %+v (%v), want %+v", again.Decision, err, rec.Decision)
+				}
+				if n := countMsgs(t, js, events.DecisionPrefix+id); n != 1 {
+					t.Fatalf("%d decided events for %s, want 1", n, id)
+				}
+			})
+		}
+	}
+}
+
+// TestCrashAfterPending kills a broker after a request's pending event is
+// stored and before its request message is acknowledged. The next broker
+// takes the redelivered request up where it stands: one pending event on the
+// stream, the request waiting with the deadline it was given, and an answer
+// decides it.
+func TestCrashAfterPending(t *testing.T) {
+	ns := testenv.Server(t)
+	js, err := jetstream.New(testenv.Conn(t, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, crashed := crashing(t, ns, broker.Config{Name: "a"}, (*broker.Broker).SetPendingHook)
+	id := events.NewID()
+	req := events.Requested{Tool: "rm", Args: []byte(`{"path":"/tmp/x"}`), Agent: "crasher", Timeout: events.Duration(10 * time.Minute)}
+	publishEvent(t, js, events.RequestPrefix+"crasher", events.TypeRequested, "agent/crasher", req, id)
+	select {
+	case <-crashed:
+	case <-time.After(patience):
+		t.Fatal("broker a never stored the pending event")
+	}
+	b, _ := brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Name: "b"})
+	waitState(t, b, id, func(s broker.State) bool { return s == broker.StatePending })
+	rec, err := b.Get(tctx(t), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Deadline.IsZero() || rec.Deadline.Sub(rec.ReceivedAt) != 10*time.Minute {
+		t.Fatalf("pending with deadline %s, received %s", rec.Deadline, rec.ReceivedAt)
+	}
+	// The redelivery (an ack wait after the crash) announces nothing new.
+	time.Sleep(2500 * time.Millisecond)
+	if n := countMsgs(t, js, events.PendingPrefix+"crasher"); n != 1 {
+		t.Fatalf("%d pending events stored, want 1", n)
+	}
+	if _, err := b.Respond(tctx(t), "alice", id, events.Responded{Decision: events.Approve}); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := firstDecision(t, js, id); !ok || d.Outcome != events.Approved {
+		t.Fatalf("decision %+v %v", d, ok)
 	}
 }
 

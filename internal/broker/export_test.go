@@ -15,6 +15,10 @@ func (b *Broker) SetCommitHook(fn func(id string)) { b.afterCommit = fn }
 // before the grant it asks for and the acknowledgement of its trigger.
 func (b *Broker) SetPublishHook(fn func(id string)) { b.afterPublish = fn }
 
+// SetPendingHook makes b call fn right after a pending event is stored and
+// before the request message is acknowledged.
+func (b *Broker) SetPendingHook(fn func(id string)) { b.afterPending = fn }
+
 // Published reports whether b has read a decision of request id that it
 // takes as the decision (one a trusted key signed, for a broker that
 // signs).

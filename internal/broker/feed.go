@@ -35,6 +35,10 @@ type Event struct {
 	// Event is the CloudEvent as stored (structured mode JSON), or null for
 	// a message that is not one.
 	Event json.RawMessage `json:"event"`
+	// NotDecision, on a decided event, says why it is not its request's
+	// decision: stored after the decision (only the first message on a
+	// decision subject is), or not one a broker made.
+	NotDecision string `json:"not_decision,omitempty"`
 
 	data map[string]json.RawMessage // the event's data, decoded once for filters
 	enc  *encoding                  // e as JSON, made once for all clients
@@ -124,6 +128,9 @@ func (b *Broker) event(ctx context.Context, seq uint64, at time.Time, subject st
 		_ = json.Unmarshal(e.data["request"], &req)
 		e.Session = req.Session
 	}
+	if e.Type == events.TypeDecided && e.RequestID != "" {
+		e.NotDecision = b.notDecision(e.RequestID, ce.ID(), seq)
+	}
 	switch {
 	case e.RequestID == "":
 	case e.Type == events.TypeRequested:
@@ -141,6 +148,25 @@ func (b *Broker) event(ctx context.Context, seq uint64, at time.Time, subject st
 		}
 	}
 	return e
+}
+
+// notDecision says why the decided event id, stored at seq, is not request
+// id's decision, as far as this replica's ledger has read: "" while it is
+// (or the ledger has not read that far, or no longer keeps the request).
+func (b *Broker) notDecision(id, eventID string, seq uint64) string {
+	if b.ledger.applied.Load() < seq {
+		return ""
+	}
+	rec, _, ok := b.index.getDecided(id)
+	switch {
+	case !ok:
+		return ""
+	case rec.DecisionEventID != eventID:
+		return fmt.Sprintf("stored after the decision (event %s at stream sequence %d)", rec.DecisionEventID, rec.revision)
+	case rec.forged:
+		return rec.Forgery
+	}
+	return ""
 }
 
 // str returns the string field name of the event's data.

@@ -34,7 +34,7 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 			return Record{}, err
 		}
 	}
-	st := b.ledger.status(id, 0)
+	st := b.ledger.status(id, 0, false)
 	switch {
 	case !st.known:
 		// Decided: by this message, or by an earlier one with its id.
@@ -47,7 +47,7 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 		}
 		return rec, conflict(&rec, req, digest)
 	case st.reqSeq != o.seq:
-		return b.resume(ctx, st, req, digest)
+		return b.resume(ctx, b.ledger.status(id, 0, true), req, digest)
 	case st.pending:
 		return b.awaitOrAdopt(ctx, &st.rec, nil, req, digest)
 	}
@@ -136,7 +136,7 @@ func (b *Broker) reject(ctx context.Context, id, source string, req events.Reque
 	if err := b.ledger.await(ctx, o.seq); err != nil {
 		return err
 	}
-	if st := b.ledger.status(id, 0); !st.known || st.reqSeq != o.seq {
+	if st := b.ledger.status(id, 0, false); !st.known || st.reqSeq != o.seq {
 		return nil // decided already, or the id is another request's
 	}
 	at := o.at.UTC()
@@ -197,6 +197,9 @@ func (b *Broker) await(ctx context.Context, rec *Record, pending *nats.Msg) erro
 		jetstream.WithExpectLastSequenceForSubject(0, events.DecisionPrefix+rec.ID))
 	if isWrongLastSeq(err) {
 		return fmt.Errorf("%w: %s", errDecidedFirst, rec.ID)
+	}
+	if err == nil && b.afterPending != nil {
+		b.afterPending(rec.ID)
 	}
 	return err
 }

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	jsoniter "github.com/json-iterator/go"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -273,19 +273,14 @@ func (l *ledger) decode(h nats.Header, data []byte) *events.Event {
 	return &e
 }
 
-// eventID reads the id of the event in a message without decoding its
-// data, "" if it has none.
+// eventID reads the id of the event in a message without decoding the
+// rest, "" if it has none: every replica reads the id of every request and
+// decision on the stream.
 func eventID(h nats.Header, data []byte) string {
 	if id := h.Get("ce-id"); id != "" {
 		return id
 	}
-	var env struct {
-		ID string `json:"id"`
-	}
-	if json.Unmarshal(data, &env) != nil {
-		return ""
-	}
-	return env.ID
+	return jsoniter.Get(data, "id").ToString()
 }
 
 func (l *ledger) applyRequest(seq uint64, at time.Time, msg jetstream.Msg) {
@@ -412,14 +407,10 @@ func (l *ledger) pending(seq uint64, at time.Time, e *events.Event, p events.Pen
 
 // eventSource reads the source of the event in a message, "" if none.
 func eventSource(h nats.Header, data []byte) string {
-	if s := h.Get("ce-source"); s != "" {
-		return s
+	if src := h.Get("ce-source"); src != "" {
+		return src
 	}
-	var env struct {
-		Source string `json:"source"`
-	}
-	_ = json.Unmarshal(data, &env)
-	return env.Source
+	return jsoniter.Get(data, "source").ToString()
 }
 
 // errNotWaiting refuses an answer stored before its request's pending
@@ -773,8 +764,9 @@ type status struct {
 }
 
 // status returns what the ledger knows of open request id, with the result
-// of the message at seq (0: none).
-func (l *ledger) status(id string, seq uint64) status {
+// of the message at seq (0: none). The record of a request still being
+// judged is read from its request message only withRequest.
+func (l *ledger) status(id string, seq uint64, withRequest bool) status {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	en := l.open[id]
@@ -784,7 +776,7 @@ func (l *ledger) status(id string, seq uint64) status {
 	st := status{known: true, reqSeq: en.reqSeq, pending: en.rec != nil, level: en.escalated[seq]}
 	if en.rec != nil {
 		st.rec = *en.rec
-	} else {
+	} else if withRequest {
 		st.rec, _ = l.requestRecord(en)
 	}
 	if err, ok := en.results[seq]; ok {

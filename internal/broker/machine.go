@@ -156,7 +156,7 @@ func (b *Broker) settleAt(ctx context.Context, id string, o origin) (Record, sta
 			return Record{}, status{}, err
 		}
 	}
-	st := b.ledger.status(id, o.seq)
+	st := b.ledger.status(id, o.seq, true)
 	if !st.known {
 		rec, err := b.load(ctx, id)
 		if err == nil && rec.Trigger == o.seq {
