@@ -1,12 +1,13 @@
 // Package broker is Assent's approval state machine on JetStream.
 //
-// Every request lives in one KV entry (bucket assent-requests, key = request id).
-// A compare-and-set on that entry's revision is the only place an outcome is
-// chosen: pending -> approved | denied | expired | cancelled. After the write
-// wins, the broker publishes the one dev.assent.approval.decided event on
-// assent.decision.<id> with an expected-last-subject-sequence of zero, so the
-// stream itself refuses a second decision for the same request, whichever
-// replica or retry tries.
+// The ASSENT stream is the one source of truth. Each replica reads it in
+// order (the ledger, ledger.go) and derives every open request's state from
+// its stored events: request, pending, answers, cancels, expiry batches. An
+// outcome is fixed by one write: the dev.assent.approval.decided event on
+// assent.decision.<id> with an expected last subject sequence of zero, so
+// the stream itself refuses a second decision for the same request,
+// whichever replica or retry tries, and the first one stored is the
+// decision (docs/architecture.md, "The state machine").
 //
 // Deadlines are durable: every second in which some pending request's moment
 // falls has a JetStream message schedule (assent.timer.tick.<second>, firing

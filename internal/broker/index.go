@@ -16,22 +16,22 @@ import (
 // Index bounds.
 const (
 	// DefaultKeepDecided is how many decided requests each replica keeps in
-	// its index for listings, newest first. Older ones are still in the state
-	// bucket (GET by id) and in the stream (the audit log).
+	// its index for listings, newest first. Older ones are read from the
+	// stream (GET by id, and the audit log).
 	DefaultKeepDecided = 10000
 	// indexArgsLimit is the largest args (and payload) an index entry keeps;
-	// a listing reads a request with larger ones from the bucket.
+	// a listing reads a request with larger ones from the ledger or the stream.
 	indexArgsLimit = 16 << 10
 )
 
-// index is this replica's view of the state bucket, kept by the state
-// watcher: every pending request in arrival order, and the most recent
-// decided ones, newest first. Listings find their requests in it instead of
-// in the bucket.
+// index is this replica's listing of requests, kept by the ledger: every
+// pending request in arrival order, and the most recent decided ones, newest
+// first. Listings find their requests in it instead of
+// in the ledger or the stream.
 //
 // A pending request is held compactly, as an item: its id, arrival time,
 // revision, agent and session (names held once however many items share
-// them); List reads its record from the bucket. A decided one keeps its
+// them); List reads its record from the ledger. A decided one keeps its
 // record, large args trimmed. Items sit on shelves (pending, decided, and
 // decided with each outcome), each of which orders them by time, by agent and
 // by session, and counts them by agent and by agent and session, so that a
@@ -65,7 +65,7 @@ type decidedItem struct {
 }
 
 // indexed is the record of a request as the index has it, which may lack
-// large args (trimmed); List reads those from the bucket.
+// large args (trimmed); List reads those from the stream.
 type indexed struct {
 	rec     Record
 	trimmed bool
@@ -118,7 +118,7 @@ func (x *index) put(rec Record) {
 			return
 		case old.revision == rec.revision && pending && rec.State == StatePending:
 			// The same revision of a pending request (List reads those
-			// from the bucket, which puts them here): nothing changes.
+			// from the ledger): nothing changes.
 			return
 		}
 		x.drop(old, pending)
@@ -172,7 +172,8 @@ func (x *index) outcome(s State) *shelf {
 	return sh
 }
 
-// remove forgets id (its entry was deleted or expired from the bucket).
+
+// remove forgets id.
 func (x *index) remove(id string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
