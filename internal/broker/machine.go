@@ -208,8 +208,12 @@ func (b *Broker) fix(ctx context.Context, prop *Record) (Record, error) {
 	if err := b.ledger.await(ctx, found.Sequence); err != nil {
 		return *prop, err
 	}
-	b.metrics.decided(prop)
-	b.observe(prop)
+	if found.Data == nil {
+		// Stored by this publish (found from its acknowledgement, not
+		// read back): counted once, whichever handling stored it.
+		b.metrics.decided(prop)
+		b.observe(prop)
+	}
 	// Written after the decision: a grant written before could outlive an
 	// answer whose decision lost.
 	b.storeGrant(ctx, prop)
@@ -241,7 +245,8 @@ const (
 // subject sequence of 0, so that the stream refuses it if the decision
 // subject holds a message already. It reports whether the decision stored
 // is r's own (stored now, or by an earlier attempt), and the message stored
-// first (only its sequence, when it is the one just stored). A broker that signs its decisions
+// first: only its subject and sequence, without data, when this publish
+// stored it. A broker that signs its decisions
 // publishes after messages no trusted key signed (publishSigned).
 func (b *Broker) publishDecision(ctx context.Context, r *Record, msg *nats.Msg) (own bool, found *jetstream.RawStreamMsg, err error) {
 	if b.signer != nil {
