@@ -216,7 +216,7 @@ func (b *Broker) answerChange(principal, id string, resp events.Responded, seq u
 			grant = &g
 		}
 		vote := events.DecidedBy{Principal: principal, Channel: resp.Channel, Decision: resp.Decision, At: at.UTC()}
-		v := verdict{outcome: events.Denied, reason: resp.Reason, payload: resp.Payload, rule: r.Rule, at: at}
+		v := verdict{outcome: events.Denied, reason: resp.Reason, payload: resp.Payload, rule: r.Rule, at: at, digest: in.ArgsDigest}
 		if resp.Decision == events.Deny {
 			v.by = append(slices.Clone(r.Votes), vote)
 			r.Grant = grant
