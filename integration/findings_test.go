@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,11 +9,11 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
@@ -21,10 +22,15 @@ import (
 )
 
 // TestDecisionPublishedOnceOnTheWire: "exactly one decided event per request,
-// ever" holds for plain NATS subscribers of assent.decision.<id> too (the SDK's
-// Client.Request and any non-Go agent listen there), not only for the stream.
-// Late answers, duplicate requests and fired timers must not broadcast the
-// decision again.
+// ever" holds for readers of assent-decided.<id>, where the stream republishes
+// what it stores (the SDK's Client.Request and any non-Go agent listen
+// there), not only for the stream. Late answers, duplicate requests and fired
+// timers must not broadcast the decision again. A plain subscriber of
+// assent.decision.<id> (older SDKs) also gets the publishes the stream
+// refused: the HTTP answer and the responses consumer both publish the
+// decision (docs/stream-decides.md, "The same message handled twice"), so it
+// may see it twice, but every message there must be the stored decision,
+// byte for byte.
 func TestDecisionPublishedOnceOnTheWire(t *testing.T) {
 	e := itest.NewEnv(t, broker.Config{})
 	rec, err := e.B.Submit(itest.TestCtx(t, itest.Patience), "", "agent/wire", events.Requested{Tool: "rm", Agent: "wire", Timeout: events.Duration(time.Minute)})
@@ -32,12 +38,22 @@ func TestDecisionPublishedOnceOnTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	subj, _ := events.DecisionSubject(rec.ID)
-	var seen atomic.Int64
-	sub, err := e.NC.Subscribe(subj, func(*nats.Msg) { seen.Add(1) })
-	if err != nil {
-		t.Fatal(err)
+	var mu sync.Mutex
+	var plain, republished []*nats.Msg
+	for _, s := range []struct {
+		subject string
+		into    *[]*nats.Msg
+	}{{subj, &plain}, {events.DecidedPrefix + rec.ID, &republished}} {
+		sub, err := e.NC.Subscribe(s.subject, func(m *nats.Msg) {
+			mu.Lock()
+			defer mu.Unlock()
+			*s.into = append(*s.into, m)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
 	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	if err := e.NC.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -58,8 +74,25 @@ func TestDecisionPublishedOnceOnTheWire(t *testing.T) {
 	if n := itest.CountDecisions(t, e.JS, rec.ID); n != 1 {
 		t.Fatalf("the stream holds %d decided messages, want 1", n)
 	}
-	if n := seen.Load(); n != 1 {
-		t.Fatalf("a NATS subscriber of %s received %d decided events for one decision, want 1", subj, n)
+	ctx, cancel := itest.OpCtx()
+	defer cancel()
+	stored, err := itest.StreamOf(t, e.JS).GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(republished) != 1 {
+		t.Fatalf("a NATS subscriber of %s%s received %d decided events for one decision, want 1", events.DecidedPrefix, rec.ID, len(republished))
+	}
+	if last := republished[0].Header.Get(events.LastSequenceHeader); last != "0" || !bytes.Equal(republished[0].Data, stored.Data) {
+		t.Errorf("the republished decision (%s %s) is not the one stored first:\n%s\nstored:\n%s", events.LastSequenceHeader, last, republished[0].Data, stored.Data)
+	}
+	t.Logf("a plain subscriber of %s received %d decided events for one decision", subj, len(plain))
+	for i, m := range plain {
+		if !bytes.Equal(m.Data, stored.Data) {
+			t.Errorf("a plain subscriber of %s received, as message %d, a decision that is not the one stored:\n%s\nstored:\n%s", subj, i+1, m.Data, stored.Data)
+		}
 	}
 }
 

@@ -405,7 +405,8 @@ func TestTraceAttributesNeverReject(t *testing.T) {
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
 					id := events.NewID()
-					decisions := itest.Subscribe(t, nc, events.DecisionPrefix+id)
+					// The decision as readers get it once stored.
+					decisions := itest.Subscribe(t, nc, events.DecidedPrefix+id)
 					body := `{"specversion":"1.0","id":"` + id + `","type":"` + events.TypeRequested + `","source":"agent/file-manager",` + tc.attrs +
 						`"datacontenttype":"application/json","data":{"tool":"delete_file","agent":"file-manager"}}`
 					ctx, cancel := itest.OpCtx()

@@ -268,22 +268,24 @@ func rssKB(b *testing.B, pid int) int {
 }
 
 // BenchmarkListPending: GET /v1/approvals?state=pending&limit=100 with 10,000
-// pending and 100,000 decided requests in the bucket (fewer with -short). The
-// baseline reads the same 100 entries straight from the KV bucket, the least a
-// page of 100 costs without an index.
+// pending and 100,000 decided requests on the stream (fewer with -short). The
+// baseline reads 100 of the pending requests straight from the stream, a get
+// by the request's stream sequence each, the least a page of 100 costs
+// without an index (the stream is the only state; there is no bucket entry
+// per request to read instead).
 func BenchmarkListPending(b *testing.B) {
 	pendingN, decidedN := 10_000, 100_000
 	if testing.Short() {
 		pendingN, decidedN = 1_000, 10_000
 	}
 	nc := itest.BenchServer(b, "2m")
-	// Fill the bucket: decided ones in auto-approve mode, then pending ones
+	// Fill the stream: decided ones in auto-approve mode, then pending ones
 	// under a policy that asks a person.
 	fill, stop := brokertest.Run(b, nc, broker.Config{Name: "fill", Mode: broker.ModeAutoApprove})
 	submitMany(b, fill, decidedN, "decided")
 	stop()
 	bk, _ := brokertest.Run(b, nc, broker.Config{Name: "list"})
-	ids := submitMany(b, bk, pendingN, "pending")
+	seqs := submitMany(b, bk, pendingN, "pending")
 	api := itest.ServeAPI(b, bk)
 	url := api + "/v1/approvals?state=pending&limit=100"
 	b.Run("assent", func(b *testing.B) {
@@ -295,15 +297,17 @@ func BenchmarkListPending(b *testing.B) {
 			return err
 		})
 	})
-	b.Run("raw-kv-get-100", func(b *testing.B) {
+	b.Run("raw-stream-get-100", func(b *testing.B) {
 		js, _ := jetstream.New(nc)
-		kv, err := js.KeyValue(context.Background(), events.StateBucket)
+		c, cancel := itest.OpCtx()
+		stream, err := js.Stream(c, events.StreamName)
+		cancel()
 		if err != nil {
 			b.Fatal(err)
 		}
 		itest.RunLoad(b, 1, func(ctx context.Context, i int) error {
-			for _, id := range ids[(i*100)%len(ids):][:min(100, len(ids)-(i*100)%len(ids))] {
-				if _, err := kv.Get(ctx, id); err != nil {
+			for _, seq := range seqs[(i*100)%len(seqs):][:min(100, len(seqs)-(i*100)%len(seqs))] {
+				if _, err := stream.GetMsg(ctx, seq); err != nil {
 					return err
 				}
 			}
@@ -312,10 +316,11 @@ func BenchmarkListPending(b *testing.B) {
 	})
 }
 
-// submitMany submits n requests to b, 64 at a time, and returns their ids.
-func submitMany(tb testing.TB, b *broker.Broker, n int, tool string) []string {
+// submitMany submits n requests to b, 64 at a time, and returns the stream
+// sequences of their requests.
+func submitMany(tb testing.TB, b *broker.Broker, n int, tool string) []uint64 {
 	tb.Helper()
-	ids := make([]string, n)
+	seqs := make([]uint64, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var failed atomic.Value
@@ -329,11 +334,14 @@ func submitMany(tb testing.TB, b *broker.Broker, n int, tool string) []string {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				rec, err := b.Submit(ctx, "", "bench/list", events.Requested{Agent: "lister", Tool: tool, Session: "s-" + strconv.Itoa(i%100)})
 				cancel()
+				if err == nil && rec.RequestSeq == 0 {
+					err = fmt.Errorf("request %s: no stream sequence in its record", rec.ID)
+				}
 				if err != nil {
 					failed.CompareAndSwap(nil, err)
 					return
 				}
-				ids[i] = rec.ID
+				seqs[i] = rec.RequestSeq
 			}
 		})
 	}
@@ -341,5 +349,5 @@ func submitMany(tb testing.TB, b *broker.Broker, n int, tool string) []string {
 	if err, _ := failed.Load().(error); err != nil {
 		tb.Fatal(err)
 	}
-	return ids
+	return seqs
 }

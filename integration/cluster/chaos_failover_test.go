@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -118,18 +117,13 @@ func (f *failover) cancelRace(round int) []time.Duration {
 	t.Helper()
 	ctx := itest.TestCtx(t, 3*clustertest.Patience)
 	// The requests consumer's leader is put on a node that leads neither the
-	// stream, nor the state bucket, nor the cancels consumer, so that the
-	// kill holds up the requests alone, and the cancels overtake them.
+	// stream (the only state: no bucket is written per request) nor the
+	// cancels consumer, so that the kill holds up the requests alone, and the
+	// cancels overtake them. Two leaders on three nodes leave one free.
 	streamLeader := f.leader(ctx, broker.StreamName, "")
-	stateLeader := f.leader(ctx, "KV_"+events.StateBucket, "")
 	cancelsLeader := f.leader(ctx, broker.StreamName, "assent-broker-cancels")
-	if cancelsLeader != streamLeader && cancelsLeader != stateLeader && streamLeader != stateLeader {
-		// Three leaders on three nodes: free one.
-		f.stepDown(ctx, broker.StreamName, "assent-broker-cancels", streamLeader)
-		cancelsLeader = streamLeader
-	}
 	target := f.leader(ctx, broker.StreamName, "assent-broker-requests")
-	if busy := []string{streamLeader, stateLeader, cancelsLeader}; slices.Contains(busy, target) {
+	if busy := []string{streamLeader, cancelsLeader}; slices.Contains(busy, target) {
 		for _, n := range f.cl.Nodes() {
 			if !slices.Contains(busy, n.Name) {
 				target = n.Name
@@ -138,7 +132,7 @@ func (f *failover) cancelRace(round int) []time.Duration {
 		f.stepDown(ctx, broker.StreamName, "assent-broker-requests", target)
 	}
 	node := f.node(target)
-	t.Logf("chaos: failover round %d: kill %s, leading the requests consumer (stream leader %s, state bucket leader %s, cancels consumer leader %s)", round, target, streamLeader, stateLeader, cancelsLeader)
+	t.Logf("chaos: failover round %d: kill %s, leading the requests consumer (stream leader %s, cancels consumer leader %s)", round, target, streamLeader, cancelsLeader)
 	if err := node.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -202,10 +196,7 @@ func (f *failover) expiries(round int) []time.Duration {
 		}
 		f.publish(ctx, events.RequestPrefix+"failover", &req, ids[i])
 	}
-	deadlines := make([]time.Time, len(ids))
-	for i, id := range ids {
-		deadlines[i] = f.deadline(ctx, id)
-	}
+	deadlines := f.deadlines(ctx, ids)
 	first := slices.MinFunc(deadlines, func(a, b time.Time) int { return a.Compare(b) })
 	if wait := time.Until(first); wait > 0 {
 		time.Sleep(wait)
@@ -374,34 +365,46 @@ func (f *failover) decision(ctx context.Context, id string) (events.Decided, tim
 	return d, at
 }
 
-// deadline waits for request id's state entry and returns its deadline.
-func (f *failover) deadline(ctx context.Context, id string) time.Time {
+// deadlines waits for the pending event of each request in ids and returns
+// the deadlines they announce, in the order of ids: the deadlines the
+// brokers armed their timers for. They are read from the stream's leader,
+// the first pending event of each request on assent.pending.failover.
+func (f *failover) deadlines(ctx context.Context, ids []string) []time.Time {
 	f.t.Helper()
-	var dl time.Time
+	found := map[string]time.Time{}
+	next := uint64(1)
 	itest.PollEvery(f.t, clustertest.Patience, 50*time.Millisecond, func() (bool, string) {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		kv, err := f.js.KeyValue(cctx, events.StateBucket)
-		if err != nil {
-			return false, err.Error()
+		for len(found) < len(ids) {
+			m, err := itest.LeaderGet(ctx, f.nc, events.PendingPrefix+"failover", next)
+			if err != nil {
+				return false, err.Error()
+			}
+			if m == nil {
+				return false, fmt.Sprintf("%d of %d requests pending so far", len(found), len(ids))
+			}
+			next = m.Sequence + 1
+			e, err := m.Event()
+			if err != nil {
+				f.t.Fatal(err)
+			}
+			if e.Type() != events.TypePending {
+				continue
+			}
+			p, err := events.DecodePending(&e)
+			if err != nil {
+				f.t.Fatalf("%s at %d: %v", m.Subject, m.Sequence, err)
+			}
+			if _, ok := found[p.RequestID]; !ok && slices.Contains(ids, p.RequestID) {
+				found[p.RequestID] = p.Deadline
+			}
 		}
-		e, err := kv.Get(cctx, id)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return false, id + " not stored yet"
-		}
-		if err != nil {
-			return false, err.Error()
-		}
-		var st struct {
-			Deadline time.Time `json:"deadline"`
-		}
-		if err := json.Unmarshal(e.Value(), &st); err != nil {
-			f.t.Fatalf("state of %s: %v", id, err)
-		}
-		dl = st.Deadline
 		return true, ""
 	})
-	return dl
+	out := make([]time.Time, len(ids))
+	for i, id := range ids {
+		out[i] = found[id]
+	}
+	return out
 }
 
 // durations lists ds, sorted, rounded to milliseconds.

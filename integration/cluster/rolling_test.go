@@ -67,9 +67,10 @@ type rollingReq struct {
 // SIGTERM, while agents keep asking (over NATS, and over HTTP long-polling a
 // replica; decided by policy, by people over HTTP and over NATS, and by
 // expiry) and a web UI's event stream is open on every replica, and waits
-// for each to be ready again before the next. Afterwards every request has exactly one decided message, the
-// one its agent received, with the outcome its kind calls for, and the state
-// bucket agrees; every replica exited cleanly.
+// for each to be ready again before the next. Afterwards every request has
+// exactly one decided message, the one its agent received, with the outcome
+// its kind calls for, and every replica's GET /v1/approvals/{id} agrees;
+// every replica exited cleanly.
 func TestRollingRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs broker processes")
@@ -92,10 +93,6 @@ func TestRollingRestart(t *testing.T) {
 
 	nc := testenv.Conn(t, ns)
 	js := itest.NewJS(t, nc)
-	kv, err := js.KeyValue(context.Background(), events.StateBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var (
 		mu       sync.Mutex
 		all      []*rollingReq
@@ -245,9 +242,10 @@ func TestRollingRestart(t *testing.T) {
 						defer cancel()
 						time.Sleep(time.Duration(rand.IntN(300)) * time.Millisecond)
 						// A person answers what they were shown: a request
-						// stored already (an answer before it is refused).
+						// stored already (an answer before it is refused),
+						// which the brokers know.
 						for {
-							if _, err := kv.Get(actx, r.id); err == nil || actx.Err() != nil {
+							if st, err := itest.LookupRequest(actx, nc, r.id); err == nil && st != events.LookupUnknown || actx.Err() != nil {
 								break
 							}
 							time.Sleep(20 * time.Millisecond)
@@ -325,16 +323,17 @@ func TestRollingRestart(t *testing.T) {
 		case !sd.first.DecidedAt.Equal(r.d.DecidedAt):
 			t.Errorf("request %s: the agent got the decision of %s, the stream holds that of %s", r.id, r.d.DecidedAt, sd.first.DecidedAt)
 		}
-		e, err := kv.Get(context.Background(), r.id)
-		if err != nil {
-			t.Errorf("request %s: state: %v", r.id, err)
-			continue
-		}
-		var st struct {
-			State string `json:"state"`
-		}
-		if err := json.Unmarshal(e.Value(), &st); err != nil || st.State != string(want) {
-			t.Errorf("request %s: state bucket says %q (%v), want %s", r.id, st.State, err, want)
+		// Every replica reads it back so; one may take a moment to read
+		// the newest decisions from the stream.
+		for _, rep := range replicas {
+			got := approvalState(rep.HTTP, r.id)
+			for giveUp := time.Now().Add(5 * time.Second); got != string(want) && time.Now().Before(giveUp); {
+				time.Sleep(100 * time.Millisecond)
+				got = approvalState(rep.HTTP, r.id)
+			}
+			if got != string(want) {
+				t.Errorf("request %s: GET /v1/approvals/%s on %s reads %s, want %s", r.id, r.id, rep.Name, got, want)
+			}
 		}
 	}
 	if len(stream) != len(all) {
@@ -355,4 +354,25 @@ func TestRollingRestart(t *testing.T) {
 			}
 		}
 	}
+}
+
+// approvalState returns the state GET /v1/approvals/{id} reads on the
+// broker at api, or what went wrong.
+func approvalState(api, id string) string {
+	ctx, cancel := itest.OpCtx()
+	defer cancel()
+	resp, err := itest.DoHTTP(ctx, http.MethodGet, api+"/v1/approvals/"+id, nil)
+	if err != nil {
+		return err.Error()
+	}
+	if resp.Status != http.StatusOK {
+		return fmt.Sprintf("%d %s", resp.Status, resp.Body)
+	}
+	var a struct {
+		State string `json:"state"`
+	}
+	if err := json.Unmarshal(resp.Body, &a); err != nil {
+		return fmt.Sprintf("%v: %s", err, resp.Body)
+	}
+	return a.State
 }

@@ -439,13 +439,13 @@ func TestTimeoutLateness(t *testing.T) {
 }
 
 // BenchmarkStoredBytesPerRequest measures what a request leaves on disk, for
-// the sizing section of docs/operations.md: the stream's and the state
-// bucket's bytes, and the embedded server's data directory once the process
-// has stopped, each divided by the requests made. "auto" requests are
-// approved by the mode at once (request, state entry, decision); "answered"
-// ones wait and are approved over HTTP (request, pending notice, answer,
-// state entry, decision, and the durable ticks of their deadlines). The
-// request is the README's example.
+// the sizing section of docs/operations.md: the stream's bytes (the stream is
+// the only state; no bucket holds a copy per request), and the embedded
+// server's data directory once the process has stopped, each divided by the
+// requests made. "auto" requests are approved by the mode at once (request,
+// decision); "answered" ones wait and are approved over HTTP (request,
+// pending notice, answer, decision, and the durable ticks of their
+// deadlines). The request is the README's example.
 //
 //	flock /tmp/assent-bench.lock go test -run '^$' -bench StoredBytesPerRequest -benchtime 5000x ./integration/ops/
 func BenchmarkStoredBytesPerRequest(b *testing.B) {
@@ -492,24 +492,16 @@ func BenchmarkStoredBytesPerRequest(b *testing.B) {
 			}
 			defer nc.Close()
 			js := itest.NewJS(b, nc)
-			sizes := func() (stream, state uint64) {
+			streamBytes := func() uint64 {
 				c, stop := itest.OpCtx()
 				defer stop()
 				s, err := js.Stream(c, broker.StreamName)
 				if err != nil {
 					b.Fatal(err)
 				}
-				kv, err := js.KeyValue(c, broker.StateBucket)
-				if err != nil {
-					b.Fatal(err)
-				}
-				st, err := kv.Status(c)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return s.CachedInfo().State.Bytes, st.Bytes()
+				return s.CachedInfo().State.Bytes
 			}
-			stream0, state0 := sizes()
+			stream0 := streamBytes()
 			b.ResetTimer()
 			for range b.N {
 				a := post(addrs.HTTP+"/v1/approvals", request, http.StatusCreated)
@@ -518,7 +510,7 @@ func BenchmarkStoredBytesPerRequest(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			stream1, state1 := sizes()
+			stream1 := streamBytes()
 			nc.Close()
 			cancel()
 			if err := <-done; err != nil {
@@ -540,7 +532,6 @@ func BenchmarkStoredBytesPerRequest(b *testing.B) {
 			}
 			n := float64(b.N)
 			b.ReportMetric(float64(stream1-stream0)/n, "stream-B/req")
-			b.ReportMetric(float64(state1-state0)/n, "state-B/req")
 			b.ReportMetric(float64(disk)/n, "dir-B/req")
 		})
 	}

@@ -370,7 +370,8 @@ func (sb *scaleBroker) waitCPUProfile(t *testing.T, rep *scaleReport) {
 }
 
 // startPhases reads the broker's log for when the embedded server was
-// running, the state bucket read and the broker ready, after its start.
+// running, the stream read (timers armed) and the broker ready, after its
+// start.
 func (sb *scaleBroker) startPhases(t *testing.T) string {
 	t.Helper()
 	f, err := os.Open(sb.logPath)
@@ -378,10 +379,15 @@ func (sb *scaleBroker) startPhases(t *testing.T) string {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	marks := []struct{ prefix, name string }{
-		{"embedded NATS with JetStream running", "embedded NATS running"},
-		{"recovered pending requests", "state bucket read, timers armed"},
-		{"ready:", "ready"},
+	// Each mark is a log message, or its start with prefix.
+	marks := []struct {
+		msg    string
+		prefix bool
+		name   string
+	}{
+		{"embedded NATS with JetStream running", false, "embedded NATS running"},
+		{"read the stream", false, "stream read, timers armed"},
+		{"ready:", true, "ready"},
 	}
 	at := map[string]time.Time{}
 	sc := bufio.NewScanner(f)
@@ -395,7 +401,7 @@ func (sb *scaleBroker) startPhases(t *testing.T) string {
 			continue
 		}
 		for _, mk := range marks {
-			if strings.HasPrefix(line.Msg, mk.prefix) {
+			if line.Msg == mk.msg || mk.prefix && strings.HasPrefix(line.Msg, mk.msg) {
 				at[mk.name] = time.Unix(0, int64(line.TS*1e9))
 			}
 		}
@@ -552,8 +558,10 @@ type scaleExpiry struct {
 }
 
 // scaleExpire makes m requests whose deadlines fall rate per second apart
-// (the first lead after publishing starts), receives their decisions on a
-// core subscription, and checks each is expired exactly once, not before its
+// (the first lead after publishing starts), receives their decisions as the
+// stream republishes them once stored (assent-decided.<id>: a core
+// subscriber of assent.decision.<id> would also see publishes the stream
+// refused), and checks each is expired exactly once, not before its
 // deadline; it reports how late.
 func scaleExpire(t *testing.T, rep *scaleReport, sb *scaleBroker, nc *nats.Conn, pub *scalePublisher, n, m int, ingestRate float64) scaleExpiry {
 	t.Helper()
@@ -583,9 +591,9 @@ func scaleExpire(t *testing.T, rep *scaleReport, sb *scaleBroker, nc *nats.Conn,
 	if err != nil {
 		t.Fatal(err)
 	}
-	decSub, err := nc.Subscribe(events.DecisionPrefix+">", func(msg *nats.Msg) {
+	decSub, err := nc.Subscribe(events.DecidedPrefix+">", func(msg *nats.Msg) {
 		at := time.Now()
-		id := strings.TrimPrefix(msg.Subject, events.DecisionPrefix)
+		id := strings.TrimPrefix(msg.Subject, events.DecidedPrefix)
 		mu.Lock()
 		if len(decisions[id]) == 0 {
 			gotIDs.Add(1)
@@ -683,7 +691,11 @@ func scaleExpire(t *testing.T, rep *scaleReport, sb *scaleBroker, nc *nats.Conn,
 			}
 			continue
 		}
+		// The decision is the first stored on its subject (Nats-Last-Sequence
+		// 0); any republished after it was stored too.
 		eventIDs := map[string]bool{}
+		var at time.Time
+		later := 0
 		for _, r := range got {
 			ev, err := events.Decode(events.Header(r.hdr), r.data)
 			if err != nil {
@@ -697,17 +709,26 @@ func scaleExpire(t *testing.T, rep *scaleReport, sb *scaleBroker, nc *nats.Conn,
 				t.Errorf("request %s decided %s (request_id %s), want expired", id, d.Outcome, d.RequestID)
 			}
 			eventIDs[ev.ID()] = true
+			switch {
+			case r.hdr.Get(events.LastSequenceHeader) != "0":
+				later++
+			case at.IsZero():
+				at = r.at
+			}
 		}
-		if len(eventIDs) != 1 {
+		if len(eventIDs) != 1 || later > 0 {
 			twice++
-			t.Errorf("request %s has %d different decisions, want 1", id, len(eventIDs))
+			t.Errorf("request %s has %d decisions stored (%d different), want 1", id, len(got), len(eventIDs))
+		}
+		if at.IsZero() {
+			t.Errorf("request %s: none of its %d republished decisions is the first on its subject (%s 0)", id, len(got), events.LastSequenceHeader)
+			continue
 		}
 		deadline, ok := deadlines[id]
-		if !ok { // its pending event was missed: read the deadline from the state
+		if !ok { // its pending event was missed: ask the broker
 			fallback++
 			deadline = itest.ApprovalOf(t, itest.Call(t, http.MethodGet, sb.api()+"/v1/approvals/"+id, nil), http.StatusOK).Deadline
 		}
-		at := got[0].at
 		if firstAt.IsZero() || at.Before(firstAt) {
 			firstAt = at
 		}
@@ -727,7 +748,7 @@ func scaleExpire(t *testing.T, rep *scaleReport, sb *scaleBroker, nc *nats.Conn,
 	if len(lateness) > 0 {
 		res.max = lateness[len(lateness)-1].Round(time.Millisecond)
 	}
-	rep.add("expiry", "%d of %d decided expired (%d lost, %d decided more than once, %d before their deadline, %d deadlines read from the state); received between %s and %s after the first deadline (%.0f/s); lateness after the deadline p50 %s, p90 %s, p99 %s, max %s",
+	rep.add("expiry", "%d of %d decided expired (%d lost, %d decided more than once, %d before their deadline, %d deadlines read from the broker); received between %s and %s after the first deadline (%.0f/s); lateness after the deadline p50 %s, p90 %s, p99 %s, max %s",
 		len(lateness), m, lost, twice, early, fallback, firstAt.Sub(first).Round(time.Millisecond), lastAt.Sub(first).Round(time.Millisecond),
 		float64(len(lateness))/max(lastAt.Sub(firstAt).Seconds(), 1e-3), res.p50, itest.Quantile(lateness, 0.9), res.p99, res.max)
 	if lost > 0 {

@@ -19,8 +19,6 @@ import (
 	"github.com/assent-dev/assent/pkg/policy"
 )
 
-// stateEntry reports whether request id has an entry in the state bucket.
-
 // publishRequest publishes req as request id on its agent's request subject
 // with Nats-Msg-Id msgID: a new message for the stream, as the same request
 // asked again after the duplicate window would be.

@@ -59,7 +59,8 @@ func waitDecision(t *testing.T, ns *testenv.NATS, id string, want events.Outcome
 	}
 	subj, _ := events.DecisionSubject(id)
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		m, err := s.GetLastMsgForSubject(ctx(t), subj)
+		// The decision is the first message on its subject.
+		m, err := s.GetMsg(ctx(t), 1, jetstream.WithGetMsgSubject(subj))
 		if err == nil {
 			e, err := events.Decode(events.Header(m.Header), m.Data)
 			if err != nil {

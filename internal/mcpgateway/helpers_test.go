@@ -435,14 +435,15 @@ func (f *fixture) answer(t *testing.T, principal, id string, r events.Responded)
 	}
 }
 
-// decision waits for the decision of request id.
+// decision waits for the decision of request id: the first message stored on
+// its subject, read or republished on assent-decided.<id> (a plain
+// subscriber of assent.decision.<id> also gets publishes the stream refused).
 func (f *fixture) decision(t *testing.T, id string) events.Decided {
 	t.Helper()
-	subj, err := events.DecisionSubject(id)
-	if err != nil {
+	if err := events.CheckToken("request id", id); err != nil {
 		t.Fatal(err)
 	}
-	sub, err := f.nc.SubscribeSync(subj)
+	sub, err := f.nc.SubscribeSync(events.DecidedPrefix + id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,6 +457,9 @@ func (f *fixture) decision(t *testing.T, id string) events.Decided {
 		return d
 	}
 	m, err := sub.NextMsg(patience)
+	for err == nil && m.Header.Get(events.LastSequenceHeader) != "0" {
+		m, err = sub.NextMsg(patience) // stored after the decision
+	}
 	if err != nil {
 		t.Fatalf("no decision for %s: %v", id, err)
 	}

@@ -146,8 +146,8 @@ func newAuthzSite(t *testing.T) (*site, uiTargets) {
 		t.Fatal(err)
 	}
 	b.SetPolicy(later)
-	// The history follows the state bucket: wait for the decisions to reach
-	// it.
+	// The history follows the replica's reading of the stream: wait for the
+	// decisions to reach it.
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		_, body, _ := s.get(t, roleAdmin, "/history")
 		if strings.Contains(body, ts.denied) && strings.Contains(body, ts.auto) && strings.Contains(body, ts.grantRequest) {

@@ -261,7 +261,8 @@ func TestListingsAndErrors(t *testing.T) {
 	if _, err := s.b.Respond(context.Background(), "alice", ids[0], events.Responded{Decision: events.Deny, Reason: "nope"}); err != nil {
 		t.Fatal(err)
 	}
-	// The listing follows the state bucket: wait for the denial to reach it.
+	// The listing follows the replica's reading of the stream: wait for the
+	// denial to reach it.
 	var code int
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		code, body, _ = s.get(t, "", "/history?state=denied")
