@@ -47,6 +47,11 @@ func (b *Broker) Respond(ctx context.Context, principal, id string, resp events.
 	if err := b.answerChange(principal, id, resp, 0, now)(&trial); err != nil {
 		return rec, err
 	}
+	if trial.State.Terminal() {
+		if err := b.decisionFits(&trial); err != nil {
+			return rec, err
+		}
+	}
 	subj, err := events.ResponseSubject(principal, id)
 	if err != nil {
 		return Record{}, fmt.Errorf("%w: %w", ErrInvalid, err)

@@ -294,12 +294,22 @@ func (b *Broker) follow(ctx context.Context, kv jetstream.KeyValue, what string,
 	}
 }
 
-// Get returns the record of request id, or ErrNotFound.
+// Get returns the record of request id, or ErrNotFound. It reads once this
+// replica has read what the stream held when it was called, so a decision
+// another replica stored before the call (and its agent may have seen) is
+// there; a request stored but not yet judged is not found yet.
 func (b *Broker) Get(ctx context.Context, id string) (Record, error) {
 	if err := events.CheckToken("request id", id); err != nil {
 		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	return b.load(ctx, id)
+	if err := b.ledger.catchUp(ctx); err != nil {
+		b.log.Debug("read a request without catching up with the stream", zap.String("request_id", id), zap.Error(err))
+	}
+	rec, err := b.load(ctx, id)
+	if err == nil && rec.judging {
+		return Record{}, fmt.Errorf("%w: %s (stored, not yet judged)", ErrNotFound, id)
+	}
+	return rec, err
 }
 
 // Wait returns the record of request id once it is decided, or its current

@@ -162,7 +162,10 @@ func (l *ledger) run(ctx context.Context, ready func(pending int)) error {
 			}
 			continue
 		}
-		it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+		// Heartbeats every second: an ordered consumer whose node died is
+		// made again within about two seconds, not the ten that nats.go's
+		// defaults take, while handlers wait for this reading.
+		it, err := cons.Messages(jetstream.PullMaxMessages(1024), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullExpiry/2))
 		if err != nil {
 			continue
 		}
@@ -267,6 +270,17 @@ func (l *ledger) apply(msg jetstream.Msg) {
 // decode decodes a stored message's event, nil if it is not one.
 func (l *ledger) decode(h nats.Header, data []byte) *events.Event {
 	e, err := events.Codec{MaxSize: l.b.maxEmit}.Decode(events.Header(h), data)
+	if err != nil {
+		return nil
+	}
+	return &e
+}
+
+// decodeIncoming decodes an event a client published (an answer, a cancel)
+// as the broker's handlers do, with the same limits: an event they refuse
+// counts for nothing here either.
+func (l *ledger) decodeIncoming(h nats.Header, data []byte) *events.Event {
+	e, err := l.b.codec.Decode(events.Header(h), data)
 	if err != nil {
 		return nil
 	}
@@ -428,7 +442,7 @@ func (l *ledger) applyAnswer(seq uint64, at time.Time, msg jetstream.Msg) {
 	}
 	en.triggers = append(en.triggers, trigger{seq, at})
 	var resp events.Responded
-	if e := l.decode(msg.Headers(), msg.Data()); e != nil {
+	if e := l.decodeIncoming(msg.Headers(), msg.Data()); e != nil {
 		resp, err = events.DecodeResponded(e)
 	} else {
 		err = fmt.Errorf("%w: not an event", events.ErrMalformed)
@@ -461,8 +475,9 @@ func (l *ledger) applyCancel(seq uint64, at time.Time, msg jetstream.Msg) {
 		return
 	}
 	en.triggers = append(en.triggers, trigger{seq, at})
-	e := l.decode(msg.Headers(), msg.Data())
+	e := l.decodeIncoming(msg.Headers(), msg.Data())
 	if e == nil {
+		en.result(seq, fmt.Errorf("%w: not an event the broker takes", events.ErrMalformed))
 		return
 	}
 	c, err := events.DecodeCancel(e)
@@ -522,6 +537,10 @@ func (l *ledger) result(en *entry, seq uint64, at time.Time, change func(*Record
 		return
 	}
 	if next.State.Terminal() {
+		if err := l.b.decisionFits(&next); err != nil {
+			en.result(seq, err) // never stored, so nobody learns of it
+			return
+		}
 		l.propose(en, next, seq, at)
 	} else {
 		l.changed(en, next, seq)

@@ -122,6 +122,27 @@ func (b *Broker) loadStored(ctx context.Context, id string) (Record, error) {
 	return rec, nil
 }
 
+// decisionFits refuses a decision that would not fit the stream, with room
+// for a signature and trace context: an answer whose payload or edited args
+// would make one is refused, before it decides anything.
+func (b *Broker) decisionFits(r *Record) error {
+	e, err := events.New(events.TypeDecided, r.DecisionEventID, b.source, r.Decision)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	h, body, err := events.Encode(&e)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if size := len(body) + wireHeaderSize(nats.Header(h)) + publishHeaderRoom + decisionRoom; size > b.maxEmit {
+		return fmt.Errorf("%w: %w: the decision would be %d bytes, over the stream's limit of %d", ErrInvalid, events.ErrTooLarge, size, b.maxEmit)
+	}
+	return nil
+}
+
+// decisionRoom is what a decision's signature and trace context add.
+const decisionRoom = 1024
+
 // getSeq reads the message at stream sequence seq, from the stream's leader
 // on a cluster.
 func (b *Broker) getSeq(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
