@@ -51,6 +51,7 @@ type ledger struct {
 	marker uint64
 
 	applied atomic.Uint64
+	filling atomic.Bool // a fill runs
 	// legacy holds the pending requests of the previous version's state
 	// bucket (migrate.go), by id: what their pending events do not say.
 	legacy map[string]Record
@@ -192,11 +193,17 @@ func (l *ledger) run(ctx context.Context, ready func(pending int)) error {
 }
 
 // await returns once the ledger has applied stream sequence seq, or ctx
-// ends.
+// ends. A wait longer than fillAfter reads the missing messages (fill).
 func (l *ledger) await(ctx context.Context, seq uint64) error {
+	var late <-chan time.Time
 	for {
 		if l.applied.Load() >= seq {
 			return nil
+		}
+		if late == nil {
+			t := time.NewTimer(fillAfter)
+			defer t.Stop()
+			late = t.C
 		}
 		l.mu.Lock()
 		if l.wake == nil {
@@ -209,6 +216,9 @@ func (l *ledger) await(ctx context.Context, seq uint64) error {
 		}
 		select {
 		case <-wake:
+		case <-late:
+			late = make(chan time.Time) // once
+			go l.fill(ctx, seq)
 		case <-ctx.Done():
 			return fmt.Errorf("this replica has not read the stream up to sequence %d yet: %w", seq, ctx.Err())
 		}
@@ -228,15 +238,24 @@ func (l *ledger) catchUp(ctx context.Context) error {
 	return l.await(ctx, info.State.LastSeq)
 }
 
-// apply applies one stored message.
+// apply applies one message the ordered consumer delivers.
 func (l *ledger) apply(msg jetstream.Msg) {
 	md, err := msg.Metadata()
 	if err != nil {
 		return
 	}
-	seq, at := md.Sequence.Stream, md.Timestamp.UTC()
-	subj := msg.Subject()
+	l.applyStored(&jetstream.RawStreamMsg{Subject: msg.Subject(), Sequence: md.Sequence.Stream, Header: msg.Headers(), Data: msg.Data(), Time: md.Timestamp})
+}
+
+// applyStored applies the stored message msg, unless it was applied already
+// (read both by the ordered consumer and by fill).
+func (l *ledger) applyStored(msg *jetstream.RawStreamMsg) {
+	seq, at, subj := msg.Sequence, msg.Time.UTC(), msg.Subject
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if seq <= l.applied.Load() {
+		return
+	}
 	switch {
 	case strings.HasPrefix(subj, events.RequestPrefix):
 		l.applyRequest(seq, at, msg)
@@ -247,24 +266,63 @@ func (l *ledger) apply(msg jetstream.Msg) {
 	case strings.HasPrefix(subj, events.CancelPrefix):
 		l.applyCancel(seq, at, msg)
 	case subj == tickDue:
-		for _, id := range dueIDs(msg.Data()) {
+		for _, id := range dueIDs(msg.Data) {
 			l.applyDue(seq, at, id)
 		}
 	case strings.HasPrefix(subj, TimeoutPrefix):
 		l.applyDue(seq, at, subj[len(TimeoutPrefix):])
 	case strings.HasPrefix(subj, events.DecisionPrefix):
-		l.applyDecision(seq, at, subj, msg.Headers(), msg.Data())
+		l.applyDecision(seq, at, subj, msg.Header, msg.Data)
 	case subj == MigratedSubject:
 		if l.marker == 0 {
 			l.marker = seq
 		}
 	}
+	l.advance(seq)
+}
+
+// advance records that everything up to seq is applied, and wakes those
+// waiting for it. l.mu is held.
+func (l *ledger) advance(seq uint64) {
 	l.applied.Store(seq)
 	if l.wake != nil {
 		close(l.wake)
 		l.wake = nil
 	}
-	l.mu.Unlock()
+}
+
+// fillAfter is how long a handler waits for the ordered consumer to bring
+// its message before it reads the missing messages itself (fill).
+const fillAfter = 500 * time.Millisecond
+
+// fill reads the messages from the last applied up to upTo one by one from
+// the stream (its leader, on a cluster) and applies them, while the ordered
+// consumer is not delivering: its node died, and making it again waits for
+// JetStream's meta leader, which may have died with it (an election takes
+// seconds). Handlers waiting for their messages go on meanwhile. One fill
+// runs at a time.
+func (l *ledger) fill(ctx context.Context, upTo uint64) {
+	if !l.filling.CompareAndSwap(false, true) {
+		return
+	}
+	defer l.filling.Store(false)
+	for seq := l.applied.Load() + 1; seq <= upTo && ctx.Err() == nil; seq = l.applied.Load() + 1 {
+		m, err := l.b.getSeq(ctx, seq)
+		switch {
+		case err == nil:
+			l.applyStored(m)
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			// Removed (retention, a purge): nothing to apply.
+			l.mu.Lock()
+			if seq > l.applied.Load() {
+				l.advance(seq)
+			}
+			l.mu.Unlock()
+		default:
+			l.b.log.Debug("read the stream by sequence while its reading is held up", zap.Uint64("seq", seq), zap.Error(err))
+			return
+		}
+	}
 }
 
 // decode decodes a stored message's event, nil if it is not one.
@@ -297,8 +355,8 @@ func eventID(h nats.Header, data []byte) string {
 	return jsoniter.Get(data, "id").ToString()
 }
 
-func (l *ledger) applyRequest(seq uint64, at time.Time, msg jetstream.Msg) {
-	id := eventID(msg.Headers(), msg.Data())
+func (l *ledger) applyRequest(seq uint64, at time.Time, msg *jetstream.RawStreamMsg) {
+	id := eventID(msg.Header, msg.Data)
 	if !events.ValidToken(id) {
 		return
 	}
@@ -310,13 +368,13 @@ func (l *ledger) applyRequest(seq uint64, at time.Time, msg jetstream.Msg) {
 	}
 	l.open[id] = &entry{
 		id: id, reqSeq: seq, reqAt: at, seen: time.Now(),
-		req:      &jetstream.RawStreamMsg{Subject: msg.Subject(), Sequence: seq, Header: msg.Headers(), Data: msg.Data(), Time: at},
+		req:      msg,
 		triggers: []trigger{{seq, at}},
 	}
 }
 
-func (l *ledger) applyPending(seq uint64, at time.Time, msg jetstream.Msg) {
-	e := l.decode(msg.Headers(), msg.Data())
+func (l *ledger) applyPending(seq uint64, at time.Time, msg *jetstream.RawStreamMsg) {
+	e := l.decode(msg.Header, msg.Data)
 	if e == nil {
 		return
 	}
@@ -431,8 +489,8 @@ func eventSource(h nats.Header, data []byte) string {
 // event: nobody could have been asked yet.
 var errNotWaiting = errors.New("the request is not waiting for answers yet")
 
-func (l *ledger) applyAnswer(seq uint64, at time.Time, msg jetstream.Msg) {
-	sub, err := events.ParseSubject(msg.Subject())
+func (l *ledger) applyAnswer(seq uint64, at time.Time, msg *jetstream.RawStreamMsg) {
+	sub, err := events.ParseSubject(msg.Subject)
 	if err != nil {
 		return
 	}
@@ -442,7 +500,7 @@ func (l *ledger) applyAnswer(seq uint64, at time.Time, msg jetstream.Msg) {
 	}
 	en.triggers = append(en.triggers, trigger{seq, at})
 	var resp events.Responded
-	if e := l.decodeIncoming(msg.Headers(), msg.Data()); e != nil {
+	if e := l.decodeIncoming(msg.Header, msg.Data); e != nil {
 		resp, err = events.DecodeResponded(e)
 	} else {
 		err = fmt.Errorf("%w: not an event", events.ErrMalformed)
@@ -465,8 +523,8 @@ func (l *ledger) applyAnswer(seq uint64, at time.Time, msg jetstream.Msg) {
 	l.result(en, seq, at, change)
 }
 
-func (l *ledger) applyCancel(seq uint64, at time.Time, msg jetstream.Msg) {
-	sub, err := events.ParseSubject(msg.Subject())
+func (l *ledger) applyCancel(seq uint64, at time.Time, msg *jetstream.RawStreamMsg) {
+	sub, err := events.ParseSubject(msg.Subject)
 	if err != nil {
 		return
 	}
@@ -475,7 +533,7 @@ func (l *ledger) applyCancel(seq uint64, at time.Time, msg jetstream.Msg) {
 		return
 	}
 	en.triggers = append(en.triggers, trigger{seq, at})
-	e := l.decodeIncoming(msg.Headers(), msg.Data())
+	e := l.decodeIncoming(msg.Header, msg.Data)
 	if e == nil {
 		en.result(seq, fmt.Errorf("%w: not an event the broker takes", events.ErrMalformed))
 		return

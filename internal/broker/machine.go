@@ -155,6 +155,8 @@ func (b *Broker) getSeq(ctx context.Context, seq uint64) (*jetstream.RawStreamMs
 	switch {
 	case err != nil:
 		return nil, err
+	case resp.Error != nil && resp.Error.ErrCode == errNoMessage:
+		return nil, fmt.Errorf("stream sequence %d: %w", seq, jetstream.ErrMsgNotFound)
 	case resp.Error != nil:
 		return nil, fmt.Errorf("stream sequence %d: %s (%d)", seq, resp.Error.Description, resp.Error.ErrCode)
 	case resp.Message == nil:
