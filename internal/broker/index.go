@@ -172,7 +172,6 @@ func (x *index) outcome(s State) *shelf {
 	return sh
 }
 
-
 // remove forgets id.
 func (x *index) remove(id string) {
 	x.mu.Lock()
