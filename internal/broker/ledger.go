@@ -172,12 +172,23 @@ func (l *ledger) run(ctx context.Context, ready func(pending int)) error {
 		}
 		stop := context.AfterFunc(ctx, it.Stop)
 		for {
-			msg, err := it.Next()
+			var opts []jetstream.NextOpt
+			if ready != nil {
+				// Until caught up, a second without a message means every
+				// message stored is read: the last one at start may be gone
+				// since (a durable tick's schedule, removed once it fired).
+				opts = append(opts, jetstream.NextMaxWait(time.Second))
+			}
+			msg, err := it.Next(opts...)
+			if errors.Is(err, nats.ErrTimeout) {
+				caughtUp()
+				continue
+			}
 			if err != nil {
 				break
 			}
-			l.apply(msg)
-			if ready != nil && l.applied.Load() >= last {
+			left := l.apply(msg)
+			if ready != nil && (l.applied.Load() >= last || left == 0) {
 				caughtUp()
 			}
 			select {
@@ -238,13 +249,15 @@ func (l *ledger) catchUp(ctx context.Context) error {
 	return l.await(ctx, info.State.LastSeq)
 }
 
-// apply applies one message the ordered consumer delivers.
-func (l *ledger) apply(msg jetstream.Msg) {
+// apply applies one message the ordered consumer delivers, and returns how
+// many the stream holds after it.
+func (l *ledger) apply(msg jetstream.Msg) (left uint64) {
 	md, err := msg.Metadata()
 	if err != nil {
-		return
+		return 1
 	}
 	l.applyStored(&jetstream.RawStreamMsg{Subject: msg.Subject(), Sequence: md.Sequence.Stream, Header: msg.Headers(), Data: msg.Data(), Time: md.Timestamp})
+	return md.NumPending
 }
 
 // applyStored applies the stored message msg, unless it was applied already

@@ -344,7 +344,7 @@ func TestToolListChanges(t *testing.T) {
 	for _, fe := range []frontend{memoryFrontend, httpFrontend} {
 		t.Run(fe.name, func(t *testing.T) {
 			ns, url := newNotes(t)
-			f := newFixture(t, backend{"notes", func(t *testing.T) (mcpgateway.Upstream, files, *mcp.ClientSession) {
+			f := newFixture(t, backend{"notes", func(t testing.TB) (mcpgateway.Upstream, files, *mcp.ClientSession) {
 				return mcpgateway.Upstream{Name: "notes", URL: url, Prefix: "n."}, ns, nil
 			}}, fe, mcpgateway.Config{})
 			changed := make(chan struct{}, 16)

@@ -97,14 +97,14 @@ rules:
 
 // files is where an upstream's delete_file deletes.
 type files interface {
-	seed(t *testing.T, names ...string)
-	exists(t *testing.T, name string) bool
+	seed(t testing.TB, names ...string)
+	exists(t testing.TB, name string) bool
 }
 
 // dir is a sandbox directory: agent-worker's files.
 type dir string
 
-func (d dir) seed(t *testing.T, names ...string) {
+func (d dir) seed(t testing.TB, names ...string) {
 	t.Helper()
 	for _, n := range names {
 		if err := os.WriteFile(filepath.Join(string(d), n), []byte(n), 0o644); err != nil {
@@ -113,7 +113,7 @@ func (d dir) seed(t *testing.T, names ...string) {
 	}
 }
 
-func (d dir) exists(t *testing.T, name string) bool {
+func (d dir) exists(t testing.TB, name string) bool {
 	t.Helper()
 	_, err := os.Stat(filepath.Join(string(d), name))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -128,12 +128,12 @@ type backend struct {
 	name string
 	// start starts it for t: the gateway's configuration for it, its files,
 	// and a client straight to it (no gateway).
-	start func(t *testing.T) (mcpgateway.Upstream, files, *mcp.ClientSession)
+	start func(t testing.TB) (mcpgateway.Upstream, files, *mcp.ClientSession)
 }
 
 // workerBackend is agent-worker's file tools over stdio, the test binary
 // running them (TestMain), offered with the prefix fs__.
-var workerBackend = backend{"stdio", func(t *testing.T) (mcpgateway.Upstream, files, *mcp.ClientSession) {
+var workerBackend = backend{"stdio", func(t testing.TB) (mcpgateway.Upstream, files, *mcp.ClientSession) {
 	t.Helper()
 	d := t.TempDir()
 	up := mcpgateway.Upstream{Name: "fs", Command: os.Args[0], Env: map[string]string{workerEnv: d}, Prefix: "fs__"}
@@ -150,7 +150,7 @@ type notes struct {
 	server *mcp.Server
 }
 
-func (n *notes) seed(t *testing.T, names ...string) {
+func (n *notes) seed(t testing.TB, names ...string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, x := range names {
@@ -158,14 +158,14 @@ func (n *notes) seed(t *testing.T, names ...string) {
 	}
 }
 
-func (n *notes) exists(t *testing.T, name string) bool {
+func (n *notes) exists(t testing.TB, name string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.names[name]
 }
 
 // newNotes serves a notes server over streamable HTTP until the test ends.
-func newNotes(t *testing.T) (*notes, string) {
+func newNotes(t testing.TB) (*notes, string) {
 	t.Helper()
 	n := &notes{names: map[string]bool{}}
 	n.server = mcp.NewServer(&mcp.Implementation{Name: "notes", Version: "v1"}, nil)
@@ -204,7 +204,7 @@ func newNotes(t *testing.T) (*notes, string) {
 }
 
 // notesBackend is a notes server over streamable HTTP, offered as is.
-var notesBackend = backend{"http", func(t *testing.T) (mcpgateway.Upstream, files, *mcp.ClientSession) {
+var notesBackend = backend{"http", func(t testing.TB) (mcpgateway.Upstream, files, *mcp.ClientSession) {
 	t.Helper()
 	n, url := newNotes(t)
 	return mcpgateway.Upstream{Name: "notes", URL: url}, n, connectClient(t, &mcp.StreamableClientTransport{Endpoint: url}, nil)
@@ -212,13 +212,13 @@ var notesBackend = backend{"http", func(t *testing.T) (mcpgateway.Upstream, file
 
 // connectClient connects an MCP client named after the test, with opts, over
 // tr, and closes it when the test ends.
-func connectClient(t *testing.T, tr mcp.Transport, opts *mcp.ClientOptions) *mcp.ClientSession {
+func connectClient(t testing.TB, tr mcp.Transport, opts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	return connectAs(t, "test-client", tr, opts)
 }
 
 // connectAs is connectClient with the client's name.
-func connectAs(t *testing.T, name string, tr mcp.Transport, opts *mcp.ClientOptions) *mcp.ClientSession {
+func connectAs(t testing.TB, name string, tr mcp.Transport, opts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
@@ -237,11 +237,11 @@ type frontend struct {
 	// client if set (HTTP only), over its transport as wrap makes it if set.
 	// disconnect ends the client's side of the connection without waiting
 	// for its calls, as a client that quits does.
-	connect func(t *testing.T, g *mcpgateway.Gateway, name string, opts *mcp.ClientOptions, hc *http.Client, wrap func(mcp.Transport) mcp.Transport) (cs *mcp.ClientSession, disconnect func())
+	connect func(t testing.TB, g *mcpgateway.Gateway, name string, opts *mcp.ClientOptions, hc *http.Client, wrap func(mcp.Transport) mcp.Transport) (cs *mcp.ClientSession, disconnect func())
 }
 
 // memoryFrontend serves each client over a pipe, as on stdio.
-var memoryFrontend = frontend{"memory", func(t *testing.T, g *mcpgateway.Gateway, name string, opts *mcp.ClientOptions, _ *http.Client, wrap func(mcp.Transport) mcp.Transport) (*mcp.ClientSession, func()) {
+var memoryFrontend = frontend{"memory", func(t testing.TB, g *mcpgateway.Gateway, name string, opts *mcp.ClientOptions, _ *http.Client, wrap func(mcp.Transport) mcp.Transport) (*mcp.ClientSession, func()) {
 	t.Helper()
 	server, client := net.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -257,7 +257,7 @@ var memoryFrontend = frontend{"memory", func(t *testing.T, g *mcpgateway.Gateway
 }}
 
 // httpFrontend serves clients over streamable HTTP.
-var httpFrontend = frontend{"http", func(t *testing.T, g *mcpgateway.Gateway, name string, opts *mcp.ClientOptions, hc *http.Client, wrap func(mcp.Transport) mcp.Transport) (*mcp.ClientSession, func()) {
+var httpFrontend = frontend{"http", func(t testing.TB, g *mcpgateway.Gateway, name string, opts *mcp.ClientOptions, hc *http.Client, wrap func(mcp.Transport) mcp.Transport) (*mcp.ClientSession, func()) {
 	t.Helper()
 	srv := httptest.NewServer(g.Handler())
 	t.Cleanup(srv.Close)
@@ -344,7 +344,7 @@ type fixture struct {
 
 // newFixture starts it all for t, the gateway configured by cfg (its
 // upstream and NATS filled in) in front of be, reached through fe.
-func newFixture(t *testing.T, be backend, fe frontend, cfg mcpgateway.Config) *fixture {
+func newFixture(t testing.TB, be backend, fe frontend, cfg mcpgateway.Config) *fixture {
 	t.Helper()
 	ns := testenv.Server(t)
 	pol, err := policy.Parse([]byte(testPolicy), "policy.yaml")
@@ -370,7 +370,7 @@ func newFixture(t *testing.T, be backend, fe frontend, cfg mcpgateway.Config) *f
 
 // client connects a client called name (so asking as agent name) to the
 // gateway.
-func (f *fixture) client(t *testing.T, name string, opts *mcp.ClientOptions) *mcp.ClientSession {
+func (f *fixture) client(t testing.TB, name string, opts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	cs, _ := f.front.connect(t, f.gw, name, opts, nil, nil)
 	return cs
@@ -378,7 +378,7 @@ func (f *fixture) client(t *testing.T, name string, opts *mcp.ClientOptions) *mc
 
 // pendingOf watches the pending requests of agent; each call of the
 // returned func waits for the next one.
-func (f *fixture) pendingOf(t *testing.T, agent string) func() events.Pending {
+func (f *fixture) pendingOf(t testing.TB, agent string) func() events.Pending {
 	t.Helper()
 	subj, err := events.PendingSubject(agent)
 	if err != nil {
@@ -417,7 +417,7 @@ func (f *fixture) pendingOf(t *testing.T, agent string) func() events.Pending {
 // deleteWaiting makes files, and has cs, whose client asks as agent, delete
 // the first of them with ctx; it returns once the request waits for
 // people, with the call's result to come.
-func (f *fixture) deleteWaiting(t *testing.T, ctx context.Context, cs *mcp.ClientSession, agent string, files ...string) (<-chan result, events.Pending) {
+func (f *fixture) deleteWaiting(t testing.TB, ctx context.Context, cs *mcp.ClientSession, agent string, files ...string) (<-chan result, events.Pending) {
 	t.Helper()
 	next := f.pendingOf(t, agent)
 	f.files.seed(t, files...)
@@ -426,7 +426,7 @@ func (f *fixture) deleteWaiting(t *testing.T, ctx context.Context, cs *mcp.Clien
 }
 
 // answer publishes principal's answer to request id.
-func (f *fixture) answer(t *testing.T, principal, id string, r events.Responded) {
+func (f *fixture) answer(t testing.TB, principal, id string, r events.Responded) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
@@ -438,7 +438,7 @@ func (f *fixture) answer(t *testing.T, principal, id string, r events.Responded)
 // decision waits for the decision of request id: the first message stored on
 // its subject, read or republished on assent-decided.<id> (a plain
 // subscriber of assent.decision.<id> also gets publishes the stream refused).
-func (f *fixture) decision(t *testing.T, id string) events.Decided {
+func (f *fixture) decision(t testing.TB, id string) events.Decided {
 	t.Helper()
 	if err := events.CheckToken("request id", id); err != nil {
 		t.Fatal(err)
@@ -482,7 +482,7 @@ type result struct {
 
 // callAsync calls tool with args through cs in a goroutine the test waits for
 // at cleanup.
-func callAsync(t *testing.T, ctx context.Context, cs *mcp.ClientSession, tool, args string) <-chan result {
+func callAsync(t testing.TB, ctx context.Context, cs *mcp.ClientSession, tool, args string) <-chan result {
 	t.Helper()
 	return testenv.Go(t, func() result {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: json.RawMessage(args)})
@@ -491,14 +491,14 @@ func callAsync(t *testing.T, ctx context.Context, cs *mcp.ClientSession, tool, a
 }
 
 // await waits for a callAsync.
-func await(t *testing.T, ch <-chan result) result {
+func await(t testing.TB, ch <-chan result) result {
 	t.Helper()
 	return testenv.Await(t, ch, patience, "the call")
 }
 
 // call calls tool and waits for its result, which must not be a protocol
 // error.
-func call(t *testing.T, cs *mcp.ClientSession, tool, args string) *mcp.CallToolResult {
+func call(t testing.TB, cs *mcp.ClientSession, tool, args string) *mcp.CallToolResult {
 	t.Helper()
 	r := await(t, callAsync(t, t.Context(), cs, tool, args))
 	if r.err != nil {
@@ -508,7 +508,7 @@ func call(t *testing.T, cs *mcp.ClientSession, tool, args string) *mcp.CallToolR
 }
 
 // verdict reads what the gateway said of the decision from res's _meta.
-func verdict(t *testing.T, res *mcp.CallToolResult) mcpgateway.Verdict {
+func verdict(t testing.TB, res *mcp.CallToolResult) mcpgateway.Verdict {
 	t.Helper()
 	raw, err := json.Marshal(res.Meta[mcpgateway.MetaKey])
 	if err != nil {
@@ -522,7 +522,7 @@ func verdict(t *testing.T, res *mcp.CallToolResult) mcpgateway.Verdict {
 }
 
 // text is the text of res's first content.
-func text(t *testing.T, res *mcp.CallToolResult) string {
+func text(t testing.TB, res *mcp.CallToolResult) string {
 	t.Helper()
 	if len(res.Content) == 0 {
 		t.Fatalf("no content in %+v", res)
@@ -535,7 +535,7 @@ func text(t *testing.T, res *mcp.CallToolResult) string {
 }
 
 // upstreamTool is the upstream's tool name, as a client of it reads it.
-func (f *fixture) upstreamTool(t *testing.T, name string) *mcp.Tool {
+func (f *fixture) upstreamTool(t testing.TB, name string) *mcp.Tool {
 	t.Helper()
 	for tool, err := range f.direct.Tools(t.Context(), nil) {
 		if err != nil {
@@ -550,7 +550,7 @@ func (f *fixture) upstreamTool(t *testing.T, name string) *mcp.Tool {
 }
 
 // runGateway starts a gateway on nc with cfg, closed when the test ends.
-func runGateway(t *testing.T, nc *nats.Conn, cfg mcpgateway.Config) *mcpgateway.Gateway {
+func runGateway(t testing.TB, nc *nats.Conn, cfg mcpgateway.Config) *mcpgateway.Gateway {
 	t.Helper()
 	gw, err := mcpgateway.New(nc, cfg, testenv.Logger(t))
 	if err != nil {
