@@ -100,7 +100,7 @@ func newIndex(keep int) *index {
 func (x *index) put(rec Record) {
 	var d *decidedItem
 	if rec.State != StatePending && rec.Decision != nil {
-		d = &decidedItem{indexed: indexed{rec: rec}}
+		d = &decidedItem{indexed: indexed{rec: rec, trimmed: rec.partial}}
 		if len(rec.Request.Args) > indexArgsLimit {
 			d.rec.Request.Args, d.trimmed = nil, true
 		}

@@ -112,6 +112,13 @@ func (b *Broker) awaitOrAdopt(ctx context.Context, rec *Record, pending *nats.Ms
 // refused with ErrIDConflict.
 func (b *Broker) resume(ctx context.Context, st status, req events.Requested, digest string) (Record, error) {
 	rec := st.rec
+	if rec.partial {
+		full, err := b.requestAt(ctx, rec.ID, rec.RequestSeq)
+		if err != nil {
+			return rec, err
+		}
+		rec = full
+	}
 	if err := conflict(&rec, req, digest); err != nil {
 		return rec, err
 	}

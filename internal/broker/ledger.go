@@ -45,6 +45,9 @@ type ledger struct {
 	open map[string]*entry
 	// wake is closed when applied moves, if someone waits.
 	wake chan struct{}
+	// raw counts the entries that keep their request message, at most
+	// maxRaw (maxRawRequests).
+	raw, maxRaw int
 	// marker is the stream sequence of the migration marker: decisions
 	// stored before it were made by brokers before the stream decided, and
 	// their event ids are not derived from their triggers.
@@ -67,8 +70,13 @@ type entry struct {
 	reqSeq uint64
 	reqAt  time.Time
 	// req is the request message while no pending event carries the
-	// request: decoded only when needed (a conflict check, a cancel).
-	req *jetstream.RawStreamMsg
+	// request, decoded only when needed (a conflict check, a cancel, the
+	// decided record); kept for at most maxRawRequests requests at once, so
+	// that a backlog of requests not yet judged does not hold them all in
+	// memory. Without it, agent, session and source say what listings need,
+	// and the rest is read from the stream by reqSeq.
+	req                    *jetstream.RawStreamMsg
+	agent, session, source string
 	// rec is the request's state once its pending event is stored.
 	rec *Record
 	// triggers are the stream messages applied to the request (its request
@@ -104,7 +112,7 @@ type trigger struct {
 }
 
 func newLedger(b *Broker) *ledger {
-	return &ledger{b: b, open: make(map[string]*entry)}
+	return &ledger{b: b, open: make(map[string]*entry), maxRaw: maxRawRequests}
 }
 
 // orphanAfter is how long a request stays open with neither a pending
@@ -379,11 +387,65 @@ func (l *ledger) applyRequest(seq uint64, at time.Time, msg *jetstream.RawStream
 	if _, _, ok := l.b.index.get(id); ok {
 		return // decided
 	}
-	l.open[id] = &entry{
+	en := &entry{
 		id: id, reqSeq: seq, reqAt: at, seen: time.Now(),
-		req:      msg,
+		agent:    strings.TrimPrefix(msg.Subject, events.RequestPrefix),
 		triggers: []trigger{{seq, at}},
 	}
+	en.session, en.source = requestFacts(msg.Header, msg.Data)
+	if l.raw < l.maxRaw {
+		en.req = msg
+		l.raw++
+	}
+	l.open[id] = en
+}
+
+// maxRawRequests bounds the request messages the ledger keeps for requests
+// being judged (entry.req): about 1 KiB each.
+const maxRawRequests = 16384
+
+// dropRaw forgets en's request message. l.mu is held.
+func (l *ledger) dropRaw(en *entry) {
+	if en.req != nil {
+		en.req = nil
+		l.raw--
+	}
+}
+
+// forget removes open request en. l.mu is held.
+func (l *ledger) forget(en *entry) {
+	l.dropRaw(en)
+	delete(l.open, en.id)
+}
+
+// requestFacts reads the session of the request in a stored requested
+// event, and the event's source, in one pass and without decoding the rest.
+func requestFacts(h nats.Header, data []byte) (session, source string) {
+	if src := h.Get("ce-source"); src != "" {
+		// Binary mode: the body is the data.
+		return jsoniter.Get(data, "session").ToString(), src
+	}
+	it := jsoniter.ConfigFastest.BorrowIterator(data)
+	defer jsoniter.ConfigFastest.ReturnIterator(it)
+	it.ReadObjectCB(func(it *jsoniter.Iterator, field string) bool {
+		switch field {
+		case "source":
+			source = it.ReadString()
+		case "data":
+			it.ReadObjectCB(func(it *jsoniter.Iterator, field string) bool {
+				if field == "session" {
+					session = it.ReadString()
+				} else {
+					it.Skip()
+				}
+				return true
+			})
+		default:
+			it.Skip()
+		}
+		return true
+	})
+	return session, source
 }
 
 func (l *ledger) applyPending(seq uint64, at time.Time, msg *jetstream.RawStreamMsg) {
@@ -461,12 +523,10 @@ func (l *ledger) pending(seq uint64, at time.Time, e *events.Event, p events.Pen
 		en.reqSeq, en.reqAt = old.RequestSeq, old.ReceivedAt
 		delete(l.legacy, p.RequestID)
 	}
-	if p.Request.Agent == "" && en.req != nil {
-		rec.Request.Agent = strings.TrimPrefix(en.req.Subject, events.RequestPrefix)
+	if p.Request.Agent == "" {
+		rec.Request.Agent = en.agent
 	}
-	if en.req != nil {
-		rec.Source = eventSource(en.req.Header, en.req.Data)
-	}
+	rec.Source = en.source
 	if rec.RequestDigest == "" {
 		rec.RequestDigest, _ = events.RequestDigest(rec.Request)
 	}
@@ -474,7 +534,8 @@ func (l *ledger) pending(seq uint64, at time.Time, e *events.Event, p events.Pen
 		rec.TraceParent = tp
 		rec.TraceState, _ = e.Extensions()[events.TraceStateAttribute].(string)
 	}
-	en.rec, en.req = rec, nil
+	en.rec = rec
+	l.dropRaw(en)
 	for _, a := range en.early {
 		l.result(en, a.seq, a.at, a.change)
 	}
@@ -490,13 +551,6 @@ func (l *ledger) pending(seq uint64, at time.Time, e *events.Event, p events.Pen
 	l.b.records.deliver(rec.ID)
 }
 
-// eventSource reads the source of the event in a message, "" if none.
-func eventSource(h nats.Header, data []byte) string {
-	if src := h.Get("ce-source"); src != "" {
-		return src
-	}
-	return jsoniter.Get(data, "source").ToString()
-}
 
 // errNotWaiting refuses an answer stored before its request's pending
 // event: nobody could have been asked yet.
@@ -568,6 +622,9 @@ func (l *ledger) applyCancel(seq uint64, at time.Time, msg *jetstream.RawStreamM
 		if err := change(&rec); err != nil {
 			en.result(seq, err)
 			return
+		}
+		if rec.partial {
+			rec.rebuild = change // with the request read from the stream
 		}
 		l.propose(en, rec, seq, at)
 		en.result(seq, nil)
@@ -760,7 +817,9 @@ func (l *ledger) applyDecision(seq uint64, at time.Time, subj string, h nats.Hea
 	if rec.ReceivedAt.IsZero() && en != nil {
 		rec.ReceivedAt = en.reqAt
 	}
-	delete(l.open, id)
+	if en != nil {
+		l.forget(en)
+	}
 	b.index.put(rec)
 	b.timers.stop(id)
 	b.records.deliver(id)
@@ -808,21 +867,21 @@ func describeStored(seq uint64, e *events.Event, err error) string {
 // requestRecord builds the record of an open request from its request
 // message.
 func (l *ledger) requestRecord(en *entry) (Record, error) {
-	rec := Record{ID: en.id, State: StatePending, RequestSeq: en.reqSeq, ReceivedAt: en.reqAt, judging: true}
+	rec := Record{ID: en.id, State: StatePending, RequestSeq: en.reqSeq, ReceivedAt: en.reqAt, judging: true,
+		Request: events.Requested{Agent: en.agent, Session: en.session}, Source: en.source}
 	if en.req == nil {
+		rec.partial = true // the rest is in the stream, at RequestSeq
 		return rec, nil
 	}
-	rec.Request.Agent = strings.TrimPrefix(en.req.Subject, events.RequestPrefix)
 	e := l.decode(en.req.Header, en.req.Data)
 	if e == nil {
 		return rec, nil
 	}
-	rec.Source = e.Source()
 	req, err := events.DecodeRequested(e)
 	if err != nil {
 		return rec, nil
 	}
-	req.Agent = rec.Request.Agent
+	req.Agent = en.agent
 	rec.Request = req
 	rec.RequestDigest, _ = events.RequestDigest(req)
 	rec.Deadline = rec.ReceivedAt.Add(l.b.cfg.clamp(req.Timeout.Std())).UTC()
@@ -833,9 +892,11 @@ func (l *ledger) requestRecord(en *entry) (Record, error) {
 // nor a decision.
 func (l *ledger) sweep() {
 	cutoff := time.Now().Add(-orphanAfter)
-	for id, en := range l.open {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, en := range l.open {
 		if en.rec == nil && en.proposal == nil && en.seen.Before(cutoff) {
-			delete(l.open, id)
+			l.forget(en)
 		}
 	}
 }

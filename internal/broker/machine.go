@@ -143,6 +143,28 @@ func (b *Broker) decisionFits(r *Record) error {
 // decisionRoom is what a decision's signature and trace context add.
 const decisionRoom = 1024
 
+// requestAt reads request id's request message, at stream sequence seq, and
+// returns the record of the request it makes, still to be judged.
+func (b *Broker) requestAt(ctx context.Context, id string, seq uint64) (Record, error) {
+	m, err := b.getSeq(ctx, seq)
+	if err != nil {
+		return Record{}, fmt.Errorf("read request %s at stream sequence %d: %w", id, seq, err)
+	}
+	e, err := b.codec.Decode(events.Header(m.Header), m.Data)
+	if err != nil {
+		return Record{}, fmt.Errorf("request %s at stream sequence %d: %w", id, seq, err)
+	}
+	req, err := events.DecodeRequested(&e)
+	if err != nil {
+		return Record{}, fmt.Errorf("request %s at stream sequence %d: %w", id, seq, err)
+	}
+	req.Agent = strings.TrimPrefix(m.Subject, events.RequestPrefix)
+	digest, _ := events.RequestDigest(req)
+	at := m.Time.UTC()
+	return Record{ID: id, State: StatePending, Request: req, RequestDigest: digest, RequestSeq: seq, ReceivedAt: at,
+		Source: e.Source(), Deadline: at.Add(b.cfg.clamp(req.Timeout.Std())).UTC()}, nil
+}
+
 // getSeq reads the message at stream sequence seq, from the stream's leader
 // on a cluster.
 func (b *Broker) getSeq(ctx context.Context, seq uint64) (*jetstream.RawStreamMsg, error) {
@@ -201,6 +223,18 @@ func (b *Broker) settleAt(ctx context.Context, id string, o origin) (Record, sta
 // first message of the subject from the stream's leader, and finds its own
 // event (an attempt whose acknowledgement was lost) or another.
 func (b *Broker) fix(ctx context.Context, prop *Record) (Record, error) {
+	if prop.rebuild != nil {
+		full, err := b.requestAt(ctx, prop.ID, prop.RequestSeq)
+		if err != nil {
+			return Record{}, err
+		}
+		if err := prop.rebuild(&full); err != nil {
+			return Record{}, err
+		}
+		full.Trigger, full.DecisionEventID, full.revision = prop.Trigger, prop.DecisionEventID, prop.revision
+		full.Decision.RequestSeq = full.RequestSeq
+		prop = &full
+	}
 	msg, err := b.decisionMsg(ctx, prop)
 	if err != nil {
 		return Record{}, err

@@ -118,6 +118,12 @@ type Record struct {
 	// judging: the request is stored and neither waits for answers nor is
 	// decided yet.
 	judging bool
+	// partial: the record lacks the request's content (args, schemas), which
+	// is read from the stream at RequestSeq when needed; rebuild, if set, is
+	// the change to apply again to the whole request (a cancel made while
+	// the ledger kept only a part of it).
+	partial bool
+	rebuild func(*Record) error
 	// forged: the decision itself (the first message on the decision
 	// subject) is one no broker made.
 	forged bool

@@ -21,11 +21,14 @@ func runInternal(t *testing.T, nc *nats.Conn, cfg Config) (*Broker, context.Cont
 }
 
 // runInternalLogged is runInternal with the broker logging to log.
-func runInternalLogged(t *testing.T, nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, context.Context) {
+func runInternalLogged(t *testing.T, nc *nats.Conn, cfg Config, log *zap.Logger, before ...func(*Broker)) (*Broker, context.Context) {
 	t.Helper()
 	b, err := New(nc, cfg, log)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, fn := range before {
+		fn(b)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	done := make(chan error, 1)
