@@ -551,7 +551,6 @@ func (l *ledger) pending(seq uint64, at time.Time, e *events.Event, p events.Pen
 	l.b.records.deliver(rec.ID)
 }
 
-
 // errNotWaiting refuses an answer stored before its request's pending
 // event: nobody could have been asked yet.
 var errNotWaiting = errors.New("the request is not waiting for answers yet")
