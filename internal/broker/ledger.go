@@ -220,7 +220,7 @@ func (l *ledger) await(ctx context.Context, seq uint64) error {
 			return nil
 		}
 		if late == nil {
-			t := time.NewTimer(fillAfter)
+			t := time.NewTicker(fillAfter)
 			defer t.Stop()
 			late = t.C
 		}
@@ -236,8 +236,7 @@ func (l *ledger) await(ctx context.Context, seq uint64) error {
 		select {
 		case <-wake:
 		case <-late:
-			late = make(chan time.Time) // once
-			go l.fill(ctx, seq)
+			go l.fill(ctx, seq) // again every fillAfter, while it waits
 		case <-ctx.Done():
 			return fmt.Errorf("this replica has not read the stream up to sequence %d yet: %w", seq, ctx.Err())
 		}
@@ -249,12 +248,15 @@ func (l *ledger) await(ctx context.Context, seq uint64) error {
 // whatever its first handling stored is known before it acts again.
 func (l *ledger) catchUp(ctx context.Context) error {
 	cctx, cancel := callCtx(ctx)
+	defer cancel()
 	info, err := l.b.res.stream.Info(cctx)
-	cancel()
 	if err != nil {
 		return fmt.Errorf("read the stream's last sequence: %w", err)
 	}
-	return l.await(ctx, info.State.LastSeq)
+	// Bounded like a call: a message removed before it was read (a durable
+	// tick's schedule, once it fired) is skipped by fill, which a failed
+	// read may hold up.
+	return l.await(cctx, info.State.LastSeq)
 }
 
 // apply applies one message the ordered consumer delivers, and returns how
