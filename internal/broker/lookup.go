@@ -43,13 +43,8 @@ func (b *Broker) lookupRequest(ctx context.Context, m *nats.Msg) {
 	if m.Reply == "" {
 		return
 	}
-	reply := &nats.Msg{Subject: m.Reply, Header: nats.Header{}}
-	reply.Header.Set(events.LookupStatus, events.LookupUnknown)
-	defer func() {
-		if err := m.RespondMsg(reply); err != nil {
-			b.log.Debug("request lookup answer not sent", zap.String("subject", m.Subject), zap.Error(err))
-		}
-	}()
+	reply, send := b.lookupReply(m)
+	defer send()
 	id := strings.TrimPrefix(m.Subject, events.BrokerLookupPrefix)
 	if !events.ValidToken(id) {
 		return

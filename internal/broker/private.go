@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/pkg/events"
@@ -66,13 +65,8 @@ func (b *Broker) lookup(ctx context.Context, m *nats.Msg) {
 	if m.Reply == "" {
 		return
 	}
-	reply := &nats.Msg{Subject: m.Reply, Header: nats.Header{}}
-	reply.Header.Set(events.LookupStatus, events.LookupUnknown)
-	defer func() {
-		if err := m.RespondMsg(reply); err != nil {
-			b.log.Debug("lookup answer not sent", zap.String("subject", m.Subject), zap.Error(err))
-		}
-	}()
+	reply, send := b.lookupReply(m)
+	defer send()
 	parts := strings.Split(strings.TrimPrefix(m.Subject, events.PrivatePrefix), ".")
 	if len(parts) != 3 {
 		return
@@ -89,32 +83,32 @@ func (b *Broker) lookup(ctx context.Context, m *nats.Msg) {
 	reply.Header.Set(events.LookupStatus, events.LookupPending)
 	reply.Header.Set(events.LookupDeadline, rec.Deadline.UTC().Format(time.RFC3339Nano))
 	reply.Header.Set(events.LookupRequestDigest, rec.RequestDigest)
-	if rec.Decision == nil || rec.DecisionEventID == "" {
+	if !rec.State.Terminal() {
 		return
 	}
-	subj := events.DecisionPrefix + id
-	for seq := uint64(1); ; {
-		cctx, cancel := callCtx(ctx)
-		dm, err := b.res.stream.GetMsg(cctx, seq, jetstream.WithGetMsgSubject(subj))
-		cancel()
-		if err != nil {
-			// Decided but not published yet (or unreadable): pending, for
-			// now; the copy or the next lookup brings it.
-			return
+	// The decision is the message the ledger read it from.
+	dm, err := b.getSeq(ctx, rec.revision)
+	if err != nil {
+		return // unreadable for now: pending, until the copy or the next lookup
+	}
+	h := nats.Header{}
+	for k, v := range dm.Header {
+		h[k] = v
+	}
+	h.Set(events.LookupStatus, events.LookupDecided)
+	h.Set(events.LookupDeadline, rec.Deadline.UTC().Format(time.RFC3339Nano))
+	h.Set(events.LookupRequestDigest, rec.RequestDigest)
+	reply.Header, reply.Data = h, dm.Data
+}
+
+// lookupReply starts the answer to lookup m, unknown until the caller says
+// more, and returns the func that sends it.
+func (b *Broker) lookupReply(m *nats.Msg) (*nats.Msg, func()) {
+	reply := &nats.Msg{Subject: m.Reply, Header: nats.Header{}}
+	reply.Header.Set(events.LookupStatus, events.LookupUnknown)
+	return reply, func() {
+		if err := m.RespondMsg(reply); err != nil {
+			b.log.Debug("lookup answer not sent", zap.String("subject", m.Subject), zap.Error(err))
 		}
-		seq = dm.Sequence + 1
-		e, err := events.Codec{MaxSize: b.maxEmit}.Decode(events.Header(dm.Header), dm.Data)
-		if err != nil || e.ID() != rec.DecisionEventID {
-			continue
-		}
-		h := nats.Header{}
-		for k, v := range dm.Header {
-			h[k] = v
-		}
-		h.Set(events.LookupStatus, events.LookupDecided)
-		h.Set(events.LookupDeadline, rec.Deadline.UTC().Format(time.RFC3339Nano))
-		h.Set(events.LookupRequestDigest, rec.RequestDigest)
-		reply.Header, reply.Data = h, dm.Data
-		return
 	}
 }
