@@ -550,44 +550,14 @@ func (r *recorder) record(m *nats.Msg) {
 
 // lcStored is what the stream holds on one decision subject.
 type lcStored struct {
-	first, next *lcMsg // next: a message after the first, nil if none
-}
-
-type lcMsg struct {
-	Subject  string    `json:"subject"`
-	Sequence uint64    `json:"seq"`
-	Data     []byte    `json:"data"`
-	Time     time.Time `json:"time"`
+	first, next *itest.LeaderMsg // next: a message after the first, nil if none
 }
 
 // get reads the first message on subject at or after seq, nil if none,
-// from the stream's leader: $JS.API.STREAM.MSG.GET, not the direct get,
-// which a follower may answer (jetstream's Stream.GetMsg takes the direct
-// get whenever the stream allows it, as ASSENT does).
-func (lc *leaderChange) get(ctx context.Context, subject string, seq uint64) (*lcMsg, error) {
-	body, _ := json.Marshal(map[string]any{"seq": seq, "next_by_subj": subject})
-	cctx, cancel := context.WithTimeout(ctx, lcCall)
-	defer cancel()
-	m, err := lc.f.nc.RequestWithContext(cctx, "$JS.API.STREAM.MSG.GET."+broker.StreamName, body)
-	if err != nil {
-		return nil, err
-	}
-	var resp struct {
-		Message *lcMsg              `json:"message"`
-		Error   *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return nil, fmt.Errorf("get %s from %d: %q: %w", subject, seq, m.Data, err)
-	}
-	switch {
-	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return nil, nil
-	case resp.Error != nil:
-		return nil, resp.Error
-	case resp.Message == nil:
-		return nil, fmt.Errorf("get %s from %d: no message in %q", subject, seq, m.Data)
-	}
-	return resp.Message, nil
+// from the stream's leader (itest.LeaderGet: not the direct get, which a
+// follower may answer).
+func (lc *leaderChange) get(ctx context.Context, subject string, seq uint64) (*itest.LeaderMsg, error) {
+	return itest.LeaderGet(ctx, lc.f.nc, subject, seq)
 }
 
 // read reads what the stream holds on id's decision subject: its first
