@@ -234,8 +234,21 @@
   }
 
   // refresh replaces a card with its current version, keeping what the user
-  // typed on it unless sent says it was just sent.
-  async function refresh(id, sent) {
+  // typed on it unless sent says it was just sent. Refreshes of one card run
+  // one after another: two at once would both replace the same old card, and
+  // the one fetched first (perhaps still pending) could be the one left on
+  // the page.
+  const refreshing = new Map();
+  function refresh(id, sent) {
+    const prev = refreshing.get(id) || Promise.resolve();
+    const next = prev.then(() => replaceCard(id, sent), () => replaceCard(id, sent));
+    refreshing.set(id, next);
+    const done = () => { if (refreshing.get(id) === next) refreshing.delete(id); };
+    next.then(done, done);
+    return next;
+  }
+
+  async function replaceCard(id, sent) {
     const old = cardByID(id);
     if (!old) return null;
     const fresh = await fetchCard(id);
