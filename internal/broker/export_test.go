@@ -2,10 +2,25 @@ package broker
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"time"
 
 	"github.com/assent-dev/assent/pkg/policy"
 )
+
+// ASSENT_TEST_MAX_FULL sets how many pending records the ledger keeps whole
+// in these tests: 0 runs every test with every pending request cold
+// (docs/testing.md).
+func init() {
+	if v, ok := os.LookupEnv("ASSENT_TEST_MAX_FULL"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			panic("ASSENT_TEST_MAX_FULL: want a count, got " + v)
+		}
+		maxFullRecords = n
+	}
+}
 
 // SetCommitHook makes b call fn right after it builds a decision and before
 // it publishes it: a crash there leaves the trigger stored and no decision.

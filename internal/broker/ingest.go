@@ -34,7 +34,10 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 			return Record{}, err
 		}
 	}
-	st := b.ledger.status(id, 0, false)
+	st, err := b.status(ctx, id, 0, false)
+	if err != nil {
+		return Record{}, err
+	}
 	switch {
 	case !st.known:
 		// Decided: by this message, or by an earlier one with its id.
@@ -47,7 +50,11 @@ func (b *Broker) ingest(ctx context.Context, id, source string, req events.Reque
 		}
 		return rec, conflict(&rec, req, digest)
 	case st.reqSeq != o.seq:
-		return b.resume(ctx, b.ledger.status(id, 0, true), req, digest)
+		st, err := b.status(ctx, id, 0, true)
+		if err != nil {
+			return Record{}, err
+		}
+		return b.resume(ctx, st, req, digest)
 	case st.pending:
 		return b.awaitOrAdopt(ctx, &st.rec, nil, req, digest)
 	}

@@ -62,41 +62,83 @@ type ledger struct {
 	// local holds decisions this replica just built, by request id, so
 	// that applying them need not decode what it encoded.
 	local sync.Map
+
+	// full counts the pending requests whose records are kept whole, at
+	// most maxFull; hot lists them, oldest first (cold.go).
+	full, maxFull int
+	hot           []hotEntry
+	stamp         uint64
+	names         map[string]string
+	// ctx ends when the ledger stops reading.
+	ctx context.Context
 }
 
-// entry is an open request.
+// entry is an open request. What few requests need (a request message
+// kept, answers, expiry batches) is in more, nil for most, so that a
+// million pending requests cost little each (cold.go).
 type entry struct {
 	id     string
 	reqSeq uint64
 	reqAt  time.Time
+	// agent, session and source say what listings need of a request being
+	// judged, and of a cold one.
+	agent, session, source string
+	// pendSeq is the stream sequence of the request's pending event, once
+	// stored. From then on rec is the request's state, or, when the ledger
+	// keeps it cold, cold is what it keeps of it (cold.go).
+	pendSeq uint64
+	rec     *Record
+	cold    *cold
+	stamp   uint64 // when rec was last made whole
+	// pinned: rec stays whole (a request announced by the previous
+	// version, whose pending event does not say all).
+	pinned bool
+	// proposal is the outcome the stored messages make, not yet stored as
+	// the decision; nil while they make none.
+	proposal *Record
+	seen     int64 // when the ledger read the request, in Unix nanoseconds
+	x        *entryMore
+}
+
+// entryMore is what the ledger keeps of few open requests.
+type entryMore struct {
 	// req is the request message while no pending event carries the
 	// request, decoded only when needed (a conflict check, a cancel, the
 	// decided record); kept for at most maxRawRequests requests at once, so
 	// that a backlog of requests not yet judged does not hold them all in
 	// memory. Without it, agent, session and source say what listings need,
 	// and the rest is read from the stream by reqSeq.
-	req                    *jetstream.RawStreamMsg
-	agent, session, source string
-	// rec is the request's state once its pending event is stored.
-	rec *Record
-	// triggers are the stream messages applied to the request (its request
-	// message, answers, cancels, expiry batches): a decision's event id is
-	// derived from one of them.
+	req *jetstream.RawStreamMsg
+	// triggers are the stream messages applied to the request after its
+	// request message (answers, cancels, expiry batches): a decision's
+	// event id is derived from one of them, or from the request message.
 	triggers []trigger
 	// results says what each answer or cancel did: nil for counted.
 	results map[uint64]error
 	// escalated maps an expiry batch's sequence to the level it reached.
 	escalated map[uint64]int
-	// proposal is the outcome the stored messages make, not yet stored as
-	// the decision; nil while they make none.
-	proposal *Record
 	// early are answers stored before the pending event: they count once
 	// it is stored, in their order.
 	early []early
 	// forged describes messages on the decision subject that a broker
 	// signing its decisions did not sign, before the decision.
 	forged string
-	seen   time.Time
+}
+
+// more returns en's entryMore, made if need be.
+func (en *entry) more() *entryMore {
+	if en.x == nil {
+		en.x = &entryMore{}
+	}
+	return en.x
+}
+
+// req returns en's request message, if kept.
+func (en *entry) req() *jetstream.RawStreamMsg {
+	if en.x == nil {
+		return nil
+	}
+	return en.x.req
 }
 
 // early is an answer stored before its request's pending event.
@@ -112,7 +154,7 @@ type trigger struct {
 }
 
 func newLedger(b *Broker) *ledger {
-	return &ledger{b: b, open: make(map[string]*entry), maxRaw: maxRawRequests}
+	return &ledger{b: b, open: make(map[string]*entry), maxRaw: maxRawRequests, maxFull: maxFullRecords, names: make(map[string]string), ctx: context.Background()}
 }
 
 // orphanAfter is how long a request stays open with neither a pending
@@ -125,6 +167,7 @@ const orphanAfter = 15 * time.Minute
 // ready once it has applied every message stored when it started.
 func (l *ledger) run(ctx context.Context, ready func(pending int)) error {
 	b := l.b
+	l.ctx = ctx
 	var last uint64
 	for {
 		cctx, cancel := callCtx(ctx)
@@ -274,6 +317,12 @@ func (l *ledger) apply(msg jetstream.Msg) (left uint64) {
 // (read both by the ordered consumer and by fill).
 func (l *ledger) applyStored(msg *jetstream.RawStreamMsg) {
 	seq, at, subj := msg.Sequence, msg.Time.UTC(), msg.Subject
+	var warmed *Record
+	if seq > l.applied.Load() && (strings.HasPrefix(subj, events.ResponsePrefix) || strings.HasPrefix(subj, events.CancelPrefix)) {
+		if sub, err := events.ParseSubject(subj); err == nil {
+			warmed = l.warm(sub.RequestID)
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if seq <= l.applied.Load() {
@@ -285,9 +334,9 @@ func (l *ledger) applyStored(msg *jetstream.RawStreamMsg) {
 	case strings.HasPrefix(subj, events.PendingPrefix):
 		l.applyPending(seq, at, msg)
 	case strings.HasPrefix(subj, events.ResponsePrefix):
-		l.applyAnswer(seq, at, msg)
+		l.applyAnswer(seq, at, msg, warmed)
 	case strings.HasPrefix(subj, events.CancelPrefix):
-		l.applyCancel(seq, at, msg)
+		l.applyCancel(seq, at, msg, warmed)
 	case subj == tickDue:
 		for _, id := range dueIDs(msg.Data) {
 			l.applyDue(seq, at, id)
@@ -390,13 +439,14 @@ func (l *ledger) applyRequest(seq uint64, at time.Time, msg *jetstream.RawStream
 		return // decided
 	}
 	en := &entry{
-		id: id, reqSeq: seq, reqAt: at, seen: time.Now(),
-		agent:    strings.TrimPrefix(msg.Subject, events.RequestPrefix),
-		triggers: []trigger{{seq, at}},
+		id: id, reqSeq: seq, reqAt: at, seen: time.Now().UnixNano(),
+		agent: l.intern(strings.TrimPrefix(msg.Subject, events.RequestPrefix)),
 	}
-	en.session, en.source = requestFacts(msg.Header, msg.Data)
+	var source string
+	en.session, source = requestFacts(msg.Header, msg.Data)
+	en.source = l.intern(source)
 	if l.raw < l.maxRaw {
-		en.req = msg
+		en.more().req = msg
 		l.raw++
 	}
 	l.open[id] = en
@@ -408,8 +458,8 @@ const maxRawRequests = 16384
 
 // dropRaw forgets en's request message. l.mu is held.
 func (l *ledger) dropRaw(en *entry) {
-	if en.req != nil {
-		en.req = nil
+	if en.req() != nil {
+		en.x.req = nil
 		l.raw--
 	}
 }
@@ -417,6 +467,9 @@ func (l *ledger) dropRaw(en *entry) {
 // forget removes open request en. l.mu is held.
 func (l *ledger) forget(en *entry) {
 	l.dropRaw(en)
+	if en.rec != nil && en.pendSeq != 0 {
+		l.full--
+	}
 	delete(l.open, en.id)
 }
 
@@ -467,11 +520,14 @@ func (l *ledger) applyPending(seq uint64, at time.Time, msg *jetstream.RawStream
 		if err != nil {
 			return
 		}
-		if en := l.open[esc.RequestID]; en != nil && en.rec != nil && esc.Level > en.rec.Level {
-			en.rec.Level, en.rec.Deadline, en.rec.revision = esc.Level, esc.Deadline.UTC(), seq
-			l.b.index.put(*en.rec)
-			l.b.timers.backup(en.id, l.b.wakeAt(en.rec))
-			l.b.records.deliver(en.id)
+		if en := l.open[esc.RequestID]; en != nil && en.pendSeq != 0 {
+			if rec := en.record(); esc.Level > rec.Level {
+				rec.Level, rec.Deadline, rec.revision = esc.Level, esc.Deadline.UTC(), seq
+				l.keep(en, rec)
+				l.b.index.put(rec)
+				l.b.timers.backup(en.id, l.b.wakeAt(&rec))
+				l.b.records.deliver(en.id)
+			}
 		}
 	}
 }
@@ -486,35 +542,18 @@ func (l *ledger) pending(seq uint64, at time.Time, e *events.Event, p events.Pen
 		}
 		// The request message is gone (retention), or was stored before
 		// what this replica reads: the pending event says what it held.
-		en = &entry{id: p.RequestID, reqSeq: p.RequestSeq, reqAt: p.ReceivedAt, seen: time.Now()}
+		en = &entry{id: p.RequestID, reqSeq: p.RequestSeq, reqAt: p.ReceivedAt, seen: time.Now().UnixNano()}
 		if en.reqAt.IsZero() {
 			en.reqAt = at
 		}
 		l.open[p.RequestID] = en
 	}
-	if en.rec != nil || en.proposal != nil {
+	if en.pendSeq != 0 || en.proposal != nil {
 		return // announced again: nothing changes
 	}
-	rec := &Record{
-		ID:            p.RequestID,
-		State:         StatePending,
-		Request:       p.Request,
-		RequestDigest: p.RequestDigest,
-		RequestSeq:    en.reqSeq,
-		ReceivedAt:    en.reqAt,
-		Deadline:      p.Deadline.UTC(),
-		Rule:          p.Rule,
-		Limit:         p.Limit,
-		Approvers:     p.Approvers,
-		BaseDeadline:  p.BaseDeadline.UTC(),
-		revision:      seq,
-	}
-	if p.ApprovalRule != "" {
-		rec.Rule = p.ApprovalRule
-	}
-	if p.Terms != nil {
-		rec.Quorum = p.Terms.Quorum
-	}
+	full := pendingRecord(e, p)
+	rec := &full
+	rec.RequestSeq, rec.ReceivedAt, rec.revision = en.reqSeq, en.reqAt, seq
 	if old, ok := l.legacy[p.RequestID]; ok && p.RequestSeq == 0 {
 		// Announced by the previous version: its state entry says the rest.
 		rec.RequestSeq, rec.ReceivedAt, rec.RequestDigest = old.RequestSeq, old.ReceivedAt, old.RequestDigest
@@ -523,6 +562,7 @@ func (l *ledger) pending(seq uint64, at time.Time, e *events.Event, p events.Pen
 		rec.Source, rec.TraceParent, rec.TraceState = old.Source, old.TraceParent, old.TraceState
 		rec.Votes, rec.Applied = old.Votes, old.Applied // the answers it counted, not to be counted again
 		en.reqSeq, en.reqAt = old.RequestSeq, old.ReceivedAt
+		en.pinned = true
 		delete(l.legacy, p.RequestID)
 	}
 	if p.Request.Agent == "" {
@@ -532,16 +572,15 @@ func (l *ledger) pending(seq uint64, at time.Time, e *events.Event, p events.Pen
 	if rec.RequestDigest == "" {
 		rec.RequestDigest, _ = events.RequestDigest(rec.Request)
 	}
-	if tp, ok := e.Extensions()[events.TraceParentAttribute].(string); ok {
-		rec.TraceParent = tp
-		rec.TraceState, _ = e.Extensions()[events.TraceStateAttribute].(string)
-	}
-	en.rec = rec
+	en.pendSeq, rec.pendSeq = seq, seq
+	l.keep(en, *rec)
 	l.dropRaw(en)
-	for _, a := range en.early {
-		l.result(en, a.seq, a.at, a.change)
+	if en.x != nil {
+		for _, a := range en.x.early {
+			l.result(en, a.seq, a.at, a.change, rec)
+		}
+		en.x.early = nil
 	}
-	en.early = nil
 	l.b.index.put(*rec)
 	if l.b.ready.Load() && !l.b.timers.known(rec.ID) {
 		// Another replica took it: fire a little after it would,
@@ -553,11 +592,42 @@ func (l *ledger) pending(seq uint64, at time.Time, e *events.Event, p events.Pen
 	l.b.records.deliver(rec.ID)
 }
 
+// pendingRecord is the record a request's pending event e (with data p)
+// announces, but for what the ledger knows of the request message itself
+// (its sequence, arrival and source).
+func pendingRecord(e *events.Event, p events.Pending) Record {
+	rec := Record{
+		ID:            p.RequestID,
+		State:         StatePending,
+		Request:       p.Request,
+		RequestDigest: p.RequestDigest,
+		Deadline:      p.Deadline.UTC(),
+		Rule:          p.Rule,
+		Limit:         p.Limit,
+		Approvers:     p.Approvers,
+		BaseDeadline:  p.BaseDeadline.UTC(),
+	}
+	if p.ApprovalRule != "" {
+		rec.Rule = p.ApprovalRule
+	}
+	if p.Terms != nil {
+		rec.Quorum = p.Terms.Quorum
+	}
+	if rec.RequestDigest == "" {
+		rec.RequestDigest, _ = events.RequestDigest(rec.Request)
+	}
+	if tp, ok := e.Extensions()[events.TraceParentAttribute].(string); ok {
+		rec.TraceParent = tp
+		rec.TraceState, _ = e.Extensions()[events.TraceStateAttribute].(string)
+	}
+	return rec
+}
+
 // errNotWaiting refuses an answer stored before its request's pending
 // event: nobody could have been asked yet.
 var errNotWaiting = errors.New("the request is not waiting for answers yet")
 
-func (l *ledger) applyAnswer(seq uint64, at time.Time, msg *jetstream.RawStreamMsg) {
+func (l *ledger) applyAnswer(seq uint64, at time.Time, msg *jetstream.RawStreamMsg, warmed *Record) {
 	sub, err := events.ParseSubject(msg.Subject)
 	if err != nil {
 		return
@@ -566,7 +636,7 @@ func (l *ledger) applyAnswer(seq uint64, at time.Time, msg *jetstream.RawStreamM
 	if en == nil {
 		return
 	}
-	en.triggers = append(en.triggers, trigger{seq, at})
+	en.more().triggers = append(en.more().triggers, trigger{seq, at})
 	var resp events.Responded
 	if e := l.decodeIncoming(msg.Header, msg.Data); e != nil {
 		resp, err = events.DecodeResponded(e)
@@ -582,16 +652,16 @@ func (l *ledger) applyAnswer(seq uint64, at time.Time, msg *jetstream.RawStreamM
 		}
 		return l.b.answerChange(sub.Principal, sub.RequestID, resp, seq, at)(r)
 	}
-	if en.rec == nil && en.proposal == nil {
+	if en.pendSeq == 0 && en.proposal == nil {
 		// The request is being judged: the answer counts once it waits
 		// for answers, if it does.
-		en.early = append(en.early, early{seq, at, change})
+		en.more().early = append(en.more().early, early{seq, at, change})
 		return
 	}
-	l.result(en, seq, at, change)
+	l.result(en, seq, at, change, warmed)
 }
 
-func (l *ledger) applyCancel(seq uint64, at time.Time, msg *jetstream.RawStreamMsg) {
+func (l *ledger) applyCancel(seq uint64, at time.Time, msg *jetstream.RawStreamMsg, warmed *Record) {
 	sub, err := events.ParseSubject(msg.Subject)
 	if err != nil {
 		return
@@ -600,7 +670,7 @@ func (l *ledger) applyCancel(seq uint64, at time.Time, msg *jetstream.RawStreamM
 	if en == nil {
 		return
 	}
-	en.triggers = append(en.triggers, trigger{seq, at})
+	en.more().triggers = append(en.more().triggers, trigger{seq, at})
 	e := l.decodeIncoming(msg.Header, msg.Data)
 	if e == nil {
 		en.result(seq, fmt.Errorf("%w: not an event the broker takes", events.ErrMalformed))
@@ -616,7 +686,7 @@ func (l *ledger) applyCancel(seq uint64, at time.Time, msg *jetstream.RawStreamM
 		return
 	}
 	change := l.b.cancelChange(by, sub.Agent, c, at)
-	if en.rec == nil && en.proposal == nil {
+	if en.pendSeq == 0 && en.proposal == nil {
 		// Cancelled before it waits for anyone (or while it is being
 		// judged): the cancel ends it, unless a decision is stored first.
 		rec, _ := l.requestRecord(en)
@@ -631,34 +701,42 @@ func (l *ledger) applyCancel(seq uint64, at time.Time, msg *jetstream.RawStreamM
 		en.result(seq, nil)
 		return
 	}
-	l.result(en, seq, at, change)
+	l.result(en, seq, at, change, warmed)
 }
 
 // result applies change, made by the answer or cancel at seq stored at at,
 // to en's request and records what it did. The change applies to a copy;
-// one that ends the request becomes its proposal.
-func (l *ledger) result(en *entry, seq uint64, at time.Time, change func(*Record) error) {
-	switch {
-	case en.proposal != nil:
+// one that ends the request becomes its proposal. warmed is en's whole
+// record read for it, if the ledger keeps en cold (warm).
+func (l *ledger) result(en *entry, seq uint64, at time.Time, change func(*Record) error, warmed *Record) {
+	if en.proposal != nil {
 		en.result(seq, en.proposal.terminalErr())
 		return
-	case en.rec == nil:
+	}
+	if en.pendSeq == 0 {
 		en.result(seq, fmt.Errorf("%w: %s: %w", ErrNotFound, en.id, errNotWaiting))
 		return
-	case slices.Contains(en.rec.Applied, seq):
+	}
+	next, whole := en.current(warmed)
+	switch {
+	case slices.Contains(next.Applied, seq):
 		en.result(seq, nil) // counted already
 		return
-	case seq < en.rec.RequestSeq:
-		en.result(seq, fmt.Errorf("%w: %s: the answer is at stream sequence %d, the request at %d, so nobody could have seen the request", ErrBeforeRequest, en.id, seq, en.rec.RequestSeq))
+	case seq < next.RequestSeq:
+		en.result(seq, fmt.Errorf("%w: %s: the answer is at stream sequence %d, the request at %d, so nobody could have seen the request", ErrBeforeRequest, en.id, seq, next.RequestSeq))
 		return
 	}
-	next := *en.rec
 	if l.b.escalateAt(&next, at) {
 		l.changed(en, next, seq)
 	}
 	if !at.Before(next.Deadline) {
 		l.expire(en, next, seq, at)
 		en.result(seq, en.proposal.terminalErr())
+		return
+	}
+	if !whole {
+		// Its pending event could not be read (warm): gone from the stream.
+		en.result(seq, fmt.Errorf("%w: %s: its announcement is no longer in the stream", ErrNotFound, en.id))
 		return
 	}
 	if err := change(&next); err != nil {
@@ -678,17 +756,18 @@ func (l *ledger) result(en *entry, seq uint64, at time.Time, change func(*Record
 }
 
 func (en *entry) result(seq uint64, err error) {
-	if en.results == nil {
-		en.results = make(map[uint64]error)
+	x := en.more()
+	if x.results == nil {
+		x.results = make(map[uint64]error)
 	}
-	en.results[seq] = err
+	x.results[seq] = err
 }
 
 // changed stores a pending request's new state (a vote counted, a level
 // reached).
 func (l *ledger) changed(en *entry, next Record, seq uint64) {
 	next.revision = seq
-	*en.rec = next
+	l.keep(en, next)
 	l.b.index.put(next)
 	l.b.records.deliver(en.id)
 }
@@ -710,7 +789,11 @@ func (l *ledger) propose(en *entry, next Record, seq uint64, at time.Time) {
 // expire proposes that en's request ends by the message at seq, stored at
 // at, at or after its deadline.
 func (l *ledger) expire(en *entry, next Record, seq uint64, at time.Time) {
-	if err := next.decide(l.b.timeoutVerdict(&next, at)); err != nil {
+	v := l.b.timeoutVerdict(&next, at)
+	if next.thin {
+		// Decided once whole: the decision carries the request's args.
+		next.State, next.verdict = State(v.outcome), &v
+	} else if err := next.decide(v); err != nil {
 		l.b.log.Error("expire", zap.String("request_id", en.id), zap.Error(err))
 		return
 	}
@@ -720,16 +803,17 @@ func (l *ledger) expire(en *entry, next Record, seq uint64, at time.Time) {
 // applyDue applies an expiry batch that names id, stored at at.
 func (l *ledger) applyDue(seq uint64, at time.Time, id string) {
 	en := l.open[id]
-	if en == nil || en.rec == nil || en.proposal != nil {
+	if en == nil || en.pendSeq == 0 || en.proposal != nil {
 		return
 	}
-	en.triggers = append(en.triggers, trigger{seq, at})
-	next := *en.rec
+	en.more().triggers = append(en.more().triggers, trigger{seq, at})
+	next := en.record()
 	if l.b.escalateAt(&next, at) && at.Before(next.Deadline) {
-		if en.escalated == nil {
-			en.escalated = make(map[uint64]int)
+		x := en.more()
+		if x.escalated == nil {
+			x.escalated = make(map[uint64]int)
 		}
-		en.escalated[seq] = next.Level
+		x.escalated[seq] = next.Level
 		l.changed(en, next, seq)
 		return
 	}
@@ -787,8 +871,14 @@ func (l *ledger) applyDecision(seq uint64, at time.Time, subj string, h nats.Hea
 				return
 			}
 		}
-		if en != nil && en.rec != nil {
-			rec = *en.rec
+		if en != nil && en.pendSeq != 0 {
+			rec = en.record()
+			if p := en.proposal; rec.thin && p != nil && !p.thin {
+				rec.takeRequest(p)
+			} else if rec.thin {
+				// The rest is in the stream: readers read it there.
+				rec.thin, rec.pendSeq, rec.partial = false, 0, true
+			}
 		} else if en != nil {
 			rec, _ = l.requestRecord(en)
 		} else {
@@ -811,8 +901,8 @@ func (l *ledger) applyDecision(seq uint64, at time.Time, subj string, h nats.Hea
 			rec.Trigger, rec.Grant = en.proposal.Trigger, en.proposal.Grant
 		}
 	}
-	if en != nil && en.forged != "" && rec.Forgery == "" {
-		rec.Forgery = en.forged
+	if en != nil && en.x != nil && en.x.forged != "" && rec.Forgery == "" {
+		rec.Forgery = en.x.forged
 	}
 	rec.revision, rec.judging = seq, false
 	if rec.ReceivedAt.IsZero() && en != nil {
@@ -829,14 +919,16 @@ func (l *ledger) applyDecision(seq uint64, at time.Time, subj string, h nats.Hea
 // forgedBefore notes a message on id's decision subject that is not its
 // decision, stored before any that is.
 func (l *ledger) forgedBefore(en *entry, id, what string) {
-	if en == nil || en.forged != "" {
+	if en == nil || en.x != nil && en.x.forged != "" {
 		return
 	}
-	en.forged = what
+	en.more().forged = what
 	l.b.metrics.nForged.Add(1)
 	l.b.log.Error("the stream holds a decided event no trusted key signed; readers that check signatures skip it", zap.String("request_id", id), zap.String("found", what))
-	if en.rec != nil {
-		en.rec.Forgery = what
+	if en.pendSeq != 0 {
+		rec := en.record()
+		rec.Forgery = what
+		l.keep(en, rec)
 		l.b.records.deliver(id)
 	}
 }
@@ -844,7 +936,13 @@ func (l *ledger) forgedBefore(en *entry, id, what string) {
 // madeBy reports whether event id is derived from one of the messages
 // applied to en.
 func (en *entry) madeBy(id string) bool {
-	for _, t := range en.triggers {
+	if decisionID(en.id, en.reqSeq, en.reqAt) == id {
+		return true
+	}
+	if en.x == nil {
+		return false
+	}
+	for _, t := range en.x.triggers {
 		if decisionID(en.id, t.seq, t.at) == id {
 			return true
 		}
@@ -870,11 +968,11 @@ func describeStored(seq uint64, e *events.Event, err error) string {
 func (l *ledger) requestRecord(en *entry) (Record, error) {
 	rec := Record{ID: en.id, State: StatePending, RequestSeq: en.reqSeq, ReceivedAt: en.reqAt, judging: true,
 		Request: events.Requested{Agent: en.agent, Session: en.session}, Source: en.source}
-	if en.req == nil {
+	if en.req() == nil {
 		rec.partial = true // the rest is in the stream, at RequestSeq
 		return rec, nil
 	}
-	e := l.decode(en.req.Header, en.req.Data)
+	e := l.decode(en.x.req.Header, en.x.req.Data)
 	if e == nil {
 		return rec, nil
 	}
@@ -892,11 +990,11 @@ func (l *ledger) requestRecord(en *entry) (Record, error) {
 // sweep forgets requests open for orphanAfter with neither a pending event
 // nor a decision.
 func (l *ledger) sweep() {
-	cutoff := time.Now().Add(-orphanAfter)
+	cutoff := time.Now().Add(-orphanAfter).UnixNano()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, en := range l.open {
-		if en.rec == nil && en.proposal == nil && en.seen.Before(cutoff) {
+		if en.pendSeq == 0 && en.proposal == nil && en.seen < cutoff {
 			l.forget(en)
 		}
 	}
@@ -925,14 +1023,19 @@ func (l *ledger) status(id string, seq uint64, withRequest bool) status {
 	if en == nil {
 		return status{}
 	}
-	st := status{known: true, reqSeq: en.reqSeq, pending: en.rec != nil, level: en.escalated[seq]}
-	if en.rec != nil {
-		st.rec = *en.rec
+	st := status{known: true, reqSeq: en.reqSeq, pending: en.pendSeq != 0}
+	if en.x != nil {
+		st.level = en.x.escalated[seq]
+	}
+	if st.pending {
+		st.rec = en.record()
 	} else if withRequest {
 		st.rec, _ = l.requestRecord(en)
 	}
-	if err, ok := en.results[seq]; ok {
-		st.result, st.counted = err, true
+	if en.x != nil {
+		if err, ok := en.x.results[seq]; ok {
+			st.result, st.counted = err, true
+		}
 	}
 	if en.proposal != nil {
 		p := *en.proposal
@@ -950,8 +1053,8 @@ func (l *ledger) view(id string) (Record, bool) {
 	if en == nil {
 		return Record{}, false
 	}
-	if en.rec != nil {
-		return *en.rec, true
+	if en.pendSeq != 0 {
+		return en.record(), true
 	}
 	rec, _ := l.requestRecord(en)
 	rec.revision = en.reqSeq

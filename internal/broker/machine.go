@@ -57,7 +57,9 @@ func originOf(msg jetstream.Msg) (origin, error) {
 // from the index while it keeps it, else from the stream (its first stored
 // decision, and the request that decision names), or ErrNotFound.
 func (b *Broker) load(ctx context.Context, id string) (Record, error) {
-	if rec, ok := b.ledger.view(id); ok {
+	if rec, ok, err := b.view(ctx, id); err != nil {
+		return rec, err
+	} else if ok {
 		if !rec.judging || b.now().Sub(rec.ReceivedAt) < orphanCheck {
 			return rec, nil
 		}
@@ -68,8 +70,8 @@ func (b *Broker) load(ctx context.Context, id string) (Record, error) {
 			return rec, nil
 		}
 		b.ledger.adoptOrphan(id, first)
-		if rec, ok := b.ledger.view(id); ok {
-			return rec, nil
+		if rec, ok, err := b.view(ctx, id); ok || err != nil {
+			return rec, err
 		}
 	}
 	if rec, trimmed, ok := b.index.getDecided(id); ok && !trimmed {
@@ -99,9 +101,15 @@ func (b *Broker) loadStored(ctx context.Context, id string) (Record, error) {
 	}
 	rec := Record{ID: id, State: State(d.Outcome), Decision: &d, DecisionEventID: e.ID(), RequestSeq: d.RequestSeq,
 		RequestDigest: d.RequestDigest, ReceivedAt: d.DecidedAt, Deadline: d.DecidedAt, revision: m.Sequence}
-	if old, _, ok := b.index.getDecided(id); ok {
+	if old, _, ok := b.index.getDecided(id); ok && old.DecisionEventID == rec.DecisionEventID {
+		// The index's record, short of the request's content: what the
+		// stream does not say (the rule, deadlines, trigger, grant) is there.
+		old.Decision = rec.Decision
+		rec = old
+	} else if ok {
 		rec.Forgery = old.Forgery
 	}
+	rec.partial = false
 	if d.RequestSeq == 0 {
 		return rec, nil
 	}
@@ -114,6 +122,9 @@ func (b *Broker) loadStored(ctx context.Context, id string) (Record, error) {
 		if req, err := events.DecodeRequested(&re); err == nil {
 			req.Agent = strings.TrimPrefix(rm.Subject, events.RequestPrefix)
 			rec.Request, rec.Source = req, re.Source()
+			if rec.RequestDigest == "" {
+				rec.RequestDigest, _ = events.RequestDigest(req)
+			}
 		}
 	}
 	if len(rec.Decision.Args) == 0 {
@@ -201,7 +212,10 @@ func (b *Broker) settleAt(ctx context.Context, id string, o origin) (Record, sta
 			return Record{}, status{}, err
 		}
 	}
-	st := b.ledger.status(id, o.seq, true)
+	st, err := b.status(ctx, id, o.seq, true)
+	if err != nil {
+		return Record{}, st, err
+	}
 	if !st.known {
 		rec, err := b.load(ctx, id)
 		if err == nil && rec.Trigger == o.seq {

@@ -124,6 +124,13 @@ type Record struct {
 	// the ledger kept only a part of it).
 	partial bool
 	rebuild func(*Record) error
+	// thin: a pending record as the ledger keeps it cold (cold.go), without
+	// the request's content, approvers or trace context, which whole reads
+	// from its pending event at stream sequence pendSeq; verdict, on a
+	// thin proposal, is the outcome whole decides it with.
+	thin    bool
+	pendSeq uint64
+	verdict *verdict
 	// forged: the decision itself (the first message on the decision
 	// subject) is one no broker made.
 	forged bool

@@ -119,7 +119,10 @@ func (b *Broker) requestContext(ctx context.Context, id string) context.Context 
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx
 	}
-	rec, ok := b.ledger.view(id)
+	rec, ok, err := b.view(ctx, id)
+	if err != nil {
+		return ctx
+	}
 	if !ok {
 		if rec, _, ok = b.index.getDecided(id); !ok {
 			return ctx
