@@ -2,10 +2,15 @@ package broker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	jsoniter "github.com/json-iterator/go"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -34,14 +39,51 @@ type cold struct {
 	level          int
 	rule, limit    string
 	revision       uint64
-	*coldMore      // nil while the request has no votes and no forgery
+	// args and digest are the request's args, when short, and its digest:
+	// with them an expiry or a cancel is decided without reading the
+	// request (decided, when they are kept).
+	args      []byte
+	digest    [sha256.Size]byte
+	decided   bool
+	*coldMore // nil while the request has no votes, forgery or trace context
 }
+
+// coldArgs is the longest args a cold request keeps.
+const coldArgs = 128
 
 // coldMore is what few cold requests have.
 type coldMore struct {
-	votes   []events.DecidedBy
-	applied []uint64
-	forgery string
+	votes                   []events.DecidedBy
+	applied                 []uint64
+	forgery                 string
+	traceParent, traceState string
+}
+
+// keepRequest keeps args and digest (a request digest) in c, if short and
+// well formed.
+func (c *cold) keepRequest(args []byte, digest string) {
+	const prefix = "sha256:"
+	if len(args) > coldArgs || len(digest) != len(prefix)+2*sha256.Size || !strings.HasPrefix(digest, prefix) {
+		return
+	}
+	if _, err := hex.Decode(c.digest[:], []byte(digest[len(prefix):])); err != nil || hex.EncodeToString(c.digest[:]) != digest[len(prefix):] {
+		return // not lower-case hex: kept as it is, it would not read back the same
+	}
+	if args != nil {
+		c.args = append(make([]byte, 0, len(args)), args...)
+	}
+	c.decided = true
+}
+
+// keepTrace keeps a request's trace context in c.
+func (c *cold) keepTrace(parent, state string) {
+	if parent == "" {
+		return
+	}
+	if c.coldMore == nil {
+		c.coldMore = &coldMore{}
+	}
+	c.traceParent, c.traceState = parent, state
 }
 
 // hotEntry is an entry in the order its record was made whole; stamp tells
@@ -88,8 +130,12 @@ func (en *entry) record() Record {
 		thin:         true,
 		pendSeq:      en.pendSeq,
 	}
+	if c.decided {
+		rec.Request.Args, rec.RequestDigest = c.args, "sha256:"+hex.EncodeToString(c.digest[:])
+	}
 	if m := c.coldMore; m != nil {
 		rec.Votes, rec.Applied, rec.Forgery = m.votes, m.applied, m.forgery
+		rec.TraceParent, rec.TraceState = m.traceParent, m.traceState
 	}
 	return rec
 }
@@ -101,7 +147,10 @@ func (l *ledger) keep(en *entry, next Record) {
 		c := en.cold
 		c.deadline, c.base, c.level, c.revision = toNanos(next.Deadline), toNanos(next.BaseDeadline), next.Level, next.revision
 		if len(next.Votes) > 0 || len(next.Applied) > 0 || next.Forgery != "" {
-			c.coldMore = &coldMore{votes: next.Votes, applied: next.Applied, forgery: next.Forgery}
+			if c.coldMore == nil {
+				c.coldMore = &coldMore{}
+			}
+			c.votes, c.applied, c.forgery = next.Votes, next.Applied, next.Forgery
 		}
 		return
 	}
@@ -132,6 +181,8 @@ func (l *ledger) keep(en *entry, next Record) {
 func (l *ledger) cool(en *entry) {
 	r := en.rec
 	en.cold = &cold{rule: l.intern(r.Rule), limit: l.intern(r.Limit)}
+	en.cold.keepRequest(r.Request.Args, r.RequestDigest)
+	en.cold.keepTrace(r.TraceParent, r.TraceState)
 	en.agent, en.session, en.source = l.intern(r.Request.Agent), r.Request.Session, l.intern(r.Source)
 	en.rec = nil
 	l.full--
@@ -246,13 +297,18 @@ func (r *Record) takeRequest(from *Record) {
 	r.thin = false
 }
 
-// status is ledger.status with the records it returns whole.
+// status is ledger.status with the records it returns whole where its
+// caller needs them so: the request's state, unless the message at seq
+// made a proposal (which its caller publishes); a proposal that is to be
+// decided once whole (a cold request's expiry whose args it does not keep).
 func (b *Broker) status(ctx context.Context, id string, seq uint64, withRequest bool) (status, error) {
 	st := b.ledger.status(id, seq, withRequest)
-	if err := b.whole(ctx, &st.rec); err != nil {
-		return st, err
+	if st.prop == nil || seq == 0 || st.prop.Trigger != seq {
+		if err := b.whole(ctx, &st.rec); err != nil {
+			return st, err
+		}
 	}
-	if st.prop != nil {
+	if st.prop != nil && st.prop.verdict != nil {
 		if err := b.whole(ctx, st.prop); err != nil {
 			return st, err
 		}
@@ -267,4 +323,142 @@ func (b *Broker) view(ctx context.Context, id string) (Record, bool, error) {
 		return rec, false, nil
 	}
 	return rec, true, b.whole(ctx, &rec)
+}
+
+// announced is what the ledger reads of a pending event for a request it
+// keeps cold.
+type announced struct {
+	requestID, agent, session  string
+	rule, approvalRule, limit  string
+	deadline, base, receivedAt time.Time
+	requestSeq                 uint64
+	args                       []byte
+	digest                     string
+	traceParent, traceState    string
+}
+
+// readAnnounced reads what the ledger keeps of a cold request from a
+// stored pending event in one pass, without decoding the request it
+// carries; ok is false for anything else (an escalation, another encoding),
+// which the ledger decodes whole.
+func readAnnounced(h nats.Header, data []byte) (a announced, ok bool) {
+	if h.Get("Content-Type") != events.ContentTypeStructured {
+		return a, false
+	}
+	var typ string
+	bad := false
+	when := func(it *jsoniter.Iterator) time.Time {
+		t, err := time.Parse(time.RFC3339Nano, it.ReadString())
+		if err != nil {
+			bad = true
+		}
+		return t.UTC()
+	}
+	it := jsoniter.ConfigFastest.BorrowIterator(data)
+	defer jsoniter.ConfigFastest.ReturnIterator(it)
+	it.ReadObjectCB(func(it *jsoniter.Iterator, field string) bool {
+		switch field {
+		case "type":
+			typ = it.ReadString()
+		case events.TraceParentAttribute:
+			a.traceParent = it.ReadString()
+		case events.TraceStateAttribute:
+			a.traceState = it.ReadString()
+		case "data":
+			it.ReadObjectCB(func(it *jsoniter.Iterator, field string) bool {
+				switch field {
+				case "request_id":
+					a.requestID = it.ReadString()
+				case "deadline":
+					a.deadline = when(it)
+				case "base_deadline":
+					a.base = when(it)
+				case "received_at":
+					a.receivedAt = when(it)
+				case "rule":
+					a.rule = it.ReadString()
+				case "approval_rule":
+					a.approvalRule = it.ReadString()
+				case "limit":
+					a.limit = it.ReadString()
+				case "request_seq":
+					a.requestSeq = it.ReadUint64()
+				case "request_digest":
+					a.digest = it.ReadString()
+				case "request":
+					it.ReadObjectCB(func(it *jsoniter.Iterator, field string) bool {
+						switch field {
+						case "agent":
+							a.agent = it.ReadString()
+						case "session":
+							a.session = it.ReadString()
+						case "args":
+							a.args = it.SkipAndReturnBytes()
+						default:
+							it.Skip()
+						}
+						return true
+					})
+				default:
+					it.Skip()
+				}
+				return true
+			})
+		default:
+			it.Skip()
+		}
+		return true
+	})
+	if it.Error != nil || bad || typ != events.TypePending || !events.ValidToken(a.requestID) || a.deadline.IsZero() || a.digest == "" {
+		return a, false
+	}
+	return a, true
+}
+
+// pendingCold applies the pending event at seq, stored at at, of a request
+// the ledger keeps cold from the start (pending, in short): it has no room
+// for more whole records. ok is false when the request needs its record
+// whole (answers wait for it) and the caller is to apply the event so.
+func (l *ledger) pendingCold(seq uint64, at time.Time, a announced) (ok bool) {
+	en := l.open[a.requestID]
+	if en != nil && en.x != nil && len(en.x.early) > 0 {
+		return false
+	}
+	if en == nil {
+		if _, _, ok := l.b.index.get(a.requestID); ok {
+			return true // decided
+		}
+		en = &entry{id: a.requestID, reqSeq: a.requestSeq, reqAt: a.receivedAt, seen: time.Now().UnixNano()}
+		if en.reqAt.IsZero() {
+			en.reqAt = at
+		}
+		l.open[a.requestID] = en
+	}
+	if en.pendSeq != 0 || en.proposal != nil {
+		return true // announced again: nothing changes
+	}
+	rule := a.rule
+	if a.approvalRule != "" {
+		rule = a.approvalRule
+	}
+	if a.agent != "" {
+		en.agent = l.intern(a.agent)
+	}
+	if en.session == "" {
+		en.session = a.session
+	}
+	en.pendSeq = seq
+	en.cold = &cold{deadline: toNanos(a.deadline), base: toNanos(a.base), rule: l.intern(rule), limit: l.intern(a.limit), revision: seq}
+	en.cold.keepRequest(a.args, a.digest)
+	en.cold.keepTrace(a.traceParent, a.traceState)
+	l.dropRaw(en)
+	rec := en.record()
+	l.b.index.put(rec)
+	if l.b.ready.Load() && !l.b.timers.known(rec.ID) {
+		l.b.timers.backup(rec.ID, l.b.wakeAt(&rec))
+	} else {
+		l.b.timers.arm(rec.ID, l.b.wakeAt(&rec))
+	}
+	l.b.records.deliver(rec.ID)
+	return true
 }

@@ -1,9 +1,12 @@
 package broker
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
@@ -40,12 +43,13 @@ rules:
 	b, _ := runInternalLogged(t, testenv.Conn(t, ns), Config{Name: "b"}, testenv.Logger(t), two)
 
 	long := `{"note":"` + strings.Repeat("x", 3000) + `"}`
+	for range 2 { // kept whole: the three after them are not
+		submit(ctx, t, a, events.Requested{Tool: "ls", Agent: "a3", Timeout: events.Duration(time.Minute)})
+	}
 	pay := submit(ctx, t, a, events.Requested{Tool: "pay", Agent: "a1", Session: "s1", Hint: "Pay the invoice?", Args: []byte(`{"amount":12}`), Timeout: events.Duration(time.Minute)})
 	stop := submit(ctx, t, a, events.Requested{Tool: "rm", Agent: "a1", Args: []byte(`{"path":"/tmp/x"}`), Timeout: events.Duration(time.Minute)})
 	late := submit(ctx, t, a, events.Requested{Tool: "rm", Agent: "a2", Args: []byte(long), Timeout: events.Duration(2 * time.Second)})
-	for range 4 { // pushes the three out of the two kept whole
-		submit(ctx, t, a, events.Requested{Tool: "ls", Agent: "a3", Timeout: events.Duration(time.Minute)})
-	}
+	short := submit(ctx, t, a, events.Requested{Tool: "rm", Agent: "a2", Args: []byte(`{"path":"/tmp/y"}`), Timeout: events.Duration(2 * time.Second)})
 	for _, r := range []*Broker{a, b} {
 		if err := r.ledger.catchUp(ctx); err != nil {
 			t.Fatal(err)
@@ -73,8 +77,15 @@ rules:
 	if err != nil || voted.State != StatePending || len(voted.Votes) != 1 || voted.Request.Tool != "pay" {
 		t.Fatalf("first approval: %v, %s with %d votes, tool %q", err, voted.State, len(voted.Votes), voted.Request.Tool)
 	}
-	for range 3 { // cold again
-		submit(ctx, t, a, events.Requested{Tool: "ls", Agent: "a3", Timeout: events.Duration(time.Minute)})
+	for _, r := range []*Broker{a, b} { // whole since the answer: cold again
+		if err := r.ledger.catchUp(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r.ledger.mu.Lock()
+		if en := r.ledger.open[pay.ID]; en.rec != nil {
+			r.ledger.cool(en)
+		}
+		r.ledger.mu.Unlock()
 	}
 	if _, err := a.Respond(ctx, "mallory", pay.ID, events.Responded{Decision: events.Approve}); err == nil {
 		t.Fatal("mallory, not an approver, was counted on a cold record")
@@ -93,19 +104,83 @@ rules:
 		t.Fatalf("cancelled with args digest %s, want the request's %s", cancelled.Decision.ArgsDigest, want)
 	}
 
-	// An expiry of a cold request: its decision carries the request's
-	// args, read back from the stream, on every replica.
-	expired, err := a.Wait(ctx, late.ID)
-	if err != nil || expired.State != StateExpired {
-		t.Fatalf("expiry: %s (%v)", expired.State, err)
-	}
-	for _, r := range []*Broker{a, b} {
-		rec, err := r.Get(ctx, late.ID)
-		if err != nil || rec.State != StateExpired || string(rec.Decision.Args) != long || string(rec.Request.Args) != long || rec.Request.Agent != "a2" {
-			t.Fatalf("%s reads the expired request as %s, args %d bytes, request %d bytes (%v)", r.cfg.Name, rec.State, len(rec.Decision.Args), len(rec.Request.Args), err)
+	// Expiries of cold requests: their decisions carry the request's args,
+	// kept when short and read back from the stream when long, on every
+	// replica.
+	for _, c := range []struct{ id, args string }{{late.ID, long}, {short.ID, `{"path":"/tmp/y"}`}} {
+		expired, err := a.Wait(ctx, c.id)
+		if err != nil || expired.State != StateExpired {
+			t.Fatalf("expiry: %s (%v)", expired.State, err)
 		}
-		if rec.Decision.ArgsDigest != expired.Decision.ArgsDigest || rec.DecisionEventID != expired.DecisionEventID {
-			t.Fatalf("%s and a disagree on the decision: %s/%s", r.cfg.Name, rec.DecisionEventID, expired.DecisionEventID)
+		for _, r := range []*Broker{a, b} {
+			rec, err := r.Get(ctx, c.id)
+			if err != nil || rec.State != StateExpired || string(rec.Decision.Args) != c.args || string(rec.Request.Args) != c.args || rec.Request.Agent != "a2" || rec.Request.Tool != "rm" {
+				t.Fatalf("%s reads the expired request as %s, args %d bytes, request %d bytes (%v)", r.cfg.Name, rec.State, len(rec.Decision.Args), len(rec.Request.Args), err)
+			}
+			if rec.Decision.ArgsDigest != expired.Decision.ArgsDigest || rec.DecisionEventID != expired.DecisionEventID {
+				t.Fatalf("%s and a disagree on the decision: %s/%s", r.cfg.Name, rec.DecisionEventID, expired.DecisionEventID)
+			}
+		}
+	}
+}
+
+// TestReadAnnounced: the one-pass read of a pending event that a cold
+// request starts from says what decoding the whole event says, and leaves
+// an escalation or a broken event to that decoding.
+func TestReadAnnounced(t *testing.T) {
+	at := time.Date(2026, 11, 26, 12, 0, 0, 123456789, time.UTC)
+	var err error
+	p := events.Pending{
+		RequestID:    events.NewID(),
+		Request:      events.Requested{Tool: "pay", Agent: "a1", Session: "s1", Args: []byte(`{"amount":12,"request":{"agent":"x"}}`), Labels: map[string]string{"rule": "x"}},
+		Deadline:     at.Add(time.Hour),
+		BaseDeadline: at.Add(30 * time.Minute),
+		ReceivedAt:   at,
+		Rule:         "limit:spend",
+		ApprovalRule: "two",
+		Limit:        "spend",
+		RequestSeq:   42,
+		Approvers:    []string{"alice"},
+	}
+	if p.RequestDigest, err = events.RequestDigest(p.Request); err != nil {
+		t.Fatal(err)
+	}
+	e, err := events.New(events.TypePending, "", "broker/a", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, body, err := events.Encode(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, ok := readAnnounced(nats.Header(h), body)
+	if !ok {
+		t.Fatal("a pending event not read")
+	}
+	want := announced{requestID: p.RequestID, agent: "a1", session: "s1", rule: "limit:spend", approvalRule: "two", limit: "spend",
+		deadline: p.Deadline, base: p.BaseDeadline, receivedAt: at, requestSeq: 42, args: p.Request.Args, digest: p.RequestDigest}
+	if !reflect.DeepEqual(a, want) {
+		t.Fatalf("read %+v, want %+v", a, want)
+	}
+	full := pendingRecord(&e, p)
+	if full.Rule != a.approvalRule || !full.Deadline.Equal(a.deadline) || !full.BaseDeadline.Equal(a.base) || full.Limit != a.limit {
+		t.Fatalf("the whole decoding makes %+v", full)
+	}
+
+	esc, err := events.New(events.TypeEscalated, "", "broker/a", events.Escalated{RequestID: p.RequestID, Level: 1, Deadline: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, body, err = events.Encode(&esc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := readAnnounced(nats.Header(h), body); ok {
+		t.Fatal("an escalation read as an announcement")
+	}
+	for _, broken := range [][]byte{body[:len(body)/2], []byte(`{"type":"dev.assent.approval.pending","data":{"request_id":"../x","deadline":"2026-11-26T12:00:00Z"}}`), []byte(`{"type":"dev.assent.approval.pending","data":{"request_id":"r1","deadline":"soon"}}`)} {
+		if a, ok := readAnnounced(nats.Header(h), broken); ok {
+			t.Fatalf("%s read as %+v", broken, a)
 		}
 	}
 }

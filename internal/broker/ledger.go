@@ -504,6 +504,13 @@ func requestFacts(h nats.Header, data []byte) (session, source string) {
 }
 
 func (l *ledger) applyPending(seq uint64, at time.Time, msg *jetstream.RawStreamMsg) {
+	if l.full >= l.maxFull && len(l.legacy) == 0 {
+		// No room for another whole record: read only what a cold one
+		// keeps, which costs a fraction of decoding the event.
+		if a, ok := readAnnounced(msg.Header, msg.Data); ok && l.pendingCold(seq, at, a) {
+			return
+		}
+	}
 	e := l.decode(msg.Header, msg.Data)
 	if e == nil {
 		return
@@ -790,7 +797,7 @@ func (l *ledger) propose(en *entry, next Record, seq uint64, at time.Time) {
 // at, at or after its deadline.
 func (l *ledger) expire(en *entry, next Record, seq uint64, at time.Time) {
 	v := l.b.timeoutVerdict(&next, at)
-	if next.thin {
+	if next.thin && next.RequestDigest == "" {
 		// Decided once whole: the decision carries the request's args.
 		next.State, next.verdict = State(v.outcome), &v
 	} else if err := next.decide(v); err != nil {
@@ -905,6 +912,11 @@ func (l *ledger) applyDecision(seq uint64, at time.Time, subj string, h nats.Hea
 		rec.Forgery = en.x.forged
 	}
 	rec.revision, rec.judging = seq, false
+	if rec.thin {
+		// Decided from what a cold request keeps: readers read the rest
+		// from the stream.
+		rec.thin, rec.partial = false, true
+	}
 	if rec.ReceivedAt.IsZero() && en != nil {
 		rec.ReceivedAt = en.reqAt
 	}

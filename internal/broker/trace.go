@@ -119,10 +119,7 @@ func (b *Broker) requestContext(ctx context.Context, id string) context.Context 
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx
 	}
-	rec, ok, err := b.view(ctx, id)
-	if err != nil {
-		return ctx
-	}
+	rec, ok := b.ledger.view(id) // a cold request keeps its trace context
 	if !ok {
 		if rec, _, ok = b.index.getDecided(id); !ok {
 			return ctx
