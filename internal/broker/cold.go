@@ -1,12 +1,12 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	jsoniter "github.com/json-iterator/go"
@@ -59,20 +59,26 @@ type coldMore struct {
 	traceParent, traceState string
 }
 
-// keepRequest keeps args and digest (a request digest) in c, if short and
-// well formed.
+// keepRequest keeps args (a copy) and digest (a request digest) in c, if
+// short and well formed.
 func (c *cold) keepRequest(args []byte, digest string) {
+	if len(args) <= coldArgs && args != nil {
+		args = append(make([]byte, 0, len(args)), args...)
+	}
+	c.keepRequestBytes(args, []byte(digest))
+}
+
+// keepRequestBytes is keepRequest with args kept as they are.
+func (c *cold) keepRequestBytes(args, digest []byte) {
 	const prefix = "sha256:"
-	if len(args) > coldArgs || len(digest) != len(prefix)+2*sha256.Size || !strings.HasPrefix(digest, prefix) {
+	if len(args) > coldArgs || len(digest) != len(prefix)+2*sha256.Size || string(digest[:len(prefix)]) != prefix {
 		return
 	}
-	if _, err := hex.Decode(c.digest[:], []byte(digest[len(prefix):])); err != nil || hex.EncodeToString(c.digest[:]) != digest[len(prefix):] {
+	hexed := digest[len(prefix):]
+	if _, err := hex.Decode(c.digest[:], hexed); err != nil || bytes.ContainsAny(hexed, "ABCDEF") {
 		return // not lower-case hex: kept as it is, it would not read back the same
 	}
-	if args != nil {
-		c.args = append(make([]byte, 0, len(args)), args...)
-	}
-	c.decided = true
+	c.args, c.decided = args, true
 }
 
 // keepTrace keeps a request's trace context in c.
@@ -206,6 +212,14 @@ func (l *ledger) intern(s string) string {
 	return s
 }
 
+// internBytes is intern for a string in b.
+func (l *ledger) internBytes(b []byte) string {
+	if v, ok := l.names[string(b)]; ok {
+		return v
+	}
+	return l.intern(string(b))
+}
+
 // maxInterned bounds the strings intern keeps.
 const maxInterned = 4096
 
@@ -327,13 +341,14 @@ func (b *Broker) view(ctx context.Context, id string) (Record, bool, error) {
 
 // announced is what the ledger reads of a pending event for a request it
 // keeps cold.
+// The byte slices are in the event read, not copies.
 type announced struct {
-	requestID, agent, session  string
+	id, agent, digest          []byte
+	session                    string
 	rule, approvalRule, limit  string
 	deadline, base, receivedAt time.Time
 	requestSeq                 uint64
 	args                       []byte
-	digest                     string
 	traceParent, traceState    string
 }
 
@@ -345,11 +360,19 @@ func readAnnounced(h nats.Header, data []byte) (a announced, ok bool) {
 	if h.Get("Content-Type") != events.ContentTypeStructured {
 		return a, false
 	}
-	var typ string
+	var pending bool
 	bad := false
+	// token reads a string without escapes in place, without a copy.
+	token := func(it *jsoniter.Iterator) []byte {
+		b := it.ReadStringAsSlice()
+		if bytes.IndexByte(b, '\\') >= 0 {
+			bad = true
+		}
+		return b
+	}
 	when := func(it *jsoniter.Iterator) time.Time {
-		t, err := time.Parse(time.RFC3339Nano, it.ReadString())
-		if err != nil {
+		var t time.Time
+		if err := t.UnmarshalText(token(it)); err != nil {
 			bad = true
 		}
 		return t.UTC()
@@ -359,7 +382,7 @@ func readAnnounced(h nats.Header, data []byte) (a announced, ok bool) {
 	it.ReadObjectCB(func(it *jsoniter.Iterator, field string) bool {
 		switch field {
 		case "type":
-			typ = it.ReadString()
+			pending = string(token(it)) == events.TypePending
 		case events.TraceParentAttribute:
 			a.traceParent = it.ReadString()
 		case events.TraceStateAttribute:
@@ -368,7 +391,7 @@ func readAnnounced(h nats.Header, data []byte) (a announced, ok bool) {
 			it.ReadObjectCB(func(it *jsoniter.Iterator, field string) bool {
 				switch field {
 				case "request_id":
-					a.requestID = it.ReadString()
+					a.id = token(it)
 				case "deadline":
 					a.deadline = when(it)
 				case "base_deadline":
@@ -384,12 +407,12 @@ func readAnnounced(h nats.Header, data []byte) (a announced, ok bool) {
 				case "request_seq":
 					a.requestSeq = it.ReadUint64()
 				case "request_digest":
-					a.digest = it.ReadString()
+					a.digest = token(it)
 				case "request":
 					it.ReadObjectCB(func(it *jsoniter.Iterator, field string) bool {
 						switch field {
 						case "agent":
-							a.agent = it.ReadString()
+							a.agent = token(it)
 						case "session":
 							a.session = it.ReadString()
 						case "args":
@@ -409,7 +432,7 @@ func readAnnounced(h nats.Header, data []byte) (a announced, ok bool) {
 		}
 		return true
 	})
-	if it.Error != nil || bad || typ != events.TypePending || !events.ValidToken(a.requestID) || a.deadline.IsZero() || a.digest == "" {
+	if it.Error != nil || bad || !pending || len(a.id) == 0 || a.deadline.IsZero() || len(a.digest) == 0 {
 		return a, false
 	}
 	return a, true
@@ -420,19 +443,23 @@ func readAnnounced(h nats.Header, data []byte) (a announced, ok bool) {
 // for more whole records. ok is false when the request needs its record
 // whole (answers wait for it) and the caller is to apply the event so.
 func (l *ledger) pendingCold(seq uint64, at time.Time, a announced) (ok bool) {
-	en := l.open[a.requestID]
+	en := l.open[string(a.id)]
 	if en != nil && en.x != nil && len(en.x.early) > 0 {
 		return false
 	}
 	if en == nil {
-		if _, _, ok := l.b.index.get(a.requestID); ok {
+		id := string(a.id)
+		if !events.ValidToken(id) {
+			return true // not an announcement any replica takes
+		}
+		if _, _, ok := l.b.index.get(id); ok {
 			return true // decided
 		}
-		en = &entry{id: a.requestID, reqSeq: a.requestSeq, reqAt: a.receivedAt, seen: time.Now().UnixNano()}
+		en = &entry{id: id, reqSeq: a.requestSeq, reqAt: a.receivedAt, seen: time.Now().UnixNano()}
 		if en.reqAt.IsZero() {
 			en.reqAt = at
 		}
-		l.open[a.requestID] = en
+		l.open[id] = en
 	}
 	if en.pendSeq != 0 || en.proposal != nil {
 		return true // announced again: nothing changes
@@ -441,15 +468,15 @@ func (l *ledger) pendingCold(seq uint64, at time.Time, a announced) (ok bool) {
 	if a.approvalRule != "" {
 		rule = a.approvalRule
 	}
-	if a.agent != "" {
-		en.agent = l.intern(a.agent)
+	if len(a.agent) > 0 {
+		en.agent = l.internBytes(a.agent)
 	}
 	if en.session == "" {
 		en.session = a.session
 	}
 	en.pendSeq = seq
 	en.cold = &cold{deadline: toNanos(a.deadline), base: toNanos(a.base), rule: l.intern(rule), limit: l.intern(a.limit), revision: seq}
-	en.cold.keepRequest(a.args, a.digest)
+	en.cold.keepRequestBytes(a.args, a.digest)
 	en.cold.keepTrace(a.traceParent, a.traceState)
 	l.dropRaw(en)
 	rec := en.record()

@@ -157,8 +157,8 @@ func TestReadAnnounced(t *testing.T) {
 	if !ok {
 		t.Fatal("a pending event not read")
 	}
-	want := announced{requestID: p.RequestID, agent: "a1", session: "s1", rule: "limit:spend", approvalRule: "two", limit: "spend",
-		deadline: p.Deadline, base: p.BaseDeadline, receivedAt: at, requestSeq: 42, args: p.Request.Args, digest: p.RequestDigest}
+	want := announced{id: []byte(p.RequestID), agent: []byte("a1"), session: "s1", rule: "limit:spend", approvalRule: "two", limit: "spend",
+		deadline: p.Deadline, base: p.BaseDeadline, receivedAt: at, requestSeq: 42, args: p.Request.Args, digest: []byte(p.RequestDigest)}
 	if !reflect.DeepEqual(a, want) {
 		t.Fatalf("read %+v, want %+v", a, want)
 	}
@@ -178,7 +178,7 @@ func TestReadAnnounced(t *testing.T) {
 	if _, ok := readAnnounced(nats.Header(h), body); ok {
 		t.Fatal("an escalation read as an announcement")
 	}
-	for _, broken := range [][]byte{body[:len(body)/2], []byte(`{"type":"dev.assent.approval.pending","data":{"request_id":"../x","deadline":"2026-11-26T12:00:00Z"}}`), []byte(`{"type":"dev.assent.approval.pending","data":{"request_id":"r1","deadline":"soon"}}`)} {
+	for _, broken := range [][]byte{body[:len(body)/2], []byte(`{"type":"dev.assent.approval.pending","data":{"request_id":"r\"1","deadline":"2026-11-26T12:00:00Z","request_digest":"sha256:00"}}`), []byte(`{"type":"dev.assent.approval.pending","data":{"request_id":"r1","deadline":"soon"}}`)} {
 		if a, ok := readAnnounced(nats.Header(h), broken); ok {
 			t.Fatalf("%s read as %+v", broken, a)
 		}
