@@ -17,17 +17,23 @@ func TestMetrics(t *testing.T) {
 	for range 3 {
 		itest.ApprovalOf(t, itest.Call(t, http.MethodPost, a.HTTP+"/v1/approvals", map[string]any{"agent": "m", "tool": "x"}), http.StatusCreated)
 	}
-	r := itest.Call(t, http.MethodGet, a.HTTP+"/metrics", nil)
-	if r.Status != http.StatusOK {
-		t.Fatalf("GET /metrics: %d", r.Status)
-	}
-	body := string(r.Body)
-	for _, want := range []string{"assent_requests_total 3", "assent_approved_total 3", "assent_automatic_decisions_total 3", "assent_shadow_disagreements_total 0", "go_goroutines",
-		`assent_decision_latency_seconds_count{channel="auto",outcome="approved"} 3`, "assent_pending_requests 0", "assent_event_stream_clients 0"} {
-		if !strings.Contains(body, want) {
-			t.Errorf("metrics lack %q", want)
+	// A decision is counted by the handling whose publish stored it, which
+	// may be the consumer's while the HTTP reply came from the gateway's:
+	// the counts follow the reply by a moment.
+	itest.Eventually(t, itest.Patience, func() (bool, string) {
+		r := itest.Call(t, http.MethodGet, a.HTTP+"/metrics", nil)
+		if r.Status != http.StatusOK {
+			t.Fatalf("GET /metrics: %d", r.Status)
 		}
-	}
+		body := string(r.Body)
+		for _, want := range []string{"assent_requests_total 3", "assent_approved_total 3", "assent_automatic_decisions_total 3", "assent_shadow_disagreements_total 0", "go_goroutines",
+			`assent_decision_latency_seconds_count{channel="auto",outcome="approved"} 3`, "assent_pending_requests 0", "assent_event_stream_clients 0"} {
+			if !strings.Contains(body, want) {
+				return false, "metrics lack " + want
+			}
+		}
+		return true, ""
+	})
 }
 
 // TestMetricsLatencyAndGauges: answers are timed by the channel that gave
