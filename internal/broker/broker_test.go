@@ -299,3 +299,43 @@ func TestAnswerAfterAnotherReplicasVote(t *testing.T) {
 	}
 	waitDecision(t, ns, rec.ID, events.Approved)
 }
+
+// TestGrantInForceWithItsDecision: a remembered choice is stored after its
+// decision, yet an agent that sees the decision and asks again at once finds
+// it in force: each replica's ledger puts it in force as it reads the
+// decision. The grant's write is held back until the second request is
+// decided.
+func TestGrantInForceWithItsDecision(t *testing.T) {
+	ns := testenv.Server(t)
+	a := start(t, testenv.Conn(t, ns), broker.Config{Name: "a"})
+	b := start(t, testenv.Conn(t, ns), broker.Config{Name: "b"})
+	rec, err := a.Submit(ctx(t), "", "test/t", events.Requested{Tool: "deploy", Agent: "a1", Session: "s-now"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	for _, r := range []*broker.Broker{a, b} { // either may handle the answer
+		r.SetPublishHook(func(id string) {
+			if id == rec.ID {
+				<-release
+			}
+		})
+	}
+	defer close(release)
+	go func() {
+		_, _ = a.Respond(context.Background(), "alice", rec.ID, events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour)}})
+	}()
+	waitDecision(t, ns, rec.ID, events.Approved)
+	if len(a.Remembered())+len(b.Remembered()) != 0 {
+		t.Fatal("the grant was stored before its decision's handling went on")
+	}
+	for name, r := range map[string]*broker.Broker{"a": a, "b": b} {
+		next, err := r.Submit(ctx(t), "", "test/t", events.Requested{Tool: "deploy", Agent: "a1", Session: "s-now"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next.State != broker.StateApproved || next.Decision == nil || !next.Decision.Auto {
+			t.Fatalf("asked again on %s as soon as the decision was out: %s (%+v)", name, next.State, next.Decision)
+		}
+	}
+}
