@@ -509,26 +509,72 @@ func (c *Client) firstStored(ctx context.Context, id string) (d Decision, sc tra
 	if err != nil {
 		return Decision{}, sc, 0, false, err
 	}
-	for next := uint64(1); ; {
-		m, err := stream.GetMsg(ctx, next, jetstream.WithGetMsgSubject(subj))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return Decision{}, sc, 0, false, nil
-		}
-		if err != nil {
-			return Decision{}, sc, 0, false, err
-		}
-		d, sc, err := c.readTraced(m.Header, m.Data)
+	m, err := firstAccepted(ctx, stream, subj, func(m *jetstream.RawStreamMsg) (bool, error) {
+		var err error
+		d, sc, err = c.readTraced(m.Header, m.Data)
 		if err != nil && c.trusted != nil {
 			c.log.Warn("skipping a stored decided event that no trusted key signed",
 				zap.String("request_id", id), zap.Uint64("seq", m.Sequence), zap.Error(err))
-			next = m.Sequence + 1
-			continue
+			return true, nil
+		}
+		return false, err
+	})
+	switch {
+	case m == nil:
+		return Decision{}, sc, 0, false, err
+	case err != nil:
+		return Decision{}, sc, m.Sequence, false, err
+	}
+	return d, sc, m.Sequence, true, nil
+}
+
+// firstAccepted returns the first message stored on subj that accept does
+// not skip, with the error accept returns for it; nil when the stream holds
+// none (yet).
+func firstAccepted(ctx context.Context, stream jetstream.Stream, subj string, accept func(*jetstream.RawStreamMsg) (skip bool, err error)) (*jetstream.RawStreamMsg, error) {
+	for next := uint64(1); ; {
+		m, err := stream.GetMsg(ctx, next, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, nil
 		}
 		if err != nil {
-			return Decision{}, sc, m.Sequence, false, err
+			return nil, err
 		}
-		return d, sc, m.Sequence, true, nil
+		skip, err := accept(m)
+		if !skip {
+			return m, err
+		}
+		next = m.Sequence + 1
 	}
+}
+
+// FirstDecision returns the stream sequence of the message that decides
+// request id, by the rule every reader of decisions follows: the first
+// message stored on assent.decision.<id>, or, with trusted keys, the first
+// there that one of them signed. found is false while the stream (or the
+// replica of it that answered) holds none. A reader of the stream's
+// decision subjects (a consumer) acts on a message only if its sequence is
+// this one: a later message on the subject was stored by a client that
+// published without the broker's expected sequence, and is not a decision.
+func FirstDecision(ctx context.Context, stream jetstream.Stream, id string, trusted *events.TrustedKeys) (seq uint64, found bool, err error) {
+	subj, err := events.DecisionSubject(id)
+	if err != nil {
+		return 0, false, err
+	}
+	m, err := firstAccepted(ctx, stream, subj, func(m *jetstream.RawStreamMsg) (bool, error) {
+		if trusted == nil {
+			return false, nil
+		}
+		e, err := events.Codec{MaxSize: 1 << 30}.Decode(events.Header(m.Header), m.Data) // stored: its size was checked
+		if err == nil {
+			_, err = trusted.Verify(&e)
+		}
+		return err != nil, nil
+	})
+	if m == nil || err != nil {
+		return 0, false, err
+	}
+	return m.Sequence, true, nil
 }
 
 // first reports whether h, the headers of the server's copy of a stored

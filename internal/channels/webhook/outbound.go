@@ -102,6 +102,7 @@ type deliverer struct {
 	log     *zap.Logger
 	agents  *agentCache
 	cons    jetstream.Consumer
+	stream  jetstream.Stream // the ASSENT stream, once read
 }
 
 // fetchWait is how long one pull for the next event waits on the server. A
@@ -158,6 +159,40 @@ func (d *deliverer) consume(ctx context.Context) error {
 	return nil
 }
 
+// decides reports whether msg, a stored decided event, is its request's
+// decision (handler.FirstDecision): a message stored after the decision on
+// its subject is acknowledged and not delivered, and one that cannot be
+// checked now is retried.
+func (d *deliverer) decides(ctx context.Context, msg jetstream.Msg) bool {
+	md, err := msg.Metadata()
+	if err != nil {
+		return true // not from a consumer
+	}
+	id := strings.TrimPrefix(msg.Subject(), events.DecisionPrefix)
+	if d.stream == nil {
+		if d.stream, err = d.js.Stream(ctx, events.StreamName); err != nil {
+			d.log.Warn("cannot read the stream to check a decision; retrying", zap.String("request_id", id), zap.Error(err))
+			_ = msg.NakWithDelay(time.Second)
+			return false
+		}
+	}
+	first, found, err := handler.FirstDecision(ctx, d.stream, id, d.trusted)
+	switch {
+	case err != nil || !found:
+		// Unreadable now, or read from a stream replica that has not
+		// stored it yet.
+		d.log.Debug("cannot check a decision yet; retrying", zap.String("request_id", id), zap.Error(err))
+		_ = msg.NakWithDelay(time.Second)
+		return false
+	case first != md.Sequence.Stream:
+		d.log.Warn("not delivering a message stored after its request's decision", zap.String("request_id", id),
+			zap.Uint64("seq", md.Sequence.Stream), zap.Uint64("decision_seq", first))
+		_ = msg.Ack()
+		return false
+	}
+	return true
+}
+
 func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -186,6 +221,9 @@ func (d *deliverer) handle(ctx context.Context, msg jetstream.Msg) {
 			_ = msg.Ack()
 			return
 		}
+	}
+	if e.Type() == events.TypeDecided && !d.decides(ctx, msg) {
+		return
 	}
 	reqID, agent := describe(msg.Subject(), &e)
 	if len(d.ep.agents) > 0 {

@@ -881,3 +881,60 @@ func TestStartWithoutBroker(t *testing.T) {
 		t.Fatalf("second Start = %v", err)
 	}
 }
+
+// TestSecondDecisionNotDelivered: a message stored on a decision subject
+// after the decision (a client publishing without the broker's expected
+// sequence, as a second replica would) is not delivered: endpoints get the
+// one decision every other reader acts on.
+func TestSecondDecisionNotDelivered(t *testing.T) {
+	ns := testenv.Server(t)
+	nc := testenv.Conn(t, ns)
+	brokertest.Run(t, nc, broker.Config{Policy: testPolicy(t)})
+	secret, key := newSecret(t)
+	t.Setenv("WH_DECIDED", secret)
+	rcv := newReceiver(t, key)
+	startBot(t, ns, webhook.Config{Endpoints: []webhook.Endpoint{{Name: "decided", URL: rcv.URL(), SecretEnv: "WH_DECIDED", Types: []string{"decided"}}}}, nil)
+	client, _ := handler.NewClient(nc, handler.Config{Agent: "coder"})
+
+	// approved asks and has alice approve.
+	approved := func() string {
+		id := events.NewID()
+		decided := ask(t, client, id, events.Requested{Tool: "write_file"})
+		waitFor(t, "the request pending", func() bool {
+			return slices.ContainsFunc(storedEvents(t, nc), func(s stored) bool { return s.Type == events.TypePending && s.RequestID == id })
+		})
+		answer(t, nc, "alice", id, events.Approve)
+		if d := brokertest.Decision(t, decided); !d.Approved() {
+			t.Fatalf("decision %+v", d)
+		}
+		return id
+	}
+	id := approved()
+	second, err := events.New(events.TypeDecided, "", "broker/other", events.Decided{RequestID: id, Outcome: events.Denied, Reason: "a second opinion", DecidedAt: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, body, err := events.Encode(&second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	if _, err := js.PublishMsg(testCtx(t), &nats.Msg{Subject: events.DecisionPrefix + id, Header: nats.Header(h), Data: body}); err != nil {
+		t.Fatal(err)
+	}
+	// A request decided after it: once its decision is delivered, the
+	// endpoint has been handed everything stored before.
+	next := approved()
+	waitFor(t, "the next decision delivered", func() bool {
+		return slices.ContainsFunc(rcv.deliveries(), func(d delivered) bool { return d.RequestID == next })
+	})
+	var got []string
+	for _, d := range rcv.deliveries() {
+		if d.RequestID == id {
+			got = append(got, d.ID)
+		}
+	}
+	if len(got) != 1 || got[0] == second.ID() {
+		t.Fatalf("deliveries of %s's decided events: %v (the second, %s, must not be one)", id, got, second.ID())
+	}
+}
