@@ -1211,53 +1211,71 @@ func TestDeployLocal(t *testing.T) {
 		t.Fatalf("go build nats-server: %v\n%s", err, out)
 	}
 
-	dir := t.TempDir()
-	base := freePorts(t, 13)
-	cmd := exec.Command("bash", filepath.Join(deployDir, "local", "run.sh"), "--dir", dir, "--base-port", strconv.Itoa(base), "--bin", bin)
-	out := &itest.LockedBuffer{}
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = io.MultiWriter(out, pw), out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	done := make(chan struct{}) // closed once the script has exited
-	go func() {
-		err := cmd.Wait()
-		close(done)
-		exited <- err
-		pw.Close()
-	}()
-	t.Cleanup(func() {
-		// If the test failed early: stop the script as Ctrl-C would, which
-		// stops what it started.
-		select {
-		case <-done:
-		default:
-			_ = cmd.Process.Signal(syscall.SIGTERM)
+	var (
+		dir    string
+		base   int
+		cmd    *exec.Cmd
+		out    *itest.LockedBuffer
+		exited chan error
+	)
+	// started runs run.sh on ports found free; false if it must run again.
+	started := func(attempt int) bool {
+		dir = t.TempDir()
+		base = freePorts(t, 13)
+		c := exec.Command("bash", filepath.Join(deployDir, "local", "run.sh"), "--dir", dir, "--base-port", strconv.Itoa(base), "--bin", bin)
+		o, ex := &itest.LockedBuffer{}, make(chan error, 1)
+		cmd, out, exited = c, o, ex
+		pr, pw := io.Pipe()
+		c.Stdout, c.Stderr = io.MultiWriter(o, pw), o
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{}) // closed once the script has exited
+		go func() {
+			err := c.Wait()
+			close(done)
+			ex <- err
+			pw.Close()
+		}()
+		t.Cleanup(func() {
+			// If the test failed early: stop the script as Ctrl-C would, which
+			// stops what it started.
 			select {
 			case <-done:
-			case <-time.After(time.Minute):
-				_ = cmd.Process.Kill()
+			default:
+				_ = c.Process.Signal(syscall.SIGTERM)
+				select {
+				case <-done:
+				case <-time.After(time.Minute):
+					_ = c.Process.Kill()
+				}
 			}
-		}
-	})
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			if sc.Text() == "run: ready" {
-				close(ready)
+		})
+		ready := make(chan struct{})
+		go func() {
+			sc := bufio.NewScanner(pr)
+			for sc.Scan() {
+				if sc.Text() == "run: ready" {
+					close(ready)
+				}
 			}
+			_, _ = io.Copy(io.Discard, pr)
+		}()
+		select {
+		case <-ready:
+		case err := <-exited:
+			if strings.Contains(out.String(), "address already in use") && attempt < 3 {
+				// A port found free was taken since by another test's process.
+				t.Logf("run.sh exited: a port was taken since it was found free; again on others:\n%s", out)
+				return false
+			}
+			t.Fatalf("run.sh exited before it was ready: %v\n%s", err, out)
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("run.sh not ready within 2 minutes:\n%s", out)
 		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	select {
-	case <-ready:
-	case err := <-exited:
-		t.Fatalf("run.sh exited before it was ready: %v\n%s", err, out)
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("run.sh not ready within 2 minutes:\n%s", out)
+		return true
+	}
+	for attempt := 1; !started(attempt); attempt++ { // each attempt on other ports
 	}
 	gen := filepath.Join(dir, "generated")
 	checkGenerated(t, gen)
