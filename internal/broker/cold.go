@@ -20,10 +20,11 @@ import (
 // A pending request's record is large (its request, args and all, its
 // approvers, its trace context), and a replica may hold a million of them
 // (docs/architecture.md, "Memory"). So the ledger keeps the records of at
-// most maxFull pending requests whole, those announced last (hot); of the
-// others (cold) it keeps only what judging its answers, cancels and expiries
-// in stream order needs without the request itself: deadlines, level, rule,
-// limit and votes. The rest is in the request's pending event, which the
+// most maxFull pending requests whole, those announced while there is room;
+// of the others (cold) it keeps only what judging their answers, cancels and
+// expiries in stream order needs without the rest of the request:
+// deadlines, level, rule, limit, votes, the digest and trace context, and
+// short args. The rest is in the request's pending event, which the
 // ledger and handlers read back by its stream sequence when they need it
 // (whole): an answer or cancel about a cold request, a reader's Get or
 // listing, an expiry whose decision carries the request's args.
@@ -90,13 +91,6 @@ func (c *cold) keepTrace(parent, state string) {
 		c.coldMore = &coldMore{}
 	}
 	c.traceParent, c.traceState = parent, state
-}
-
-// hotEntry is an entry in the order its record was made whole; stamp tells
-// a later making whole of the same entry from this one.
-type hotEntry struct {
-	en    *entry
-	stamp uint64
 }
 
 func toNanos(t time.Time) int64 {
@@ -167,19 +161,8 @@ func (l *ledger) keep(en *entry, next Record) {
 	}
 	en.rec, en.cold = &next, nil
 	l.full++
-	l.stamp++
-	en.stamp = l.stamp
-	l.hot = append(l.hot, hotEntry{en, l.stamp})
-	for l.full > l.maxFull && len(l.hot) > 0 {
-		h := l.hot[0]
-		l.hot[0] = hotEntry{}
-		l.hot = l.hot[1:]
-		if h.en.stamp == h.stamp && h.en.rec != nil && !h.en.pinned && l.open[h.en.id] == h.en {
-			l.cool(h.en)
-		}
-	}
-	if cap(l.hot) > 2*max(len(l.hot), 64) {
-		l.hot = append([]hotEntry(nil), l.hot...) // let the array shrink
+	if l.full > l.maxFull && !en.pinned {
+		l.cool(en) // no room: kept cold
 	}
 }
 
@@ -480,12 +463,6 @@ func (l *ledger) pendingCold(seq uint64, at time.Time, a announced) (ok bool) {
 	en.cold.keepTrace(a.traceParent, a.traceState)
 	l.dropRaw(en)
 	rec := en.record()
-	l.b.index.put(rec)
-	if l.b.ready.Load() && !l.b.timers.known(rec.ID) {
-		l.b.timers.backup(rec.ID, l.b.wakeAt(&rec))
-	} else {
-		l.b.timers.arm(rec.ID, l.b.wakeAt(&rec))
-	}
-	l.b.records.deliver(rec.ID)
+	l.announced(&rec)
 	return true
 }

@@ -83,10 +83,17 @@ func (g *grants) decidedFor(in policy.Input) []policy.Grant {
 	}
 	var out []policy.Grant
 	for _, prefix := range policy.GrantKeys(in) {
-		for key, gr := range g.decided {
-			if prefixOf(key) == prefix {
-				out = append(out, gr)
-			}
+		out = g.appendDecided(out, prefix)
+	}
+	return out
+}
+
+// appendDecided appends the grants of decisions read under prefix. The
+// caller holds mu.
+func (g *grants) appendDecided(out []policy.Grant, prefix string) []policy.Grant {
+	for key, gr := range g.decided {
+		if prefixOf(key) == prefix {
+			out = append(out, gr)
 		}
 	}
 	return out
@@ -101,11 +108,7 @@ func (g *grants) Grants(in policy.Input) []policy.Grant {
 		for _, gr := range g.byPrefix[prefix] {
 			out = append(out, gr)
 		}
-		for key, gr := range g.decided {
-			if prefixOf(key) == prefix {
-				out = append(out, gr)
-			}
-		}
+		out = g.appendDecided(out, prefix)
 	}
 	return out
 }

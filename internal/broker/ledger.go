@@ -64,10 +64,8 @@ type ledger struct {
 	local sync.Map
 
 	// full counts the pending requests whose records are kept whole, at
-	// most maxFull; hot lists them, oldest first (cold.go).
+	// most maxFull (cold.go).
 	full, maxFull int
-	hot           []hotEntry
-	stamp         uint64
 	names         map[string]string
 	// ctx ends when the ledger stops reading.
 	ctx context.Context
@@ -89,7 +87,6 @@ type entry struct {
 	pendSeq uint64
 	rec     *Record
 	cold    *cold
-	stamp   uint64 // when rec was last made whole
 	// pinned: rec stays whole (a request announced by the previous
 	// version, whose pending event does not say all).
 	pinned bool
@@ -588,6 +585,12 @@ func (l *ledger) pending(seq uint64, at time.Time, e *events.Event, p events.Pen
 		}
 		en.x.early = nil
 	}
+	l.announced(rec)
+}
+
+// announced lists rec, a request that now waits for answers, and arms its
+// timer.
+func (l *ledger) announced(rec *Record) {
 	l.b.index.put(*rec)
 	if l.b.ready.Load() && !l.b.timers.known(rec.ID) {
 		// Another replica took it: fire a little after it would,
