@@ -39,64 +39,14 @@ func grantBucketConfig(c Config) jetstream.KeyValueConfig {
 type grants struct {
 	mu       sync.RWMutex
 	byPrefix map[string]map[string]policy.Grant // GrantKey prefix -> key -> grant
-	// decided holds, by key, the grants of decisions the ledger has read
-	// that the watcher has not seen in the bucket yet: a grant is stored
-	// after its decision, and an agent that sees the decision and asks
-	// again at once must find it.
-	decided map[string]policy.Grant
-	ready   chan struct{}
+	ready    chan struct{}
 	// applied is the stream sequence of the last bucket entry the watcher
 	// applied.
 	applied atomic.Uint64
 }
 
 func newGrants() *grants {
-	return &grants{byPrefix: make(map[string]map[string]policy.Grant), decided: make(map[string]policy.Grant), ready: make(chan struct{})}
-}
-
-// decide puts gr, with key, in force from a decision the ledger read, until
-// the watcher sees it in the bucket (or its removal).
-func (g *grants) decide(key string, gr policy.Grant) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if _, ok := g.byPrefix[prefixOf(key)][key]; ok {
-		return
-	}
-	if len(g.decided) >= 64 {
-		now := time.Now()
-		for k, d := range g.decided {
-			if !now.Before(d.ExpiresAt) {
-				delete(g.decided, k) // never stored: it expired first
-			}
-		}
-	}
-	g.decided[key] = gr
-}
-
-// decidedFor returns the grants of decisions read and not yet seen in the
-// bucket that may apply to in.
-func (g *grants) decidedFor(in policy.Input) []policy.Grant {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	if len(g.decided) == 0 {
-		return nil
-	}
-	var out []policy.Grant
-	for _, prefix := range policy.GrantKeys(in) {
-		out = g.appendDecided(out, prefix)
-	}
-	return out
-}
-
-// appendDecided appends the grants of decisions read under prefix. The
-// caller holds mu.
-func (g *grants) appendDecided(out []policy.Grant, prefix string) []policy.Grant {
-	for key, gr := range g.decided {
-		if prefixOf(key) == prefix {
-			out = append(out, gr)
-		}
-	}
-	return out
+	return &grants{byPrefix: make(map[string]map[string]policy.Grant), ready: make(chan struct{})}
 }
 
 // Grants implements policy.Remembered.
@@ -108,7 +58,6 @@ func (g *grants) Grants(in policy.Input) []policy.Grant {
 		for _, gr := range g.byPrefix[prefix] {
 			out = append(out, gr)
 		}
-		out = g.appendDecided(out, prefix)
 	}
 	return out
 }
@@ -164,7 +113,6 @@ func (g *grants) put(key string, gr policy.Grant) {
 		g.byPrefix[p] = make(map[string]policy.Grant)
 	}
 	g.byPrefix[p][key] = gr
-	delete(g.decided, key)
 }
 
 // advance records that the watcher applied the bucket's entry at stream
@@ -180,7 +128,6 @@ func (g *grants) remove(key string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p := prefixOf(key)
-	delete(g.decided, key)
 	delete(g.byPrefix[p], key)
 	if len(g.byPrefix[p]) == 0 {
 		delete(g.byPrefix, p)
@@ -236,7 +183,7 @@ func (r *grantReader) Grants(in policy.Input) []policy.Grant {
 		}
 		out = append(out, gs...)
 	}
-	return append(out, r.b.grants.decidedFor(in)...)
+	return out
 }
 
 // grantsFresh reports whether this replica's copy of the remembered choices

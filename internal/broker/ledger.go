@@ -926,10 +926,6 @@ func (l *ledger) applyDecision(seq uint64, at time.Time, subj string, h nats.Hea
 	if en != nil {
 		l.forget(en)
 	}
-	if g := rec.Grant; g != nil && !rec.forged && rec.Decision != nil && !rec.Decision.Auto {
-		// In force from now, here: it is stored after the decision.
-		b.grants.decide(g.Key(), *g)
-	}
 	b.index.put(rec)
 	b.timers.stop(id)
 	b.records.deliver(id)
