@@ -81,9 +81,17 @@ func checkAnswer(principal, id string, resp events.Responded) error {
 }
 
 // loadPending reads the record of id, and refuses (with its terminalErr) one
-// that is decided.
+// that is decided. A request this replica has not read is looked for again
+// once it has read what the stream holds: an approver who saw it listed by
+// another replica a moment ago may answer it here.
 func (b *Broker) loadPending(ctx context.Context, id string) (Record, error) {
 	rec, err := b.loadJudged(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		if cerr := b.ledger.catchUp(ctx); cerr != nil {
+			return Record{}, fmt.Errorf("%w (and this replica could not read the stream to the end: %w)", err, cerr)
+		}
+		rec, err = b.loadJudged(ctx, id)
+	}
 	if err != nil {
 		return Record{}, err
 	}

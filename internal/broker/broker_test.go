@@ -299,3 +299,85 @@ func TestAnswerAfterAnotherReplicasVote(t *testing.T) {
 	}
 	waitDecision(t, ns, rec.ID, events.Approved)
 }
+
+// TestGrantInForceWithItsDecision: a remembered choice is stored after its
+// decision, yet an agent that sees the decision and asks again at once finds
+// it in force on every replica: each replica's ledger notes it as it reads
+// the decision. The grant's write is held back until the second requests
+// are decided.
+func TestGrantInForceWithItsDecision(t *testing.T) {
+	ns := testenv.Server(t)
+	a := start(t, testenv.Conn(t, ns), broker.Config{Name: "a"})
+	b := start(t, testenv.Conn(t, ns), broker.Config{Name: "b"})
+	rec, err := a.Submit(ctx(t), "", "test/t", events.Requested{Tool: "deploy", Agent: "a1", Session: "s-now"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	for _, r := range []*broker.Broker{a, b} { // either may handle the answer
+		r.SetPublishHook(func(id string) {
+			if id == rec.ID {
+				<-release
+			}
+		})
+	}
+	defer close(release)
+	go func() {
+		_, _ = a.Respond(context.Background(), "alice", rec.ID, events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour)}})
+	}()
+	waitDecision(t, ns, rec.ID, events.Approved)
+	if len(a.Remembered())+len(b.Remembered()) != 0 {
+		t.Fatal("the grant was stored before its decision's handling went on")
+	}
+	for name, r := range map[string]*broker.Broker{"a": a, "b": b} {
+		next, err := r.Submit(ctx(t), "", "test/t", events.Requested{Tool: "deploy", Agent: "a1", Session: "s-now"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next.State != broker.StateApproved || next.Decision == nil || !next.Decision.Auto {
+			t.Fatalf("asked again on %s as soon as the decision was out: %s (%+v)", name, next.State, next.Decision)
+		}
+	}
+}
+
+// TestRevokedGrantStaysRevoked: a ledger that reads a decision after its
+// remembered choice was stored and revoked (a replica started after the
+// revocation reads the stream from its beginning) does not bring the grant
+// back, and neither does a second handling of its answer.
+func TestRevokedGrantStaysRevoked(t *testing.T) {
+	ns := testenv.Server(t)
+	a := start(t, testenv.Conn(t, ns), broker.Config{Name: "a"})
+	ask := events.Requested{Tool: "deploy", Agent: "a1", Session: "s-revoked"}
+	rec, err := a.Submit(ctx(t), "", "test/t", ask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Respond(ctx(t), "alice", rec.ID, events.Responded{Decision: events.Approve, Remember: &events.Remember{Scope: events.ScopeSession, TTL: events.Duration(time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(a.Remembered()) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the remembered choice was not stored")
+		}
+	}
+	gr, err := a.Forget(ctx(t), a.Remembered()[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second handling of the answer (its redelivery, or the consumer
+	// after the HTTP request) stores the grant once more: not over the
+	// revocation.
+	if err := a.Remember(ctx(t), gr); !errors.Is(err, jetstream.ErrKeyExists) {
+		t.Fatalf("stored again after its revocation: %v", err)
+	}
+	b := start(t, testenv.Conn(t, ns), broker.Config{Name: "b"})
+	for name, r := range map[string]*broker.Broker{"a": a, "b": b} {
+		next, err := r.Submit(ctx(t), "", "test/t", ask)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if next.State != broker.StatePending {
+			t.Fatalf("asked again on %s after the revocation: %s (%+v)", name, next.State, next.Decision)
+		}
+	}
+}

@@ -79,3 +79,7 @@ func (b *Broker) Knows(id string) bool {
 	_, _, ok := b.index.get(id)
 	return ok
 }
+
+// Remember stores gr as the handling of its answer does (the second
+// handling of one answer runs it again).
+func (b *Broker) Remember(ctx context.Context, gr policy.Grant) error { return b.remember(ctx, gr) }

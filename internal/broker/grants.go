@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -39,14 +40,81 @@ func grantBucketConfig(c Config) jetstream.KeyValueConfig {
 type grants struct {
 	mu       sync.RWMutex
 	byPrefix map[string]map[string]policy.Grant // GrantKey prefix -> key -> grant
-	ready    chan struct{}
+	// decided holds, by key, the grants of recent decisions the ledger has
+	// read and the watcher has not yet seen in the bucket, neither stored
+	// nor removed. A grant is stored after its decision, so an agent that
+	// sees the decision and asks again at once would otherwise miss it.
+	// Judging counts one only once the bucket's leader shows it is not
+	// revoked (grantReader.undecided).
+	decided map[string]policy.Grant
+	ready   chan struct{}
 	// applied is the stream sequence of the last bucket entry the watcher
 	// applied.
 	applied atomic.Uint64
 }
 
 func newGrants() *grants {
-	return &grants{byPrefix: make(map[string]map[string]policy.Grant), ready: make(chan struct{})}
+	return &grants{byPrefix: make(map[string]map[string]policy.Grant), decided: make(map[string]policy.Grant), ready: make(chan struct{})}
+}
+
+// grantWriteWindow is how long after its decision a remembered choice not
+// yet seen in the bucket counts from the decision: the handler writes it at
+// once, or, if it stopped first, the replica the trigger is redelivered to
+// writes it within about one ack wait. Older decisions (a start reading the
+// stream from its beginning) put nothing in force.
+const grantWriteWindow = 2 * time.Minute
+
+// decide notes gr, with key, from a decision stored at at, unless the
+// watcher has seen it already or the decision is too old to be waiting for
+// its grant's write.
+func (g *grants) decide(key string, gr policy.Grant, at, now time.Time) {
+	if now.Sub(at) > grantWriteWindow || !now.Before(gr.ExpiresAt) {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.byPrefix[prefixOf(key)][key]; ok {
+		return
+	}
+	if len(g.decided) >= 64 {
+		for k, d := range g.decided {
+			if now.Sub(d.CreatedAt) > grantWriteWindow || !now.Before(d.ExpiresAt) {
+				delete(g.decided, k)
+			}
+		}
+	}
+	g.decided[key] = gr
+}
+
+// undecided forgets the noted grant with key: the bucket showed it
+// revoked.
+func (g *grants) undecided(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.decided, key)
+}
+
+// decidedFor returns, by key, the noted grants (decide) that may apply to
+// in and are not in keys already.
+func (g *grants) decidedFor(in policy.Input, have []policy.Grant) map[string]policy.Grant {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if len(g.decided) == 0 {
+		return nil
+	}
+	var out map[string]policy.Grant
+	for _, prefix := range policy.GrantKeys(in) {
+		for key, gr := range g.decided {
+			if prefixOf(key) != prefix || slices.ContainsFunc(have, func(h policy.Grant) bool { return h.ID == gr.ID }) {
+				continue
+			}
+			if out == nil {
+				out = make(map[string]policy.Grant)
+			}
+			out[key] = gr
+		}
+	}
+	return out
 }
 
 // Grants implements policy.Remembered.
@@ -113,6 +181,7 @@ func (g *grants) put(key string, gr policy.Grant) {
 		g.byPrefix[p] = make(map[string]policy.Grant)
 	}
 	g.byPrefix[p][key] = gr
+	delete(g.decided, key)
 }
 
 // advance records that the watcher applied the bucket's entry at stream
@@ -128,6 +197,7 @@ func (g *grants) remove(key string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p := prefixOf(key)
+	delete(g.decided, key)
 	delete(g.byPrefix[p], key)
 	if len(g.byPrefix[p]) == 0 {
 		delete(g.byPrefix, p)
@@ -144,6 +214,13 @@ func (g *grants) remove(key string) {
 // anything the watcher has not applied? Usually it does not, and the
 // replica's copy answers; otherwise the grants are read from the leader key
 // by key. A failed read is kept in err, and the request is retried.
+//
+// It adds the grants of recent decisions this replica's ledger read whose
+// write the watcher has not seen (grants.decide), each once the leader shows
+// its key holds no revocation: nothing stored yet (the write is on its way)
+// or the grant itself. A decision read after its grant was revoked, by a
+// ledger behind the watcher or reading the stream again at a start, finds
+// the revocation there.
 type grantReader struct {
 	ctx context.Context
 	b   *Broker
@@ -164,9 +241,30 @@ func (r *grantReader) Grants(in policy.Input) []policy.Grant {
 		}
 		r.checked, r.fresh = true, fresh
 	}
+	var out []policy.Grant
 	if r.fresh {
-		return r.b.grants.Grants(in)
+		out = r.b.grants.Grants(in)
+	} else if out = r.stored(in); r.err != nil {
+		return nil
 	}
+	for key, gr := range r.b.grants.decidedFor(in, out) {
+		live, err := r.b.grantNotRevoked(r.ctx, key)
+		if err != nil {
+			r.err = err
+			return nil
+		}
+		if !live {
+			r.b.grants.undecided(key)
+			continue
+		}
+		out = append(out, gr)
+	}
+	return out
+}
+
+// stored returns the grants the bucket's leader holds for in's prefixes,
+// read once per request.
+func (r *grantReader) stored(in policy.Input) []policy.Grant {
 	var out []policy.Grant
 	for _, prefix := range policy.GrantKeys(in) {
 		gs, ok := r.seen[prefix]
@@ -184,6 +282,27 @@ func (r *grantReader) Grants(in policy.Input) []policy.Grant {
 		out = append(out, gs...)
 	}
 	return out
+}
+
+// grantNotRevoked reports whether the bucket's stream leader holds no
+// revocation of the grant stored under key: no message yet, or the grant.
+// A grant is only ever removed after it was stored, by a revocation or at
+// its expiry, each of which leaves a marker as the key's last message.
+func (b *Broker) grantNotRevoked(ctx context.Context, key string) (bool, error) {
+	resp, err := b.leaderMsgGet(ctx, "KV_"+GrantBucket, map[string]any{"last_by_subj": "$KV." + GrantBucket + "." + key})
+	if err != nil {
+		return false, fmt.Errorf("check remembered choice %s: %w", key, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrCode == errNoMessage:
+		return true, nil
+	case resp.Error != nil:
+		return false, fmt.Errorf("check remembered choice %s: %s (%d)", key, resp.Error.Description, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return false, fmt.Errorf("check remembered choice %s: empty answer", key)
+	}
+	h := resp.Message.header()
+	return h.Get("KV-Operation") == "" && h.Get(jetstream.MarkerReasonHeader) == "", nil
 }
 
 // grantsFresh reports whether this replica's copy of the remembered choices
@@ -328,7 +447,11 @@ func (b *Broker) watchGrants(ctx context.Context) error {
 	return nil
 }
 
-// remember stores a grant with a TTL that ends when it expires.
+// remember stores a grant with a TTL that ends when it expires. The key
+// (its grant's id is in it) is written only if it never held anything: a
+// second handling of the grant's answer that comes after the grant's
+// revocation finds the revocation there and stores nothing (a KV create
+// would write over it). ErrKeyExists says it was stored before.
 func (b *Broker) remember(ctx context.Context, gr policy.Grant) error {
 	val, err := json.Marshal(gr)
 	if err != nil {
@@ -338,9 +461,14 @@ func (b *Broker) remember(ctx context.Context, gr policy.Grant) error {
 	if ttl < time.Second {
 		return nil // expires before it could be used
 	}
+	msg := nats.NewMsg("$KV." + GrantBucket + "." + gr.Key())
+	msg.Data = val
 	cctx, cancel := callCtx(ctx)
 	defer cancel()
-	if _, err := b.res.grants.Create(cctx, gr.Key(), val, jetstream.KeyTTL(ttl)); err != nil {
+	if _, err := b.js.PublishMsg(cctx, msg, jetstream.WithExpectLastSequencePerSubject(0), jetstream.WithMsgTTL(ttl)); err != nil {
+		if isWrongLastSeq(err) {
+			return jetstream.ErrKeyExists
+		}
 		return fmt.Errorf("store remembered choice: %w", err)
 	}
 	b.grants.put(gr.Key(), gr) // visible here at once; the watcher confirms it

@@ -926,6 +926,11 @@ func (l *ledger) applyDecision(seq uint64, at time.Time, subj string, h nats.Hea
 	if en != nil {
 		l.forget(en)
 	}
+	if g := rec.Grant; g != nil && !rec.forged && rec.Decision != nil && !rec.Decision.Auto {
+		// Its grant is stored after it: judging counts it meanwhile, once
+		// the bucket shows no revocation (grantReader).
+		b.grants.decide(g.Key(), *g, at, b.now())
+	}
 	b.index.put(rec)
 	b.timers.stop(id)
 	b.records.deliver(id)
