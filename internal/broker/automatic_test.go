@@ -168,6 +168,9 @@ func TestCrashAfterAutomaticDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := check.Flush(); err != nil { // the server has the subscription before anything is published
+		t.Fatal(err)
+	}
 	publishRequest(t, js, id, "again-"+id, asked)
 	other := asked
 	other.Args = []byte(`{"path":"/etc"}`)

@@ -30,6 +30,9 @@ func TestInputSchemaRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := nc.Flush(); err != nil { // the server has the subscription before anything is published
+		t.Fatal(err)
+	}
 	const schema = `{"type":"object","properties":{"path":{"type":"string","description":"the <file> & more"}},"required":["path"]}`
 	do := func(method, url, body string) (int, []byte) {
 		t.Helper()

@@ -61,8 +61,14 @@ func answer(t *testing.T, e env, agent, principal string, decide func(events.Pen
 		t.Fatal(err)
 	}
 	msgs := make(chan *nats.Msg, 64)
-	sub, err := testenv.Conn(t, e.ns).ChanSubscribe(subj, msgs)
+	nc := testenv.Conn(t, e.ns)
+	sub, err := nc.ChanSubscribe(subj, msgs)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The server has the subscription once the flush returns: a request
+	// made right after this cannot be announced before it.
+	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
