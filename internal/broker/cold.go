@@ -462,7 +462,24 @@ func (l *ledger) pendingCold(seq uint64, at time.Time, a announced) (ok bool) {
 	en.cold.keepRequestBytes(a.args, a.digest)
 	en.cold.keepTrace(a.traceParent, a.traceState)
 	l.dropRaw(en)
-	rec := en.record()
+	rec := en.listed()
 	l.announced(&rec)
 	return true
+}
+
+// listed is what announced needs of cold entry en's record (its listing and
+// its timer), without what record builds for deciding it.
+func (en *entry) listed() Record {
+	c := en.cold
+	return Record{
+		ID:           en.id,
+		State:        StatePending,
+		Request:      events.Requested{Agent: en.agent, Session: en.session},
+		ReceivedAt:   en.reqAt,
+		Deadline:     fromNanos(c.deadline),
+		BaseDeadline: fromNanos(c.base),
+		Rule:         c.rule,
+		revision:     c.revision,
+		thin:         true,
+	}
 }

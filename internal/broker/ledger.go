@@ -184,17 +184,46 @@ func (l *ledger) run(ctx context.Context, ready func(pending int)) error {
 		case <-time.After(unavailableDelay):
 		}
 	}
+	// caughtUp reports the start done, once: the ledger has applied every
+	// message stored when it started, or read nothing for a second (the
+	// last one at start may be gone since: a durable tick's schedule,
+	// removed once it fired).
+	var caught, busy atomic.Bool
+	var got atomic.Uint64 // messages delivered
+	var once sync.Once
 	caughtUp := func() {
-		if ready != nil {
+		once.Do(func() {
 			l.mu.Lock()
 			n := len(l.open)
 			l.mu.Unlock()
-			ready(n)
-			ready = nil
-		}
+			caught.Store(true)
+			if ready != nil {
+				ready(n)
+			}
+		})
 	}
 	if last == 0 {
 		caughtUp()
+	} else {
+		// One clock for the whole start, not a wait bounded per message: a
+		// whole tick without a message delivered, none being applied.
+		go func() {
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			seen := got.Load()
+			for !caught.Load() {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				if now := got.Load(); now == seen && !busy.Load() {
+					caughtUp()
+				} else {
+					seen = now
+				}
+			}
+		}()
 	}
 	sweep := time.NewTicker(time.Minute)
 	defer sweep.Stop()
@@ -220,23 +249,15 @@ func (l *ledger) run(ctx context.Context, ready func(pending int)) error {
 		}
 		stop := context.AfterFunc(ctx, it.Stop)
 		for {
-			var opts []jetstream.NextOpt
-			if ready != nil {
-				// Until caught up, a second without a message means every
-				// message stored is read: the last one at start may be gone
-				// since (a durable tick's schedule, removed once it fired).
-				opts = append(opts, jetstream.NextMaxWait(time.Second))
-			}
-			msg, err := it.Next(opts...)
-			if errors.Is(err, nats.ErrTimeout) {
-				caughtUp()
-				continue
-			}
+			msg, err := it.Next()
 			if err != nil {
 				break
 			}
+			busy.Store(true)
+			got.Add(1)
 			left := l.apply(msg)
-			if ready != nil && (l.applied.Load() >= last || left == 0) {
+			busy.Store(false)
+			if !caught.Load() && (l.applied.Load() >= last || left == 0) {
 				caughtUp()
 			}
 			select {
