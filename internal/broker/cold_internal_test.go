@@ -184,3 +184,33 @@ func TestReadAnnounced(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestFacts: the one pass over a stored request finds the id eventID
+// finds, its source and its request's session, in either encoding.
+func TestRequestFacts(t *testing.T) {
+	e, err := events.New(events.TypeRequested, "", "agent/a1", events.Requested{Tool: "t", Agent: "a1", Session: "s\u00e9", Args: []byte(`{"id":"not this","session":"nor this"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, body, err := events.Encode(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := nats.Header{"ce-id": {"b-1"}, "ce-source": {"agent/b"}}
+	for _, c := range []struct {
+		name                string
+		h                   nats.Header
+		body                []byte
+		id, session, source string
+	}{
+		{"structured", nats.Header(h), body, e.ID(), "s\u00e9", "agent/a1"},
+		{"binary", bin, []byte(`{"tool":"t","session":"s2"}`), "b-1", "s2", "agent/b"},
+		{"numeric id", nats.Header(h), []byte(`{"id":12,"source":"agent/x","data":{}}`), "12", "", "agent/x"},
+		{"first id", nats.Header(h), []byte(`{"id":"one","id":"two"}`), "one", "", ""},
+	} {
+		id, session, source := requestFacts(c.h, c.body)
+		if id != c.id || session != c.session || source != c.source || id != eventID(c.h, c.body) {
+			t.Errorf("%s: %q %q %q, want %q %q %q (eventID %q)", c.name, id, session, source, c.id, c.session, c.source, eventID(c.h, c.body))
+		}
+	}
+}

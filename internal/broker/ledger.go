@@ -446,7 +446,7 @@ func eventID(h nats.Header, data []byte) string {
 }
 
 func (l *ledger) applyRequest(seq uint64, at time.Time, msg *jetstream.RawStreamMsg) {
-	id := eventID(msg.Header, msg.Data)
+	id, session, source := requestFacts(msg.Header, msg.Data)
 	if !events.ValidToken(id) {
 		return
 	}
@@ -460,9 +460,7 @@ func (l *ledger) applyRequest(seq uint64, at time.Time, msg *jetstream.RawStream
 		id: id, reqSeq: seq, reqAt: at, seen: time.Now().UnixNano(),
 		agent: l.intern(strings.TrimPrefix(msg.Subject, events.RequestPrefix)),
 	}
-	var source string
-	en.session, source = requestFacts(msg.Header, msg.Data)
-	en.source = l.intern(source)
+	en.session, en.source = session, l.intern(source)
 	if l.raw < l.maxRaw {
 		en.more().req = msg
 		l.raw++
@@ -491,17 +489,29 @@ func (l *ledger) forget(en *entry) {
 	delete(l.open, en.id)
 }
 
-// requestFacts reads the session of the request in a stored requested
-// event, and the event's source, in one pass and without decoding the rest.
-func requestFacts(h nats.Header, data []byte) (session, source string) {
+// requestFacts reads the id (as eventID does) and source of a stored
+// requested event and the session of its request, in one pass and without
+// decoding the rest.
+func requestFacts(h nats.Header, data []byte) (id, session, source string) {
 	if src := h.Get("ce-source"); src != "" {
 		// Binary mode: the body is the data.
-		return jsoniter.Get(data, "session").ToString(), src
+		return h.Get("ce-id"), jsoniter.Get(data, "session").ToString(), src
 	}
+	seenID := false
 	it := jsoniter.ConfigFastest.BorrowIterator(data)
 	defer jsoniter.ConfigFastest.ReturnIterator(it)
 	it.ReadObjectCB(func(it *jsoniter.Iterator, field string) bool {
 		switch field {
+		case "id":
+			var v string
+			if it.WhatIsNext() == jsoniter.StringValue {
+				v = it.ReadString()
+			} else {
+				v = it.ReadAny().ToString()
+			}
+			if !seenID {
+				id, seenID = v, true // the first, as eventID finds it
+			}
 		case "source":
 			source = it.ReadString()
 		case "data":
@@ -518,7 +528,10 @@ func requestFacts(h nats.Header, data []byte) (session, source string) {
 		}
 		return true
 	})
-	return session, source
+	if hid := h.Get("ce-id"); hid != "" {
+		id = hid
+	}
+	return id, session, source
 }
 
 func (l *ledger) applyPending(seq uint64, at time.Time, msg *jetstream.RawStreamMsg) {
