@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"iter"
 	"path/filepath"
 	"strings"
@@ -250,6 +251,24 @@ func (e *env) pendings(t *testing.T) <-chan *nats.Msg {
 		t.Fatal(err)
 	}
 	return msgs
+}
+
+// stored returns the broker's record of request id once its pending event
+// is stored: a subscriber on the pending subject (pendings) may see the
+// event before the stream has stored it.
+func (e *env) stored(t *testing.T, id string) broker.Record {
+	t.Helper()
+	deadline := time.Now().Add(patience)
+	for {
+		r, err := e.b.Get(t.Context(), id)
+		if err == nil {
+			return r
+		}
+		if !errors.Is(err, broker.ErrNotFound) || time.Now().After(deadline) {
+			t.Fatalf("request %s: %v", id, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // next waits for the next pending request on ch and returns its id.

@@ -222,10 +222,7 @@ func TestResumeAfterRestart(t *testing.T) {
 			// Alice approves while the agent is down; the request is still
 			// pending, and approvers read a hint meant for them, not ADK's
 			// words for the app.
-			r, err := e.b.Get(t.Context(), id)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := e.stored(t, id)
 			if r.State != broker.StatePending || r.Request.Hint != "Run delete_file?" {
 				t.Fatalf("request %s while the agent is down: state %s, hint %q; want pending, %q", id, r.State, r.Request.Hint, "Run delete_file?")
 			}
