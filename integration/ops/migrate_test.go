@@ -126,6 +126,16 @@ func testMigrate(t *testing.T, oldBin, curBin string, kill bool) {
 
 	// 1. The old broker makes requests in every state.
 	oldProc := itest.StartBrokerProc(t, oldBin, args, httpPort, &oldOut)
+	// The broker of a2cd62b answered /readyz 200 up to 10 ms before its API
+	// let requests through (fixed since: 3b39a64); wait for the API itself.
+	for deadline := time.Now().Add(itest.Patience); ; time.Sleep(10 * time.Millisecond) {
+		if r := itest.Call(t, http.MethodGet, api+"/v1/approvals?limit=1", nil); r.Status != http.StatusServiceUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the broker of %s answered /readyz but not its API within %s", oldBroker, itest.Patience)
+		}
+	}
 	reqs := map[string]*migrated{}
 	create := func(name string, req events.Requested) *migrated {
 		t.Helper()
