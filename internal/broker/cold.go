@@ -114,22 +114,8 @@ func (en *entry) record() Record {
 		return *en.rec
 	}
 	c := en.cold
-	rec := Record{
-		ID:           en.id,
-		State:        StatePending,
-		Request:      events.Requested{Agent: en.agent, Session: en.session},
-		Source:       en.source,
-		RequestSeq:   en.reqSeq,
-		ReceivedAt:   en.reqAt,
-		Deadline:     fromNanos(c.deadline),
-		BaseDeadline: fromNanos(c.base),
-		Level:        c.level,
-		Rule:         c.rule,
-		Limit:        c.limit,
-		revision:     c.revision,
-		thin:         true,
-		pendSeq:      en.pendSeq,
-	}
+	rec := en.listed()
+	rec.Source, rec.RequestSeq, rec.Level, rec.Limit, rec.pendSeq = en.source, en.reqSeq, c.level, c.limit, en.pendSeq
 	if c.decided {
 		rec.Request.Args, rec.RequestDigest = c.args, "sha256:"+hex.EncodeToString(c.digest[:])
 	}
@@ -468,7 +454,8 @@ func (l *ledger) pendingCold(seq uint64, at time.Time, a announced) (ok bool) {
 }
 
 // listed is what announced needs of cold entry en's record (its listing and
-// its timer), without what record builds for deciding it.
+// its timer): the start of record, without what record adds for deciding
+// it.
 func (en *entry) listed() Record {
 	c := en.cold
 	return Record{

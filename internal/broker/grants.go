@@ -289,20 +289,17 @@ func (r *grantReader) stored(in policy.Input) []policy.Grant {
 // A grant is only ever removed after it was stored, by a revocation or at
 // its expiry, each of which leaves a marker as the key's last message.
 func (b *Broker) grantNotRevoked(ctx context.Context, key string) (bool, error) {
-	resp, err := b.leaderMsgGet(ctx, "KV_"+GrantBucket, map[string]any{"last_by_subj": "$KV." + GrantBucket + "." + key})
-	if err != nil {
-		return false, fmt.Errorf("check remembered choice %s: %w", key, err)
+	m, err := b.leaderMsg(ctx, "KV_"+GrantBucket, map[string]any{"last_by_subj": "$KV." + GrantBucket + "." + key}, "check remembered choice "+key)
+	if err != nil || m == nil {
+		return err == nil, err
 	}
-	switch {
-	case resp.Error != nil && resp.Error.ErrCode == errNoMessage:
-		return true, nil
-	case resp.Error != nil:
-		return false, fmt.Errorf("check remembered choice %s: %s (%d)", key, resp.Error.Description, resp.Error.ErrCode)
-	case resp.Message == nil:
-		return false, fmt.Errorf("check remembered choice %s: empty answer", key)
-	}
-	h := resp.Message.header()
-	return h.Get("KV-Operation") == "" && h.Get(jetstream.MarkerReasonHeader) == "", nil
+	return !kvRemoved(m.header()), nil
+}
+
+// kvRemoved reports whether h, the headers of a bucket's message, mark the
+// key removed: deleted, purged or expired.
+func kvRemoved(h nats.Header) bool {
+	return h.Get("KV-Operation") != "" || h.Get(jetstream.MarkerReasonHeader) != ""
 }
 
 // grantsFresh reports whether this replica's copy of the remembered choices
@@ -318,17 +315,8 @@ func (b *Broker) grantsFresh(ctx context.Context) (bool, error) {
 // the last one the watcher applied; it reports true if it holds none.
 func (b *Broker) grantsNewer(ctx context.Context) (bool, error) {
 	applied := b.grants.applied.Load()
-	resp, err := b.leaderMsgGet(ctx, "KV_"+GrantBucket, map[string]any{"seq": applied + 1, "next_by_subj": ">"})
-	if err != nil {
-		return false, fmt.Errorf("check remembered choices: %w", err)
-	}
-	switch {
-	case resp.Error != nil && resp.Error.ErrCode == errNoMessage:
-		return true, nil
-	case resp.Error != nil:
-		return false, fmt.Errorf("check remembered choices: %s (%d)", resp.Error.Description, resp.Error.ErrCode)
-	}
-	return false, nil
+	m, err := b.leaderMsg(ctx, "KV_"+GrantBucket, map[string]any{"seq": applied + 1, "next_by_subj": ">"}, "check remembered choices")
+	return m == nil && err == nil, err
 }
 
 // msgGetResponse is the JetStream API's answer to STREAM.MSG.GET.
@@ -370,24 +358,34 @@ func (m *storedMsg) raw() *jetstream.RawStreamMsg {
 // errNoMessage is JetStream's error code for "no message found".
 const errNoMessage = 10037
 
-// leaderMsgGet asks the leader of stream for a message (STREAM.MSG.GET
-// with req: a sequence, the next by subject, the last by subject), never a
-// direct get, which a replica behind the others may answer. An error is the
-// request's; the answer's own error is in the response.
-func (b *Broker) leaderMsgGet(ctx context.Context, stream string, req any) (msgGetResponse, error) {
-	var resp msgGetResponse
+// leaderMsg asks the leader of stream for the message req names
+// (STREAM.MSG.GET with a sequence, the next by subject, or the last by
+// subject), never a direct get, which a replica behind the others may
+// answer: nil, without an error, when the stream holds none. what names
+// the lookup in errors.
+func (b *Broker) leaderMsg(ctx context.Context, stream string, req any, what string) (*storedMsg, error) {
 	data, err := json.Marshal(req)
 	if err != nil {
-		return resp, err
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	cctx, cancel := callCtx(ctx)
 	defer cancel()
 	msg, err := b.nc.RequestWithContext(cctx, "$JS.API.STREAM.MSG.GET."+stream, data)
 	if err != nil {
-		return resp, err
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
-	err = json.Unmarshal(msg.Data, &resp)
-	return resp, err
+	var resp msgGetResponse
+	switch err := json.Unmarshal(msg.Data, &resp); {
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", what, err)
+	case resp.Error != nil && resp.Error.ErrCode == errNoMessage:
+		return nil, nil
+	case resp.Error != nil:
+		return nil, fmt.Errorf("%s: %s (%d)", what, resp.Error.Description, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return nil, fmt.Errorf("%s: an answer without a message", what)
+	}
+	return resp.Message, nil
 }
 
 // readGrants returns the live grants stored under key prefix, read from the
@@ -397,26 +395,20 @@ func (b *Broker) readGrants(ctx context.Context, prefix string) ([]policy.Grant,
 	filter := "$KV." + GrantBucket + "." + prefix + ".*"
 	var out []policy.Grant
 	for seq := uint64(1); ; {
-		resp, err := b.leaderMsgGet(ctx, "KV_"+GrantBucket, map[string]any{"seq": seq, "next_by_subj": filter})
-		if err != nil {
-			return nil, fmt.Errorf("read remembered choices %s: %w", prefix, err)
-		}
+		m, err := b.leaderMsg(ctx, "KV_"+GrantBucket, map[string]any{"seq": seq, "next_by_subj": filter}, "read remembered choices "+prefix)
 		switch {
-		case resp.Error != nil && resp.Error.ErrCode == errNoMessage:
+		case err != nil:
+			return nil, err
+		case m == nil:
 			return out, nil
-		case resp.Error != nil:
-			return nil, fmt.Errorf("read remembered choices %s: %s (%d)", prefix, resp.Error.Description, resp.Error.ErrCode)
-		case resp.Message == nil:
-			return nil, fmt.Errorf("read remembered choices %s: empty answer", prefix)
 		}
-		m := resp.Message
 		seq = m.Seq + 1
 		if len(m.Header) > 0 {
 			h, err := nats.DecodeHeadersMsg(m.Header)
 			if err != nil {
 				return nil, fmt.Errorf("read remembered choice %s: %w", m.Subject, err)
 			}
-			if h.Get("KV-Operation") != "" || h.Get(jetstream.MarkerReasonHeader) != "" {
+			if kvRemoved(h) {
 				continue // revoked, or expired
 			}
 		}

@@ -497,20 +497,20 @@ func requestFacts(h nats.Header, data []byte) (id, session, source string) {
 		// Binary mode: the body is the data.
 		return h.Get("ce-id"), jsoniter.Get(data, "session").ToString(), src
 	}
-	seenID := false
+	id = h.Get("ce-id") // as eventID: the header's, else the body's first
+	seenID := id != ""
 	it := jsoniter.ConfigFastest.BorrowIterator(data)
 	defer jsoniter.ConfigFastest.ReturnIterator(it)
 	it.ReadObjectCB(func(it *jsoniter.Iterator, field string) bool {
 		switch field {
 		case "id":
-			var v string
-			if it.WhatIsNext() == jsoniter.StringValue {
-				v = it.ReadString()
-			} else {
-				v = it.ReadAny().ToString()
-			}
-			if !seenID {
-				id, seenID = v, true // the first, as eventID finds it
+			switch {
+			case seenID:
+				it.Skip()
+			case it.WhatIsNext() == jsoniter.StringValue:
+				id, seenID = it.ReadString(), true
+			default:
+				id, seenID = it.ReadAny().ToString(), true
 			}
 		case "source":
 			source = it.ReadString()
@@ -528,9 +528,6 @@ func requestFacts(h nats.Header, data []byte) (id, session, source string) {
 		}
 		return true
 	})
-	if hid := h.Get("ce-id"); hid != "" {
-		id = hid
-	}
 	return id, session, source
 }
 

@@ -184,18 +184,14 @@ func (b *Broker) getSeq(ctx context.Context, seq uint64) (*jetstream.RawStreamMs
 		defer cancel()
 		return b.res.stream.GetMsg(cctx, seq)
 	}
-	resp, err := b.leaderMsgGet(ctx, StreamName, map[string]any{"seq": seq})
+	m, err := b.leaderMsg(ctx, StreamName, map[string]any{"seq": seq}, fmt.Sprintf("stream sequence %d", seq))
 	switch {
 	case err != nil:
 		return nil, err
-	case resp.Error != nil && resp.Error.ErrCode == errNoMessage:
+	case m == nil:
 		return nil, fmt.Errorf("stream sequence %d: %w", seq, jetstream.ErrMsgNotFound)
-	case resp.Error != nil:
-		return nil, fmt.Errorf("stream sequence %d: %s (%d)", seq, resp.Error.Description, resp.Error.ErrCode)
-	case resp.Message == nil:
-		return nil, fmt.Errorf("stream sequence %d: an answer without a message", seq)
 	}
-	return resp.Message.raw(), nil
+	return m.raw(), nil
 }
 
 // settleAt handles the stored message o about request id (an answer, a
@@ -393,18 +389,10 @@ func (b *Broker) publishSigned(ctx context.Context, r *Record, msg *nats.Msg) (b
 func (b *Broker) scanSigned(ctx context.Context, r *Record) (found *jetstream.RawStreamMsg, last uint64, err error) {
 	subj := events.DecisionPrefix + r.ID
 	for seq := uint64(1); ; {
-		resp, err := b.leaderMsgGet(ctx, StreamName, map[string]any{"seq": seq, "next_by_subj": subj})
-		switch {
-		case err != nil:
-			return nil, last, fmt.Errorf("look up decision of %s: %w", r.ID, err)
-		case resp.Error != nil && resp.Error.ErrCode == errNoMessage:
-			return nil, last, nil
-		case resp.Error != nil:
-			return nil, last, fmt.Errorf("look up decision of %s: %s (%d)", r.ID, resp.Error.Description, resp.Error.ErrCode)
-		case resp.Message == nil:
-			return nil, last, fmt.Errorf("look up decision of %s: an answer without a message", r.ID)
+		m, err := b.leaderMsg(ctx, StreamName, map[string]any{"seq": seq, "next_by_subj": subj}, "look up decision of "+r.ID)
+		if err != nil || m == nil {
+			return nil, last, err
 		}
-		m := resp.Message
 		last, seq = m.Seq, m.Seq+1
 		e, err := b.codec.Decode(events.Header(m.header()), m.Data)
 		if err == nil {
@@ -431,18 +419,14 @@ func (b *Broker) firstDecision(ctx context.Context, id string) (*jetstream.RawSt
 		}
 		return m, err
 	}
-	resp, err := b.leaderMsgGet(ctx, StreamName, map[string]any{"seq": 1, "next_by_subj": events.DecisionPrefix + id})
+	m, err := b.leaderMsg(ctx, StreamName, map[string]any{"seq": 1, "next_by_subj": events.DecisionPrefix + id}, "look up decision of "+id)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("look up decision of %s: %w", id, err)
-	case resp.Error != nil && resp.Error.ErrCode == errNoMessage:
+		return nil, err
+	case m == nil:
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
-	case resp.Error != nil:
-		return nil, fmt.Errorf("look up decision of %s: %s (%d)", id, resp.Error.Description, resp.Error.ErrCode)
-	case resp.Message == nil:
-		return nil, fmt.Errorf("look up decision of %s: an answer without a message", id)
 	}
-	return resp.Message.raw(), nil
+	return m.raw(), nil
 }
 
 func isWrongLastSeq(err error) bool {

@@ -373,18 +373,28 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// TestEveryLifecycleEvent: every event of every request, of all seven types,
-// reaches the receiver once, signed, in the order of the stream, with the
-// request it is about.
-func TestEveryLifecycleEvent(t *testing.T) {
+// deliveringTo runs a broker, and a bot with one endpoint, name, that takes
+// the event types given (every type if none) to a new receiver. It returns
+// the connection, the receiver, and a client asking as agent coder.
+func deliveringTo(t *testing.T, name string, types ...string) (*nats.Conn, *receiver, *handler.Client) {
+	t.Helper()
 	ns := testenv.Server(t)
 	nc := testenv.Conn(t, ns)
 	brokertest.Run(t, nc, broker.Config{Policy: testPolicy(t)})
 	secret, key := newSecret(t)
-	t.Setenv("WH_ALL", secret)
+	env := "WH_" + strings.ToUpper(name)
+	t.Setenv(env, secret)
 	rcv := newReceiver(t, key)
-	startBot(t, ns, webhook.Config{Endpoints: []webhook.Endpoint{{Name: "all", URL: rcv.URL(), SecretEnv: "WH_ALL"}}}, nil)
+	startBot(t, ns, webhook.Config{Endpoints: []webhook.Endpoint{{Name: name, URL: rcv.URL(), SecretEnv: env, Types: types}}}, nil)
 	client, _ := handler.NewClient(nc, handler.Config{Agent: "coder"})
+	return nc, rcv, client
+}
+
+// TestEveryLifecycleEvent: every event of every request, of all seven types,
+// reaches the receiver once, signed, in the order of the stream, with the
+// request it is about.
+func TestEveryLifecycleEvent(t *testing.T) {
+	nc, rcv, client := deliveringTo(t, "all")
 
 	// A deploy escalates after a second, then alice approves it.
 	deploy := events.NewID()
@@ -887,14 +897,7 @@ func TestStartWithoutBroker(t *testing.T) {
 // sequence, as a second replica would) is not delivered: endpoints get the
 // one decision every other reader acts on.
 func TestSecondDecisionNotDelivered(t *testing.T) {
-	ns := testenv.Server(t)
-	nc := testenv.Conn(t, ns)
-	brokertest.Run(t, nc, broker.Config{Policy: testPolicy(t)})
-	secret, key := newSecret(t)
-	t.Setenv("WH_DECIDED", secret)
-	rcv := newReceiver(t, key)
-	startBot(t, ns, webhook.Config{Endpoints: []webhook.Endpoint{{Name: "decided", URL: rcv.URL(), SecretEnv: "WH_DECIDED", Types: []string{"decided"}}}}, nil)
-	client, _ := handler.NewClient(nc, handler.Config{Agent: "coder"})
+	nc, rcv, client := deliveringTo(t, "decided", "decided")
 
 	// approved asks and has alice approve.
 	approved := func() string {
