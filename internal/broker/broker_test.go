@@ -205,7 +205,12 @@ func TestGrantsReadFromBucket(t *testing.T) {
 	if _, err := b.Respond(ctx(t), "alice", rec.ID, events.Responded{Decision: events.Approve, Remember: remember}); err != nil {
 		t.Fatal(err)
 	}
+	// The grant is written after the decision, and this replica's list
+	// of them follows the bucket's watcher: a moment later.
 	grants := b.Remembered()
+	for end := time.Now().Add(5 * time.Second); len(grants) == 0 && time.Now().Before(end); grants = b.Remembered() {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if len(grants) != 1 {
 		t.Fatalf("%d remembered choices, want 1", len(grants))
 	}

@@ -37,7 +37,6 @@ var maxFullRecords = 16384
 // not keep whole.
 type cold struct {
 	deadline, base int64 // Unix nanoseconds; 0: none
-	level          int
 	rule, limit    string
 	revision       uint64
 	// args and digest are the request's args, when short, and its digest:
@@ -45,6 +44,7 @@ type cold struct {
 	// request (decided, when they are kept).
 	args      []byte
 	digest    [sha256.Size]byte
+	level     int32 // escalation level (packed beside decided: a cold state is one of a million)
 	decided   bool
 	*coldMore // nil while the request has no votes, forgery or trace context
 }
@@ -115,7 +115,7 @@ func (en *entry) record() Record {
 	}
 	c := en.cold
 	rec := en.listed()
-	rec.Source, rec.RequestSeq, rec.Level, rec.Limit, rec.pendSeq = en.source, en.reqSeq, c.level, c.limit, en.pendSeq
+	rec.Source, rec.RequestSeq, rec.Level, rec.Limit, rec.pendSeq = en.source, en.reqSeq, int(c.level), c.limit, en.pendSeq
 	if c.decided {
 		rec.Request.Args, rec.RequestDigest = c.args, "sha256:"+hex.EncodeToString(c.digest[:])
 	}
@@ -131,7 +131,7 @@ func (en *entry) record() Record {
 func (l *ledger) keep(en *entry, next Record) {
 	if next.thin {
 		c := en.cold
-		c.deadline, c.base, c.level, c.revision = toNanos(next.Deadline), toNanos(next.BaseDeadline), next.Level, next.revision
+		c.deadline, c.base, c.level, c.revision = toNanos(next.Deadline), toNanos(next.BaseDeadline), int32(next.Level), next.revision
 		if len(next.Votes) > 0 || len(next.Applied) > 0 || next.Forgery != "" {
 			if c.coldMore == nil {
 				c.coldMore = &coldMore{}
@@ -424,9 +424,9 @@ func (l *ledger) pendingCold(seq uint64, at time.Time, a announced) (ok bool) {
 		if _, _, ok := l.b.index.get(id); ok {
 			return true // decided
 		}
-		en = &entry{id: id, reqSeq: a.requestSeq, reqAt: a.receivedAt, seen: time.Now().UnixNano()}
-		if en.reqAt.IsZero() {
-			en.reqAt = at
+		en = &entry{id: id, reqSeq: a.requestSeq, reqAt: toNanos(a.receivedAt)}
+		if en.reqAt == 0 {
+			en.reqAt = toNanos(at)
 		}
 		l.open[id] = en
 	}
@@ -449,7 +449,7 @@ func (l *ledger) pendingCold(seq uint64, at time.Time, a announced) (ok bool) {
 	en.cold.keepTrace(a.traceParent, a.traceState)
 	l.dropRaw(en)
 	rec := en.listed()
-	l.announced(&rec)
+	l.announced(en, &rec)
 	return true
 }
 
@@ -462,7 +462,7 @@ func (en *entry) listed() Record {
 		ID:           en.id,
 		State:        StatePending,
 		Request:      events.Requested{Agent: en.agent, Session: en.session},
-		ReceivedAt:   en.reqAt,
+		ReceivedAt:   en.receivedAt(),
 		Deadline:     fromNanos(c.deadline),
 		BaseDeadline: fromNanos(c.base),
 		Rule:         c.rule,

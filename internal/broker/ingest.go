@@ -97,7 +97,7 @@ func (b *Broker) awaitOrAdopt(ctx context.Context, rec *Record, pending *nats.Ms
 	if !errors.Is(err, errDecidedFirst) {
 		return *rec, err
 	}
-	b.timers.stop(rec.ID)
+	b.ledger.disarm(rec.ID)
 	first, err := b.firstDecision(ctx, rec.ID)
 	if errors.Is(err, ErrNotFound) {
 		// Refused while a decision was in flight that was not stored.
@@ -248,7 +248,7 @@ func (b *Broker) pendingMsg(ctx context.Context, r *Record) (*nats.Msg, error) {
 // covers that moment is scheduled.
 func (b *Broker) arm(ctx context.Context, rec *Record) error {
 	at := b.wakeAt(rec)
-	b.timers.arm(rec.ID, at)
+	b.ledger.arm(rec.ID, at)
 	return b.ensureTick(ctx, at)
 }
 

@@ -67,8 +67,10 @@ type ledger struct {
 	// most maxFull (cold.go).
 	full, maxFull int
 	names         map[string]string
-	// ctx ends when the ledger stops reading.
-	ctx context.Context
+	// ctx ends when the ledger stops reading, started is when it started
+	// (Unix nanoseconds).
+	ctx     context.Context
+	started int64
 }
 
 // entry is an open request. What few requests need (a request message
@@ -77,7 +79,7 @@ type ledger struct {
 type entry struct {
 	id     string
 	reqSeq uint64
-	reqAt  time.Time
+	reqAt  int64 // when the request was stored, in Unix nanoseconds; 0: unknown
 	// agent, session and source say what listings need of a request being
 	// judged, and of a cold one.
 	agent, session, source string
@@ -87,15 +89,19 @@ type entry struct {
 	pendSeq uint64
 	rec     *Record
 	cold    *cold
-	// pinned: rec stays whole (a request announced by the previous
-	// version, whose pending event does not say all).
-	pinned bool
 	// proposal is the outcome the stored messages make, not yet stored as
 	// the decision; nil while they make none.
 	proposal *Record
-	seen     int64 // when the ledger read the request, in Unix nanoseconds
 	x        *entryMore
+	// tm is the request's timer (timers.go).
+	tm clock
+	// pinned: rec stays whole (a request announced by the previous
+	// version, whose pending event does not say all).
+	pinned bool
 }
+
+// receivedAt returns when en's request was stored.
+func (en *entry) receivedAt() time.Time { return fromNanos(en.reqAt) }
 
 // entryMore is what the ledger keeps of few open requests.
 type entryMore struct {
@@ -164,7 +170,7 @@ const orphanAfter = 15 * time.Minute
 // ready once it has applied every message stored when it started.
 func (l *ledger) run(ctx context.Context, ready func(pending int)) error {
 	b := l.b
-	l.ctx = ctx
+	l.ctx, l.started = ctx, time.Now().UnixNano()
 	var last uint64
 	for {
 		cctx, cancel := callCtx(ctx)
@@ -242,17 +248,11 @@ func (l *ledger) run(ctx context.Context, ready func(pending int)) error {
 		}
 		// Heartbeats every second: an ordered consumer whose node died is
 		// made again within about two seconds, not the ten that nats.go's
-		// defaults take, while handlers wait for this reading.
-		it, err := cons.Messages(jetstream.PullMaxMessages(1024), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullExpiry/2))
-		if err != nil {
-			continue
-		}
-		stop := context.AfterFunc(ctx, it.Stop)
-		for {
-			msg, err := it.Next()
-			if err != nil {
-				break
-			}
+		// defaults take, while handlers wait for this reading. Consume
+		// calls back for each message: an iterator's Next arms a clock per
+		// message, which at a start reading millions of them is garbage
+		// the size of the rest of the reading.
+		cc, err := cons.Consume(func(msg jetstream.Msg) {
 			busy.Store(true)
 			got.Add(1)
 			left := l.apply(msg)
@@ -265,9 +265,28 @@ func (l *ledger) run(ctx context.Context, ready func(pending int)) error {
 				l.sweep()
 			default:
 			}
+		}, jetstream.PullMaxMessages(1024), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullExpiry/2),
+			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+				b.log.Debug("reading the stream", zap.Error(err))
+			}))
+		if err != nil {
+			if ctx.Err() == nil {
+				b.log.Warn("read the stream; retrying", zap.Error(err))
+				time.Sleep(unavailableDelay)
+			}
+			continue
 		}
-		stop()
-		it.Stop()
+		select {
+		case <-ctx.Done():
+		case <-cc.Closed():
+		}
+		cc.Stop()
+		// A message being applied finishes first (bounded: a closed
+		// connection may not say so).
+		select {
+		case <-cc.Closed():
+		case <-time.After(time.Second):
+		}
 	}
 	return nil
 }
@@ -457,7 +476,7 @@ func (l *ledger) applyRequest(seq uint64, at time.Time, msg *jetstream.RawStream
 		return // decided
 	}
 	en := &entry{
-		id: id, reqSeq: seq, reqAt: at, seen: time.Now().UnixNano(),
+		id: id, reqSeq: seq, reqAt: toNanos(at),
 		agent: l.intern(strings.TrimPrefix(msg.Subject, events.RequestPrefix)),
 	}
 	en.session, en.source = session, l.intern(source)
@@ -482,6 +501,7 @@ func (l *ledger) dropRaw(en *entry) {
 
 // forget removes open request en. l.mu is held.
 func (l *ledger) forget(en *entry) {
+	l.b.timers.stop(en)
 	l.dropRaw(en)
 	if en.rec != nil && en.pendSeq != 0 {
 		l.full--
@@ -560,7 +580,7 @@ func (l *ledger) applyPending(seq uint64, at time.Time, msg *jetstream.RawStream
 				rec.Level, rec.Deadline, rec.revision = esc.Level, esc.Deadline.UTC(), seq
 				l.keep(en, rec)
 				l.b.index.put(rec)
-				l.b.timers.backup(en.id, l.b.wakeAt(&rec))
+				l.b.timers.backup(en, l.b.wakeAt(&rec))
 				l.b.records.deliver(en.id)
 			}
 		}
@@ -577,9 +597,9 @@ func (l *ledger) pending(seq uint64, at time.Time, e *events.Event, p events.Pen
 		}
 		// The request message is gone (retention), or was stored before
 		// what this replica reads: the pending event says what it held.
-		en = &entry{id: p.RequestID, reqSeq: p.RequestSeq, reqAt: p.ReceivedAt, seen: time.Now().UnixNano()}
-		if en.reqAt.IsZero() {
-			en.reqAt = at
+		en = &entry{id: p.RequestID, reqSeq: p.RequestSeq, reqAt: toNanos(p.ReceivedAt)}
+		if en.reqAt == 0 {
+			en.reqAt = toNanos(at)
 		}
 		l.open[p.RequestID] = en
 	}
@@ -588,7 +608,7 @@ func (l *ledger) pending(seq uint64, at time.Time, e *events.Event, p events.Pen
 	}
 	full := pendingRecord(e, p)
 	rec := &full
-	rec.RequestSeq, rec.ReceivedAt, rec.revision = en.reqSeq, en.reqAt, seq
+	rec.RequestSeq, rec.ReceivedAt, rec.revision = en.reqSeq, en.receivedAt(), seq
 	if old, ok := l.legacy[p.RequestID]; ok && p.RequestSeq == 0 {
 		// Announced by the previous version: its state entry says the rest.
 		rec.RequestSeq, rec.ReceivedAt, rec.RequestDigest = old.RequestSeq, old.ReceivedAt, old.RequestDigest
@@ -596,7 +616,7 @@ func (l *ledger) pending(seq uint64, at time.Time, e *events.Event, p events.Pen
 		rec.Rule, rec.Limit, rec.Approvers, rec.Quorum = old.Rule, old.Limit, old.Approvers, old.Quorum
 		rec.Source, rec.TraceParent, rec.TraceState = old.Source, old.TraceParent, old.TraceState
 		rec.Votes, rec.Applied = old.Votes, old.Applied // the answers it counted, not to be counted again
-		en.reqSeq, en.reqAt = old.RequestSeq, old.ReceivedAt
+		en.reqSeq, en.reqAt = old.RequestSeq, toNanos(old.ReceivedAt)
 		en.pinned = true
 		delete(l.legacy, p.RequestID)
 	}
@@ -616,19 +636,19 @@ func (l *ledger) pending(seq uint64, at time.Time, e *events.Event, p events.Pen
 		}
 		en.x.early = nil
 	}
-	l.announced(rec)
+	l.announced(en, rec)
 }
 
 // announced lists rec, a request that now waits for answers, and arms its
 // timer.
-func (l *ledger) announced(rec *Record) {
+func (l *ledger) announced(en *entry, rec *Record) {
 	l.b.index.put(*rec)
-	if l.b.ready.Load() && !l.b.timers.known(rec.ID) {
+	if l.b.ready.Load() && !en.tm.armed {
 		// Another replica took it: fire a little after it would,
 		// should that one be gone by then.
-		l.b.timers.backup(rec.ID, l.b.wakeAt(rec))
+		l.b.timers.backup(en, l.b.wakeAt(rec))
 	} else {
-		l.b.timers.arm(rec.ID, l.b.wakeAt(rec))
+		l.b.timers.arm(en, l.b.wakeAt(rec))
 	}
 	l.b.records.deliver(rec.ID)
 }
@@ -952,7 +972,7 @@ func (l *ledger) applyDecision(seq uint64, at time.Time, subj string, h nats.Hea
 		rec.thin, rec.partial = false, true
 	}
 	if rec.ReceivedAt.IsZero() && en != nil {
-		rec.ReceivedAt = en.reqAt
+		rec.ReceivedAt = en.receivedAt()
 	}
 	if en != nil {
 		l.forget(en)
@@ -963,7 +983,6 @@ func (l *ledger) applyDecision(seq uint64, at time.Time, subj string, h nats.Hea
 		b.grants.decide(g.Key(), *g, at, b.now())
 	}
 	b.index.put(rec)
-	b.timers.stop(id)
 	b.records.deliver(id)
 }
 
@@ -987,7 +1006,7 @@ func (l *ledger) forgedBefore(en *entry, id, what string) {
 // madeBy reports whether event id is derived from one of the messages
 // applied to en.
 func (en *entry) madeBy(id string) bool {
-	if decisionID(en.id, en.reqSeq, en.reqAt) == id {
+	if decisionID(en.id, en.reqSeq, en.receivedAt()) == id {
 		return true
 	}
 	if en.x == nil {
@@ -1017,7 +1036,7 @@ func describeStored(seq uint64, e *events.Event, err error) string {
 // requestRecord builds the record of an open request from its request
 // message.
 func (l *ledger) requestRecord(en *entry) (Record, error) {
-	rec := Record{ID: en.id, State: StatePending, RequestSeq: en.reqSeq, ReceivedAt: en.reqAt, judging: true,
+	rec := Record{ID: en.id, State: StatePending, RequestSeq: en.reqSeq, ReceivedAt: en.receivedAt(), judging: true,
 		Request: events.Requested{Agent: en.agent, Session: en.session}, Source: en.source}
 	if en.req() == nil {
 		rec.partial = true // the rest is in the stream, at RequestSeq
@@ -1045,7 +1064,9 @@ func (l *ledger) sweep() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, en := range l.open {
-		if en.pendSeq == 0 && en.proposal == nil && en.seen < cutoff {
+		// Open since it was stored, or since the ledger started, for one
+		// read from the stream at the start.
+		if en.pendSeq == 0 && en.proposal == nil && max(en.reqAt, l.started) < cutoff {
 			l.forget(en)
 		}
 	}
@@ -1110,6 +1131,27 @@ func (l *ledger) view(id string) (Record, bool) {
 	rec, _ := l.requestRecord(en)
 	rec.revision = en.reqSeq
 	return rec, true
+}
+
+// traceOf returns the trace context (traceparent, tracestate) of open
+// request id, without building its record: every expiry asks for it.
+func (l *ledger) traceOf(id string) (parent, state string, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	en := l.open[id]
+	switch {
+	case en == nil:
+		return "", "", false
+	case en.pendSeq != 0 && en.rec != nil:
+		return en.rec.TraceParent, en.rec.TraceState, true
+	case en.pendSeq != 0 && en.cold != nil:
+		if c := en.cold.coldMore; c != nil {
+			return c.traceParent, c.traceState, true
+		}
+		return "", "", true
+	}
+	rec, _ := l.requestRecord(en)
+	return rec.TraceParent, rec.TraceState, true
 }
 
 // openCount counts the open requests.

@@ -39,7 +39,7 @@ func TestDurableTickExpires(t *testing.T) {
 	defer cancel()
 	b := runBroker(ctx, t, ns)
 	rec := submit(ctx, t, b, events.Requested{Tool: "rm", Agent: "a1", Timeout: events.Duration(time.Second)})
-	b.timers.retry(rec.ID, time.Now().Add(time.Hour))
+	b.ledger.retry([]string{rec.ID}, time.Now().Add(time.Hour))
 	final, err := b.Wait(ctx, rec.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -106,16 +106,12 @@ func TestDueRequestsHandedOverInBatches(t *testing.T) {
 	}
 	// Hold their timers (once the ingests, which arm them, are done).
 	time.Sleep(200 * time.Millisecond)
-	for _, id := range ids {
-		b.timers.retry(id, time.Now().Add(time.Hour))
-	}
+	b.ledger.retry(ids, time.Now().Add(time.Hour))
 	// Every request is due: let their timers fire together. (A durable
 	// tick may hand over those of its second first, as one batch.)
 	time.Sleep(time.Until(last))
 	fire := time.Now().Add(100 * time.Millisecond)
-	for _, id := range ids {
-		b.timers.retry(id, fire)
-	}
+	b.ledger.retry(ids, fire)
 	batches := make(map[uint64]bool)
 	for _, id := range ids {
 		final, err := b.Wait(ctx, id)

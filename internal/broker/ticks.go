@@ -213,12 +213,7 @@ func (b *Broker) handOver(ctx context.Context, ids []string) {
 		b.log.Warn("hand over due requests failed; trying again (said again every 30s while it fails, and when it works)",
 			zap.Int("requests", len(ids)), zap.Int("failures", failures), zap.Error(err))
 	}
-	again := time.Now().Add(250 * time.Millisecond)
-	for _, id := range ids {
-		if rec, _, ok := b.index.get(id); !ok || rec.State == StatePending {
-			b.timers.retry(id, again)
-		}
-	}
+	b.ledger.retry(ids, time.Now().Add(250*time.Millisecond))
 }
 
 // handleTick handles a message of the ticks consumer: a batch of due
@@ -272,7 +267,7 @@ func (b *Broker) sweep(ctx context.Context, sec time.Time) error {
 		if _, err := b.publish(ctx, &nats.Msg{Subject: tickDue, Data: []byte(strings.Join(batch, "\n"))}); err != nil {
 			return fmt.Errorf("hand over overdue requests: %w", err)
 		}
-		b.timers.handed(batch)
+		b.ledger.handed(batch)
 	}
 	return nil
 }

@@ -20,48 +20,52 @@ const backupDelay = 400 * time.Millisecond
 // durable ticks can find requests whose moment passed long ago and that are
 // still pending (overdue).
 //
-// One goroutine and one runtime timer serve every request: a million pending
-// requests cost a map entry and a place in two trees each, not a runtime
-// timer each.
+// One goroutine and one runtime timer serve every request, and a request's
+// timer is part of its ledger entry (clock): a million pending requests
+// cost a place in two trees each, not a runtime timer, an object and a map
+// entry each. The ledger finds a request's entry by id, so whoever arms,
+// retries or stops a timer holds the ledger's lock (ledger.arm and the
+// like), then mu.
 type timers struct {
 	mu     sync.Mutex
-	m      map[string]*timer
-	queue  *btree.BTreeG[*timer] // not fired yet, by fire time
-	byAt   *btree.BTreeG[*timer] // all, by moment
+	queue  *btree.BTreeG[*entry] // not fired yet, by fire time
+	byAt   *btree.BTreeG[*entry] // all armed, by moment
 	due    chan []string
 	wake   chan struct{}
 	done   chan struct{}
 	closed bool
 }
 
-type timer struct {
-	id string
+// clock is a request's timer, in its entry. Its fields change under
+// timers.mu; armed only while the ledger's lock is held too, so that the
+// ledger may read it under its own.
+type clock struct {
 	// at is the moment the timer stands for, fire when it fires (a backup
 	// fires backupDelay after at; a retry sooner), both in Unix nanoseconds.
 	at, fire int64
-	// queued: it waits in queue to fire. handed is when its request was
-	// last handed over (it fired, or a durable tick found it), 0 for never.
-	queued bool
+	// handed is when its request was last handed over (it fired, or a
+	// durable tick found it), 0 for never.
 	handed int64
+	// armed: in byAt. queued: it waits in queue to fire.
+	armed, queued bool
 }
 
-func byFire(a, b *timer) bool {
-	if a.fire != b.fire {
-		return a.fire < b.fire
+func byFire(a, b *entry) bool {
+	if a.tm.fire != b.tm.fire {
+		return a.tm.fire < b.tm.fire
 	}
 	return a.id < b.id
 }
 
-func byMoment(a, b *timer) bool {
-	if a.at != b.at {
-		return a.at < b.at
+func byMoment(a, b *entry) bool {
+	if a.tm.at != b.tm.at {
+		return a.tm.at < b.tm.at
 	}
 	return a.id < b.id
 }
 
 func newTimers() *timers {
 	t := &timers{
-		m:     make(map[string]*timer),
 		queue: btree.NewG(32, byFire),
 		byAt:  btree.NewG(32, byMoment),
 		due:   make(chan []string, 64),
@@ -71,47 +75,47 @@ func newTimers() *timers {
 	return t
 }
 
-// arm sets id's timer to fire at at, replacing any earlier one.
-func (t *timers) arm(id string, at time.Time) { t.set(id, at.UnixNano(), 0) }
+// arm sets en's timer to fire at at, replacing any earlier one.
+func (t *timers) arm(en *entry, at time.Time) { t.set(en, at.UnixNano(), 0) }
 
-// backup sets id's timer to fire backupDelay after at, unless id's timer
+// backup sets en's timer to fire backupDelay after at, unless en's timer
 // already stands for at.
-func (t *timers) backup(id string, at time.Time) { t.set(id, at.UnixNano(), backupDelay) }
+func (t *timers) backup(en *entry, at time.Time) { t.set(en, at.UnixNano(), backupDelay) }
 
-func (t *timers) set(id string, at int64, delay time.Duration) {
+func (t *timers) set(en *entry, at int64, delay time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return
 	}
-	old, ok := t.m[id]
-	if ok {
-		if delay > 0 && old.at == at {
+	if en.tm.armed {
+		if delay > 0 && en.tm.at == at {
 			return
 		}
-		t.forget(old)
+		t.forget(en)
 	}
-	t.schedule(&timer{id: id, at: at}, at+int64(delay))
+	en.tm = clock{at: at}
+	t.schedule(en, at+int64(delay))
 }
 
-// retry fires id again at fire, keeping its moment: its expiry was not
+// retry fires en again at fire, keeping its moment: its expiry was not
 // handed over.
-func (t *timers) retry(id string, fire time.Time) {
+func (t *timers) retry(en *entry, fire time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if tm, ok := t.m[id]; ok && !t.closed {
-		t.forget(tm)
-		t.schedule(&timer{id: id, at: tm.at}, fire.UnixNano())
+	if en.tm.armed && !t.closed {
+		t.forget(en)
+		en.tm = clock{at: en.tm.at}
+		t.schedule(en, fire.UnixNano())
 	}
 }
 
-// schedule adds tm, to fire at fire. The caller holds mu.
-func (t *timers) schedule(tm *timer, fire int64) {
-	tm.fire, tm.queued = fire, true
-	t.m[tm.id] = tm
-	t.byAt.ReplaceOrInsert(tm)
-	t.queue.ReplaceOrInsert(tm)
-	if first, _ := t.queue.Min(); first == tm {
+// schedule adds en, to fire at fire. The caller holds mu.
+func (t *timers) schedule(en *entry, fire int64) {
+	en.tm.fire, en.tm.queued, en.tm.armed = fire, true, true
+	t.byAt.ReplaceOrInsert(en)
+	t.queue.ReplaceOrInsert(en)
+	if first, _ := t.queue.Min(); first == en {
 		select {
 		case t.wake <- struct{}{}:
 		default:
@@ -119,21 +123,21 @@ func (t *timers) schedule(tm *timer, fire int64) {
 	}
 }
 
-// forget drops tm from the trees and the map. The caller holds mu.
-func (t *timers) forget(tm *timer) {
-	if tm.queued {
-		t.queue.Delete(tm)
+// forget drops en from the trees. The caller holds mu.
+func (t *timers) forget(en *entry) {
+	if en.tm.queued {
+		t.queue.Delete(en)
 	}
-	t.byAt.Delete(tm)
-	delete(t.m, tm.id)
+	t.byAt.Delete(en)
+	en.tm.armed, en.tm.queued = false, false
 }
 
-// stop forgets id's timer.
-func (t *timers) stop(id string) {
+// stop forgets en's timer.
+func (t *timers) stop(en *entry) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if tm, ok := t.m[id]; ok {
-		t.forget(tm)
+	if en.tm.armed {
+		t.forget(en)
 	}
 }
 
@@ -146,17 +150,17 @@ func (t *timers) run() {
 		t.mu.Lock()
 		now := time.Now().UnixNano()
 		for len(fired) < maxBatch {
-			tm, ok := t.queue.Min()
-			if !ok || tm.fire > now {
+			en, ok := t.queue.Min()
+			if !ok || en.tm.fire > now {
 				break
 			}
 			t.queue.DeleteMin()
-			tm.queued, tm.handed = false, now
-			fired = append(fired, tm.id)
+			en.tm.queued, en.tm.handed = false, now
+			fired = append(fired, en.id)
 		}
 		next := time.Hour
-		if tm, ok := t.queue.Min(); ok {
-			next = max(time.Duration(tm.fire-now), 0)
+		if en, ok := t.queue.Min(); ok {
+			next = max(time.Duration(en.tm.fire-now), 0)
 		}
 		t.mu.Unlock()
 		if len(fired) > 0 {
@@ -186,43 +190,32 @@ func (t *timers) overdue(before, since time.Time, limit int) []string {
 	defer t.mu.Unlock()
 	var ids []string
 	b, s := before.UnixNano(), since.UnixNano()
-	t.byAt.Ascend(func(tm *timer) bool {
-		if tm.at >= b || len(ids) == limit {
+	t.byAt.Ascend(func(en *entry) bool {
+		if en.tm.at >= b || len(ids) == limit {
 			return false
 		}
-		if tm.handed < s {
-			ids = append(ids, tm.id)
+		if en.tm.handed < s {
+			ids = append(ids, en.id)
 		}
 		return true
 	})
 	return ids
 }
 
-// handed notes that ids were handed over now.
-func (t *timers) handed(ids []string) {
+// handed notes that en was handed over at now (Unix nanoseconds).
+func (t *timers) handed(en *entry, now int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := time.Now().UnixNano()
-	for _, id := range ids {
-		if tm, ok := t.m[id]; ok {
-			tm.handed = now
-		}
+	if en.tm.armed {
+		en.tm.handed = now
 	}
-}
-
-// known reports whether id has a timer.
-func (t *timers) known(id string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	_, ok := t.m[id]
-	return ok
 }
 
 // len reports how many requests have timers.
 func (t *timers) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.m)
+	return t.byAt.Len()
 }
 
 // close stops every timer; safe to call twice.
@@ -233,8 +226,49 @@ func (t *timers) close() {
 		return
 	}
 	t.closed = true
-	t.m = make(map[string]*timer)
 	t.queue.Clear(false)
 	t.byAt.Clear(false)
 	close(t.done)
+}
+
+// arm sets the timer of open request id to fire at at; nothing if the
+// ledger does not hold id open (decided meanwhile).
+func (l *ledger) arm(id string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if en := l.open[id]; en != nil {
+		l.b.timers.arm(en, at)
+	}
+}
+
+// disarm stops the timer of request id.
+func (l *ledger) disarm(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if en := l.open[id]; en != nil {
+		l.b.timers.stop(en)
+	}
+}
+
+// retry fires the timers of ids again at fire, keeping their moments.
+func (l *ledger) retry(ids []string, fire time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, id := range ids {
+		if en := l.open[id]; en != nil {
+			l.b.timers.retry(en, fire)
+		}
+	}
+}
+
+// handed notes that the requests ids were handed over now.
+func (l *ledger) handed(ids []string) {
+	now := time.Now().UnixNano()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, id := range ids {
+		if en := l.open[id]; en != nil {
+			l.b.timers.handed(en, now)
+		}
+	}
 }

@@ -14,13 +14,17 @@ func TestTimersFireInOrder(t *testing.T) {
 	go tm.run()
 	defer tm.close()
 	base := time.Now().Add(50 * time.Millisecond)
+	r := make(map[string]*entry)
 	for i := 9; i >= 0; i-- {
-		tm.arm(fmt.Sprint("r", i), base.Add(time.Duration(i)*10*time.Millisecond))
+		id := fmt.Sprint("r", i)
+		r[id] = &entry{id: id}
+		tm.arm(r[id], base.Add(time.Duration(i)*10*time.Millisecond))
 	}
-	tm.stop("r3")                                  // decided
-	tm.arm("r5", base.Add(time.Hour))              // moved on (an escalation step)
-	tm.backup("r7", base.Add(70*time.Millisecond)) // the same moment: left as armed
-	tm.retry("r9", base.Add(-time.Second))         // fires at once
+	tm.stop(r["r3"])                                  // decided
+	tm.arm(r["r5"], base.Add(time.Hour))              // moved on (an escalation step)
+	tm.backup(r["r7"], base.Add(70*time.Millisecond)) // the same moment: left as armed
+	tm.retry(r["r9"], base.Add(-time.Second))         // fires at once
+	tm.retry(r["r3"], base)                           // stopped: stays stopped
 	if n := tm.len(); n != 9 {
 		t.Fatalf("%d timers, want 9", n)
 	}
@@ -53,7 +57,7 @@ func TestTimersFireInOrder(t *testing.T) {
 		t.Fatalf("overdue with limit 3: %v", over)
 	}
 	for _, id := range want {
-		tm.stop(id)
+		tm.stop(r[id])
 	}
 	if n := tm.len(); n != 1 {
 		t.Fatalf("%d timers, want only r5", n)
@@ -67,9 +71,10 @@ func TestTimersBackupFiresLater(t *testing.T) {
 	go tm.run()
 	defer tm.close()
 	at := time.Now().Add(20 * time.Millisecond)
-	tm.backup("b", at)
-	tm.backup("a", at)
-	tm.arm("a", at)
+	a, b := &entry{id: "a"}, &entry{id: "b"}
+	tm.backup(b, at)
+	tm.backup(a, at)
+	tm.arm(a, at)
 	// a fires at its moment, b backupDelay later (together, on a machine
 	// slow enough to wake the timers that late).
 	var got []string
@@ -84,4 +89,40 @@ func TestTimersBackupFiresLater(t *testing.T) {
 	if late := time.Since(at); !slices.Equal(got, []string{"a", "b"}) || late < backupDelay {
 		t.Fatalf("fired %v by %s after their moment, want a, then b after %s", got, late, backupDelay)
 	}
+}
+
+// TestTimersLiveInEntries checks that a timer belongs to its ledger entry:
+// armed through the ledger only for a request it holds open, retried and
+// handed over by id, and gone when the ledger forgets the request.
+func TestTimersLiveInEntries(t *testing.T) {
+	b := &Broker{timers: newTimers()}
+	l := newLedger(b)
+	defer b.timers.close()
+	a := &entry{id: "a"}
+	l.open["a"] = a
+	at := time.Now().Add(time.Hour)
+	l.arm("a", at)
+	l.arm("gone", at) // decided meanwhile: the ledger holds it no more
+	if n := b.timers.len(); n != 1 || !a.tm.armed || a.tm.at != at.UnixNano() {
+		t.Fatalf("%d timers, a armed %v at %d; want only a's, at %d", n, a.tm.armed, a.tm.at, at.UnixNano())
+	}
+	fire := time.Now().Add(time.Minute)
+	l.retry([]string{"a", "gone"}, fire)
+	if a.tm.fire != fire.UnixNano() || a.tm.at != at.UnixNano() {
+		t.Fatalf("retried a fires at %d for %d, want %d for %d", a.tm.fire, a.tm.at, fire.UnixNano(), at.UnixNano())
+	}
+	l.handed([]string{"a"})
+	if a.tm.handed == 0 {
+		t.Fatal("a handed over, not noted")
+	}
+	if over := b.timers.overdue(at.Add(time.Second), time.Now().Add(-time.Second), 10); len(over) != 0 {
+		t.Fatalf("overdue %v right after a was handed over", over)
+	}
+	l.mu.Lock()
+	l.forget(a)
+	l.mu.Unlock()
+	if n := b.timers.len(); n != 0 || a.tm.armed {
+		t.Fatalf("%d timers after the ledger forgot a (armed %v), want none", n, a.tm.armed)
+	}
+	l.disarm("a") // nothing left to stop
 }

@@ -119,11 +119,11 @@ func (b *Broker) requestContext(ctx context.Context, id string) context.Context 
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx
 	}
-	rec, ok := b.ledger.view(id) // a cold request keeps its trace context
-	if !ok {
-		if rec, _, ok = b.index.getDecided(id); !ok {
-			return ctx
-		}
+	var rec Record
+	if parent, state, ok := b.ledger.traceOf(id); ok { // a cold request keeps its trace context
+		rec.TraceParent, rec.TraceState = parent, state
+	} else if rec, _, ok = b.index.getDecided(id); !ok {
+		return ctx
 	}
 	return rec.traceContext(ctx)
 }
