@@ -231,44 +231,34 @@ func (t *timers) close() {
 	close(t.done)
 }
 
-// arm sets the timer of open request id to fire at at; nothing if the
-// ledger does not hold id open (decided meanwhile).
-func (l *ledger) arm(id string, at time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if en := l.open[id]; en != nil {
-		l.b.timers.arm(en, at)
-	}
-}
-
-// disarm stops the timer of request id.
-func (l *ledger) disarm(id string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if en := l.open[id]; en != nil {
-		l.b.timers.stop(en)
-	}
-}
-
-// retry fires the timers of ids again at fire, keeping their moments.
-func (l *ledger) retry(ids []string, fire time.Time) {
+// timersOf calls f, with the ledger's lock held, on the entry of each of
+// ids the ledger holds open: a timer is reached through its entry, and a
+// request decided meanwhile has none.
+func (l *ledger) timersOf(f func(*entry), ids ...string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, id := range ids {
 		if en := l.open[id]; en != nil {
-			l.b.timers.retry(en, fire)
+			f(en)
 		}
 	}
+}
+
+// arm sets the timer of open request id to fire at at.
+func (l *ledger) arm(id string, at time.Time) {
+	l.timersOf(func(en *entry) { l.b.timers.arm(en, at) }, id)
+}
+
+// disarm stops the timer of request id.
+func (l *ledger) disarm(id string) { l.timersOf(l.b.timers.stop, id) }
+
+// retry fires the timers of ids again at fire, keeping their moments.
+func (l *ledger) retry(ids []string, fire time.Time) {
+	l.timersOf(func(en *entry) { l.b.timers.retry(en, fire) }, ids...)
 }
 
 // handed notes that the requests ids were handed over now.
 func (l *ledger) handed(ids []string) {
 	now := time.Now().UnixNano()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, id := range ids {
-		if en := l.open[id]; en != nil {
-			l.b.timers.handed(en, now)
-		}
-	}
+	l.timersOf(func(en *entry) { l.b.timers.handed(en, now) }, ids...)
 }

@@ -96,10 +96,16 @@ func (r *Record) setTrace(ctx context.Context) {
 
 // traceContext returns ctx carrying r's trace context, if it keeps one.
 func (r *Record) traceContext(ctx context.Context) context.Context {
-	if r.TraceParent == "" {
+	return withTrace(ctx, r.TraceParent, r.TraceState)
+}
+
+// withTrace returns ctx carrying the trace context parent and state name
+// (W3C traceparent and tracestate), ctx itself when parent is empty.
+func withTrace(ctx context.Context, parent, state string) context.Context {
+	if parent == "" {
 		return ctx
 	}
-	return traceContext.Extract(ctx, propagation.MapCarrier{events.TraceParentAttribute: r.TraceParent, events.TraceStateAttribute: r.TraceState})
+	return traceContext.Extract(ctx, propagation.MapCarrier{events.TraceParentAttribute: parent, events.TraceStateAttribute: state})
 }
 
 // RequestContext returns ctx carrying request id's trace context, when ctx
@@ -119,13 +125,13 @@ func (b *Broker) requestContext(ctx context.Context, id string) context.Context 
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		return ctx
 	}
-	var rec Record
 	if parent, state, ok := b.ledger.traceOf(id); ok { // a cold request keeps its trace context
-		rec.TraceParent, rec.TraceState = parent, state
-	} else if rec, _, ok = b.index.getDecided(id); !ok {
-		return ctx
+		return withTrace(ctx, parent, state)
 	}
-	return rec.traceContext(ctx)
+	if rec, _, ok := b.index.getDecided(id); ok {
+		return rec.traceContext(ctx)
+	}
+	return ctx
 }
 
 // startSpan starts one of the broker's spans about request id.
