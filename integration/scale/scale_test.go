@@ -44,6 +44,7 @@ var (
 	scaleOut      = flag.String("scale.out", "", "TestScalePending: keep the heap and CPU profiles, the broker's logs and summary.txt in this directory (default: a temporary one, removed)")
 	scaleBin      = flag.String("scale.broker", "", "TestScalePending: run this broker binary (built with --pprof) instead of building ./cmd/broker")
 	scaleCPU      = flag.Duration("scale.restart-cpu", defaultScaleRestartCPU, "TestScalePending: take a CPU profile of the restarted broker for this long from its start (0: none)")
+	scaleExpCPU   = flag.Bool("scale.expiry-cpu", false, "TestScalePending: take a CPU profile and an allocation profile of the broker from the first deadline of the expiring requests to the last (expiry-cpu.pprof, expiry-allocs.pprof)")
 	scaleSettle   = flag.Duration("scale.settle", defaultScaleSettle, "TestScalePending: before the restart, wait until this long after the ingest (the broker's last pending notice) and measure memory again (0: don't), e.g. past the stream's 30s duplicate window")
 	scaleReady    = flag.Duration("scale.ready-within", 10*time.Minute, "TestScalePending: how long the restarted broker may take to be ready before the test gives up")
 	scaleStrict   = flag.Bool("scale.strict", false, "TestScalePending: fail when a goal of issues 11 and 23 is missed (RSS under 1 GiB, ready within 15s of a kill -9, deadlines p99 at most 1s late); without it, report them only")
@@ -341,6 +342,12 @@ func (sb *scaleBroker) start(t *testing.T, nth int, within, cpu time.Duration) *
 // cpuProfile waits for the profiles to be served and takes a CPU profile
 // of d, into restart-cpu.pprof.
 func (sb *scaleBroker) cpuProfile(d time.Duration) error {
+	return sb.cpuProfileTo(d, "restart-cpu.pprof")
+}
+
+// cpuProfileTo waits for the profiles to be served and takes a CPU profile
+// of d, into name in the results directory.
+func (sb *scaleBroker) cpuProfileTo(d time.Duration, name string) error {
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
 		resp, err := http.Get(sb.pprof() + "/debug/pprof/")
 		if err == nil {
@@ -351,7 +358,7 @@ func (sb *scaleBroker) cpuProfile(d time.Duration) error {
 			return fmt.Errorf("the profiles were not served within a minute: %w", err)
 		}
 	}
-	return download(sb.pprof()+"/debug/pprof/profile?seconds="+strconv.Itoa(int(d.Seconds())), filepath.Join(sb.out, "restart-cpu.pprof"))
+	return download(sb.pprof()+"/debug/pprof/profile?seconds="+strconv.Itoa(max(1, int(d.Seconds()))), filepath.Join(sb.out, name))
 }
 
 // waitCPUProfile waits for the restart's CPU profile and reports its top
@@ -647,6 +654,19 @@ func scaleExpire(t *testing.T, rep *scaleReport, sb *scaleBroker, nc *nats.Conn,
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	var expCPU chan error
+	if *scaleExpCPU {
+		expCPU = make(chan error, 2)
+		secs := strconv.Itoa(int((last.Sub(first) + time.Second).Seconds()))
+		go func() {
+			time.Sleep(time.Until(first))
+			expCPU <- sb.cpuProfileTo(last.Sub(first)+time.Second, "expiry-cpu.pprof")
+		}()
+		go func() {
+			time.Sleep(time.Until(first))
+			expCPU <- download(sb.pprof()+"/debug/pprof/allocs?seconds="+secs, filepath.Join(sb.out, "expiry-allocs.pprof"))
+		}()
+	}
 	lastCount, lastMove, lastLog := int64(-1), time.Now(), time.Now()
 	for gotIDs.Load() < int64(m) || time.Now().Before(last) {
 		got := gotIDs.Load()
@@ -664,6 +684,15 @@ func scaleExpire(t *testing.T, rep *scaleReport, sb *scaleBroker, nc *nats.Conn,
 	}
 	time.Sleep(3 * time.Second) // a second decision, should there be one
 	done := time.Now()
+	if expCPU != nil {
+		err := errors.Join(<-expCPU, <-expCPU)
+		if err != nil {
+			t.Errorf("profiles of the expiries: %v", err)
+		} else {
+			path := filepath.Join(sb.out, "expiry-cpu.pprof")
+			rep.add("expiry", "CPU profile from the first deadline to the last: %s; by cumulative time:\n%s", path, pprofTop(t, path, "-cum"))
+		}
+	}
 	if err := decSub.Unsubscribe(); err != nil {
 		t.Fatal(err)
 	}
@@ -680,6 +709,10 @@ func scaleExpire(t *testing.T, rep *scaleReport, sb *scaleBroker, nc *nats.Conn,
 		}
 	}
 	var lateness []time.Duration
+	// timeline: the worst lateness of the deadlines of each half second
+	// after the first, to tell a stall from a steady lag.
+	const slot = 500 * time.Millisecond
+	timeline := make([]time.Duration, int(last.Sub(first)/slot)+1)
 	lost, twice, early, fallback := 0, 0, 0, 0
 	var firstAt, lastAt time.Time
 	for _, id := range ids {
@@ -742,6 +775,9 @@ func scaleExpire(t *testing.T, rep *scaleReport, sb *scaleBroker, nc *nats.Conn,
 			}
 		}
 		lateness = append(lateness, at.Sub(deadline))
+		if k := int(deadline.Sub(first) / slot); k >= 0 && k < len(timeline) {
+			timeline[k] = max(timeline[k], at.Sub(deadline))
+		}
 	}
 	slices.Sort(lateness)
 	res := scaleExpiry{ids: ids, p50: itest.Quantile(lateness, 0.5), p99: itest.Quantile(lateness, 0.99)}
@@ -751,6 +787,11 @@ func scaleExpire(t *testing.T, rep *scaleReport, sb *scaleBroker, nc *nats.Conn,
 	rep.add("expiry", "%d of %d decided expired (%d lost, %d decided more than once, %d before their deadline, %d deadlines read from the broker); received between %s and %s after the first deadline (%.0f/s); lateness after the deadline p50 %s, p90 %s, p99 %s, max %s",
 		len(lateness), m, lost, twice, early, fallback, firstAt.Sub(first).Round(time.Millisecond), lastAt.Sub(first).Round(time.Millisecond),
 		float64(len(lateness))/max(lastAt.Sub(firstAt).Seconds(), 1e-3), res.p50, itest.Quantile(lateness, 0.9), res.p99, res.max)
+	var line []string
+	for k, d := range timeline {
+		line = append(line, fmt.Sprintf("%s: %s", time.Duration(k)*slot, d.Round(time.Millisecond)))
+	}
+	rep.add("expiry", "worst lateness of the deadlines in each half second from the first: %s", strings.Join(line, ", "))
 	if lost > 0 {
 		t.Errorf("%d of %d expiring requests got no decision within %s of the last deadline", lost, m, done.Sub(last).Round(time.Second))
 	}

@@ -63,6 +63,10 @@ type Broker struct {
 	// failing through an outage.
 	handOverOutage *outage
 
+	// expiries hands the requests of expiry batches to the expiry workers
+	// (startExpiries).
+	expiries chan expiryJob
+
 	ready   atomic.Bool
 	running atomic.Bool
 
@@ -74,6 +78,9 @@ type Broker struct {
 	// afterPending, if set, runs right after a request's pending event is
 	// stored, before its request message is acknowledged.
 	afterPending func(id string)
+	// beforeGrant, if set, runs before a decision's remembered choice is
+	// stored, by whichever handling stores it.
+	beforeGrant func(id string)
 }
 
 // New returns a broker that uses nc. A nil logger logs nothing. Call Run to start it.
@@ -121,6 +128,7 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 		tracer:  newTracer(cfg.TracerProvider),
 
 		stateReady: make(chan struct{}),
+		expiries:   make(chan expiryJob),
 		grants:     newGrants(),
 		presence:   &presence{everyone: !cfg.AnnouncedOnly, live: make(map[string]events.Announcement), ready: make(chan struct{})},
 		maxEmit:    cfg.MaxEventSize + eventHeadroom,
@@ -212,7 +220,12 @@ func (b *Broker) Run(ctx context.Context) error {
 	g.Go(func() error {
 		return b.consume(gctx, res.timeouts, "timeouts", b.cfg.timeoutAckWait(), b.handleTimeout)
 	})
-	g.Go(func() error { return b.consume(gctx, res.ticks, "ticks", b.cfg.timeoutAckWait(), b.handleTick) })
+	g.Go(func() error {
+		// The expiry workers outlive the ticks consumer's drain.
+		stop := b.startExpiries()
+		defer stop()
+		return b.consume(gctx, res.ticks, "ticks", b.cfg.timeoutAckWait(), b.handleTick)
+	})
 	g.Go(func() error { return b.expiryLoop(gctx) })
 	g.Go(func() error { return b.runFeed(gctx) })
 	b.ready.Store(true)

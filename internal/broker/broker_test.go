@@ -308,8 +308,8 @@ func TestAnswerAfterAnotherReplicasVote(t *testing.T) {
 // TestGrantInForceWithItsDecision: a remembered choice is stored after its
 // decision, yet an agent that sees the decision and asks again at once finds
 // it in force on every replica: each replica's ledger notes it as it reads
-// the decision. The grant's write is held back until the second requests
-// are decided.
+// the decision. The grant's write, by every handling of the answer, is
+// held back until the second requests are decided.
 func TestGrantInForceWithItsDecision(t *testing.T) {
 	ns := testenv.Server(t)
 	a := start(t, testenv.Conn(t, ns), broker.Config{Name: "a"})
@@ -319,8 +319,8 @@ func TestGrantInForceWithItsDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	release := make(chan struct{})
-	for _, r := range []*broker.Broker{a, b} { // either may handle the answer
-		r.SetPublishHook(func(id string) {
+	for _, r := range []*broker.Broker{a, b} { // either may handle the answer, both may store the grant
+		r.SetGrantHook(func(id string) {
 			if id == rec.ID {
 				<-release
 			}

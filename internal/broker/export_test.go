@@ -30,6 +30,10 @@ func (b *Broker) SetCommitHook(fn func(id string)) { b.afterCommit = fn }
 // before the grant it asks for and the acknowledgement of its trigger.
 func (b *Broker) SetPublishHook(fn func(id string)) { b.afterPublish = fn }
 
+// SetGrantHook makes b call fn before it stores the remembered choice a
+// decision asks for, in every handling that stores it.
+func (b *Broker) SetGrantHook(fn func(id string)) { b.beforeGrant = fn }
+
 // SetPendingHook makes b call fn right after a pending event is stored and
 // before the request message is acknowledged.
 func (b *Broker) SetPendingHook(fn func(id string)) { b.afterPending = fn }

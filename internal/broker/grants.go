@@ -478,6 +478,9 @@ func (b *Broker) storeGrant(ctx context.Context, r *Record) {
 	if b.grants.has(r.Grant.Key()) {
 		return
 	}
+	if b.beforeGrant != nil {
+		b.beforeGrant(r.ID)
+	}
 	err := b.remember(ctx, *r.Grant)
 	if errors.Is(err, jetstream.ErrKeyExists) {
 		return

@@ -67,6 +67,12 @@ type ledger struct {
 	// most maxFull (cold.go).
 	full, maxFull int
 	names         map[string]string
+	// young holds the entries opened by a request message that were not
+	// announced when last looked at: the only ones sweep reads, so that it
+	// does not walk a million pending requests under mu. kept is its
+	// length after it was last compacted.
+	young []*entry
+	kept  int
 	// ctx ends when the ledger stops reading, started is when it started
 	// (Unix nanoseconds).
 	ctx     context.Context
@@ -485,6 +491,35 @@ func (l *ledger) applyRequest(seq uint64, at time.Time, msg *jetstream.RawStream
 		l.raw++
 	}
 	l.open[id] = en
+	l.young = append(l.young, en)
+	if len(l.young) >= 2*l.kept+youngSlack {
+		l.compactYoung(0)
+	}
+}
+
+// youngSlack is how many entries young grows by past twice what it kept
+// before it is compacted again.
+const youngSlack = 4096
+
+// compactYoung drops from young the entries announced, decided or
+// forgotten since, and forgets those still unannounced that were opened
+// before cutoff (Unix nanoseconds; 0: none). l.mu is held.
+func (l *ledger) compactYoung(cutoff int64) {
+	kept := l.young[:0]
+	for _, en := range l.young {
+		if en.pendSeq != 0 || en.proposal != nil || l.open[en.id] != en {
+			continue
+		}
+		// Open since it was stored, or since the ledger started, for
+		// one read from the stream at the start.
+		if max(en.reqAt, l.started) < cutoff {
+			l.forget(en)
+			continue
+		}
+		kept = append(kept, en)
+	}
+	clear(l.young[len(kept):])
+	l.young, l.kept = kept, len(kept)
 }
 
 // maxRawRequests bounds the request messages the ledger keeps for requests
@@ -1060,16 +1095,9 @@ func (l *ledger) requestRecord(en *entry) (Record, error) {
 // sweep forgets requests open for orphanAfter with neither a pending event
 // nor a decision.
 func (l *ledger) sweep() {
-	cutoff := time.Now().Add(-orphanAfter).UnixNano()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, en := range l.open {
-		// Open since it was stored, or since the ledger started, for one
-		// read from the stream at the start.
-		if en.pendSeq == 0 && en.proposal == nil && max(en.reqAt, l.started) < cutoff {
-			l.forget(en)
-		}
-	}
+	l.compactYoung(time.Now().Add(-orphanAfter).UnixNano())
 }
 
 // status is what the ledger knows of a request at the moment a handler

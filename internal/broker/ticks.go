@@ -49,8 +49,9 @@ const (
 	maxBatch = 512
 	// batchesInFlight bounds the batches being published at once.
 	batchesInFlight = 4
-	// expiryParallel bounds the requests of one batch expired at once.
-	expiryParallel = 32
+	// expiryWorkers is how many requests of batches a replica expires at
+	// once.
+	expiryWorkers = 128
 )
 
 // tickSecond is the second whose durable tick covers a request due at at:
@@ -273,42 +274,84 @@ func (b *Broker) sweep(ctx context.Context, sec time.Time) error {
 }
 
 // expireBatch expires (or escalates) the requests of a batch on behalf of its
-// message o. A request that could not be handled yet sends the batch back
-// for redelivery, whose handling skips those done and publishes any outcome
-// stored but not yet published.
+// message o, on the expiry workers. A request that could not be handled yet
+// sends the batch back for redelivery, whose handling skips those done and
+// publishes any outcome stored but not yet published.
 func (b *Broker) expireBatch(ctx context.Context, ids []string, o origin) error {
 	var (
 		mu    sync.Mutex
 		retry *retryError
 		wg    sync.WaitGroup
 	)
-	sem := make(chan struct{}, expiryParallel)
+	later := func(r *retryError) {
+		mu.Lock()
+		defer mu.Unlock()
+		if retry == nil || r.delay > retry.delay {
+			retry = r
+		}
+	}
+	done := func(id string, err error) {
+		defer wg.Done()
+		var r *retryError
+		switch {
+		case err == nil:
+		case errors.As(err, &r):
+			later(r)
+		default:
+			// Permanent for this request alone; the rest of the batch
+			// goes on.
+			b.log.Error("expire", zap.String("request_id", id), zap.Error(err))
+		}
+	}
 	for _, id := range ids {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			var r *retryError
-			switch err := b.expireOne(ctx, id, o); {
-			case err == nil:
-				return
-			case !errors.As(err, &r):
-				// Permanent for this request alone; the rest of the batch
-				// goes on.
-				b.log.Error("expire", zap.String("request_id", id), zap.Error(err))
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if retry == nil || r.delay > retry.delay {
-				retry = r
-			}
-		})
+		wg.Add(1)
+		select {
+		case b.expiries <- expiryJob{ctx: ctx, id: id, o: o, done: done}:
+		case <-ctx.Done():
+			wg.Done()
+			later(&retryError{err: fmt.Errorf("expire %s: %w", id, ctx.Err())})
+		}
 	}
 	wg.Wait()
 	if retry != nil {
 		return retry
 	}
 	return nil
+}
+
+// expiryJob is one request of a batch for the expiry workers; done is
+// called with the outcome of expireOne.
+type expiryJob struct {
+	ctx  context.Context
+	id   string
+	o    origin
+	done func(id string, err error)
+}
+
+// startExpiries starts the goroutines that expire the requests of batches,
+// and returns a function that stops them once no batch hands them more. The
+// same goroutines serve every batch: one per request would grow a new stack
+// for each expiry, an eighth of the broker's CPU while ten thousand expire
+// a second.
+func (b *Broker) startExpiries() (stop func()) {
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	for range expiryWorkers {
+		wg.Go(func() {
+			for {
+				select {
+				case j := <-b.expiries:
+					j.done(j.id, b.expireOne(j.ctx, j.id, j.o))
+				case <-quit:
+					return
+				}
+			}
+		})
+	}
+	return func() {
+		close(quit)
+		wg.Wait()
+	}
 }
 
 // expireOne expires request id on behalf of message o: nil once done (or

@@ -5,6 +5,10 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/assent-dev/assent/pkg/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestTimersFireInOrder arms timers out of order, replaces, retries and stops
@@ -125,4 +129,46 @@ func TestTimersLiveInEntries(t *testing.T) {
 		t.Fatalf("%d timers after the ledger forgot a (armed %v), want none", n, a.tm.armed)
 	}
 	l.disarm("a") // nothing left to stop
+}
+
+// TestSweepForgetsOnlyOrphans checks the ledger's sweep: a request open for
+// orphanAfter with neither a pending event nor a decision is forgotten, a
+// newer one and an announced one are not, and the entries the sweep reads
+// (young) are only those not announced, however many requests came.
+func TestSweepForgetsOnlyOrphans(t *testing.T) {
+	b := &Broker{timers: newTimers(), index: newIndex(0)}
+	defer b.timers.close()
+	l := newLedger(b)
+	now := time.Now()
+	l.started = now.Add(-2 * orphanAfter).UnixNano()
+	request := func(id string, at time.Time) *entry {
+		t.Helper()
+		msg := &jetstream.RawStreamMsg{Subject: events.RequestPrefix + "a1", Data: []byte(`{}`),
+			Header: nats.Header{"ce-source": {"agent/a1"}, "ce-id": {id}}}
+		l.applyRequest(1, at, msg)
+		en := l.open[id]
+		if en == nil {
+			t.Fatalf("request %s not opened", id)
+		}
+		return en
+	}
+	old := now.Add(-orphanAfter - time.Minute)
+	request("orphan", old)
+	request("young", now)
+	request("announced", old).pendSeq = 2
+	for i := range 3 * youngSlack {
+		request(fmt.Sprintf("r%d", i), now).pendSeq = 3
+	}
+	if len(l.young) > youngSlack+3 {
+		t.Fatalf("young holds %d entries after %d announced requests; want them dropped as it grows", len(l.young), 3*youngSlack)
+	}
+	l.sweep()
+	for id, want := range map[string]bool{"orphan": false, "young": true, "announced": true, "r0": true} {
+		if _, ok := l.open[id]; ok != want {
+			t.Errorf("after the sweep %s open: %v, want %v", id, ok, want)
+		}
+	}
+	if len(l.young) != 1 || l.young[0].id != "young" {
+		t.Errorf("after the sweep young holds %d entries, want only the unannounced one", len(l.young))
+	}
 }
