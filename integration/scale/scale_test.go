@@ -792,6 +792,24 @@ func scaleExpire(t *testing.T, rep *scaleReport, sb *scaleBroker, nc *nats.Conn,
 		line = append(line, fmt.Sprintf("%s: %s", time.Duration(k)*slot, d.Round(time.Millisecond)))
 	}
 	rep.add("expiry", "worst lateness of the deadlines in each half second from the first: %s", strings.Join(line, ", "))
+	// The broker's own count, from a deadline to its decision's time (the
+	// expiry batch naming it stored): how late the hand-over was, apart
+	// from the decision's publish and its delivery to this process.
+	bucket := func(le string) string { return `assent_timeout_lateness_seconds_bucket{le="` + le + `"}` }
+	les := []string{"0.1", "0.5", "1", "2"}
+	names := []string{"assent_timeout_lateness_seconds_count"}
+	for _, le := range les {
+		names = append(names, bucket(le))
+	}
+	if got, err := scrape(sb.api(), names...); err != nil {
+		t.Errorf("the broker's lateness histogram: %v", err)
+	} else {
+		var parts []string
+		for _, le := range les {
+			parts = append(parts, fmt.Sprintf("%.0f within %ss", got[bucket(le)], le))
+		}
+		rep.add("expiry", "the broker's own count (assent_timeout_lateness_seconds: from a deadline to its decision's time, when the expiry batch naming it was stored) of %.0f: %s", got[names[0]], strings.Join(parts, ", "))
+	}
 	if lost > 0 {
 		t.Errorf("%d of %d expiring requests got no decision within %s of the last deadline", lost, m, done.Sub(last).Round(time.Second))
 	}

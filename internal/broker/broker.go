@@ -63,6 +63,9 @@ type Broker struct {
 	// failing through an outage.
 	handOverOutage *outage
 
+	// pubs carries the broker's publishes (publishers.go): its own
+	// connection, and while Run runs, extra ones.
+	pubs atomic.Pointer[publishers]
 	// expiries hands the requests of expiry batches to the expiry workers
 	// (startExpiries).
 	expiries chan expiryJob
@@ -137,6 +140,7 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 		handOverOutage: newOutage(outageEvery),
 	}
 	b.ledger = newLedger(b)
+	b.pubs.Store(newPublishers(nc, js, 0, log))
 	if maxPayload <= 0 {
 		b.maxValue = 2*cfg.MaxEventSize + eventHeadroom
 	}
@@ -186,6 +190,12 @@ func (b *Broker) Run(ctx context.Context) error {
 	}
 	go b.timers.run()
 	defer b.timers.close()
+	pubs := newPublishers(b.nc, b.js, publishConns, b.log)
+	b.pubs.Store(pubs)
+	defer func() {
+		b.pubs.Store(newPublishers(b.nc, b.js, 0, b.log))
+		pubs.close()
+	}()
 	res, err := b.provision(ctx)
 	if err != nil {
 		return fmt.Errorf("broker: provision: %w", err)

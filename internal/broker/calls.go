@@ -39,5 +39,6 @@ func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 func (b *Broker) publish(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	cctx, cancel := callCtx(ctx)
 	defer cancel()
-	return b.js.PublishMsg(cctx, msg, opts...)
+	_, js := b.pubs.Load().pick()
+	return js.PublishMsg(cctx, msg, opts...)
 }

@@ -33,9 +33,9 @@ const patience = 20 * time.Second
 // id while the broker is down and once more after the decision: neither
 // changes it.
 //
-// The kill is the broker's NATS connection closing from inside the window: the
-// server then sees what it sees when the process dies (no ack, no publish,
-// nothing more from that client).
+// The kill is the broker's NATS connections closing from inside the window:
+// the server then sees what it sees when the process dies (no ack, no
+// publish, nothing more from that client).
 func TestCrashBetweenWrites(t *testing.T) {
 	points := []struct {
 		name string
@@ -232,7 +232,7 @@ func crashing(t *testing.T, ns *testenv.NATS, cfg broker.Config, setHook func(*b
 	var once sync.Once
 	setHook(b, func(id string) {
 		once.Do(func() {
-			nc.Close()
+			b.CloseConnections()
 			ch <- id
 		})
 	})

@@ -30,6 +30,14 @@ func (b *Broker) SetCommitHook(fn func(id string)) { b.afterCommit = fn }
 // before the grant it asks for and the acknowledgement of its trigger.
 func (b *Broker) SetPublishHook(fn func(id string)) { b.afterPublish = fn }
 
+// CloseConnections closes every connection b uses, its own and those it
+// made to publish on: what the server sees when the process dies.
+func (b *Broker) CloseConnections() {
+	for _, c := range b.pubs.Load().conns {
+		c.Close()
+	}
+}
+
 // SetGrantHook makes b call fn before it stores the remembered choice a
 // decision asks for, in every handling that stores it.
 func (b *Broker) SetGrantHook(fn func(id string)) { b.beforeGrant = fn }

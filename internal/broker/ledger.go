@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -43,8 +44,13 @@ type ledger struct {
 
 	mu   sync.Mutex
 	open map[string]*entry
-	// wake is closed when applied moves, if someone waits.
-	wake chan struct{}
+	// waiters are the handlers waiting for the ledger to apply a sequence
+	// (await), soonest first; advance wakes those it reaches, and only
+	// those. nwait is how many there are, so that applying a message nobody
+	// waits for takes no lock.
+	waitMu  sync.Mutex
+	waiters waiters
+	nwait   atomic.Int64
 	// raw counts the entries that keep their request message, at most
 	// maxRaw (maxRawRequests).
 	raw, maxRaw int
@@ -300,33 +306,53 @@ func (l *ledger) run(ctx context.Context, ready func(pending int)) error {
 // await returns once the ledger has applied stream sequence seq, or ctx
 // ends. A wait longer than fillAfter reads the missing messages (fill).
 func (l *ledger) await(ctx context.Context, seq uint64) error {
-	var late <-chan time.Time
+	if l.applied.Load() >= seq {
+		return nil
+	}
+	w := waiter{seq: seq, ch: make(chan struct{})}
+	l.waitMu.Lock()
+	heap.Push(&l.waiters, w)
+	l.nwait.Store(int64(len(l.waiters)))
+	l.waitMu.Unlock()
+	// Applied meanwhile: advance may have looked before the waiter was
+	// there. Otherwise the advance that reaches seq finds it.
+	if l.applied.Load() >= seq {
+		return nil
+	}
+	late := time.NewTicker(fillAfter)
+	defer late.Stop()
 	for {
-		if l.applied.Load() >= seq {
-			return nil
-		}
-		if late == nil {
-			t := time.NewTicker(fillAfter)
-			defer t.Stop()
-			late = t.C
-		}
-		l.mu.Lock()
-		if l.wake == nil {
-			l.wake = make(chan struct{})
-		}
-		wake := l.wake
-		l.mu.Unlock()
-		if l.applied.Load() >= seq {
-			return nil
-		}
 		select {
-		case <-wake:
-		case <-late:
+		case <-w.ch:
+			return nil
+		case <-late.C:
 			go l.fill(ctx, seq) // again every fillAfter, while it waits
 		case <-ctx.Done():
+			// The waiter stays until the ledger reaches seq.
 			return fmt.Errorf("this replica has not read the stream up to sequence %d yet: %w", seq, ctx.Err())
 		}
 	}
+}
+
+// waiter is a handler waiting in await until the ledger has applied seq.
+type waiter struct {
+	seq uint64
+	ch  chan struct{}
+}
+
+// waiters is a heap of waiters, the lowest sequence first.
+type waiters []waiter
+
+func (h waiters) Len() int           { return len(h) }
+func (h waiters) Less(i, j int) bool { return h[i].seq < h[j].seq }
+func (h waiters) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *waiters) Push(x any)        { *h = append(*h, x.(waiter)) }
+func (h *waiters) Pop() any {
+	old := *h
+	w := old[len(old)-1]
+	old[len(old)-1] = waiter{}
+	*h = old[:len(old)-1]
+	return w
 }
 
 // catchUp returns once the ledger has applied every message the stream held
@@ -400,10 +426,15 @@ func (l *ledger) applyStored(msg *jetstream.RawStreamMsg) {
 // waiting for it. l.mu is held.
 func (l *ledger) advance(seq uint64) {
 	l.applied.Store(seq)
-	if l.wake != nil {
-		close(l.wake)
-		l.wake = nil
+	if l.nwait.Load() == 0 {
+		return
 	}
+	l.waitMu.Lock()
+	defer l.waitMu.Unlock()
+	for len(l.waiters) > 0 && l.waiters[0].seq <= seq {
+		close(heap.Pop(&l.waiters).(waiter).ch)
+	}
+	l.nwait.Store(int64(len(l.waiters)))
 }
 
 // fillAfter is how long a handler waits for the ordered consumer to bring

@@ -28,7 +28,8 @@ func (b *Broker) copyToAgent(agent, kind, id string, msg *nats.Msg) {
 	if err != nil {
 		return
 	}
-	if err := b.nc.PublishMsg(&nats.Msg{Subject: subj, Header: msg.Header, Data: msg.Data}); err != nil {
+	nc, _ := b.pubs.Load().pick()
+	if err := nc.PublishMsg(&nats.Msg{Subject: subj, Header: msg.Header, Data: msg.Data}); err != nil {
 		b.log.Debug("private copy not sent; the agent will look it up", zap.String("request_id", id), zap.Error(err))
 	}
 }

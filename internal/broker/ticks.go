@@ -49,9 +49,13 @@ const (
 	maxBatch = 512
 	// batchesInFlight bounds the batches being published at once.
 	batchesInFlight = 4
+	// gatherFor is how long a batch waits for more requests falling due.
+	gatherFor = 5 * time.Millisecond
 	// expiryWorkers is how many requests of batches a replica expires at
-	// once.
-	expiryWorkers = 128
+	// once: each waits for two reads of the ledger and a publish, which
+	// take tens of milliseconds while a collection runs, and ten thousand
+	// a second must go on meanwhile.
+	expiryWorkers = 512
 )
 
 // tickSecond is the second whose durable tick covers a request due at at:
@@ -143,13 +147,15 @@ func (b *Broker) scheduleTick(ctx context.Context, sec int64) error {
 }
 
 // expiryLoop hands the requests whose timers fired over to the ticks
-// consumer, in batches: whatever fell due while the previous batch was being
-// stored goes into the next one. A batch that cannot be stored is tried again
-// shortly for the requests still pending.
+// consumer, in batches: what falls due within gatherFor of the first joins
+// it. A batch that cannot be stored is tried again shortly for the requests
+// still pending.
 func (b *Broker) expiryLoop(ctx context.Context) error {
 	sem := make(chan struct{}, batchesInFlight)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	gather := time.NewTimer(time.Hour)
+	defer gather.Stop()
 	for {
 		var batch []string
 		select {
@@ -158,16 +164,22 @@ func (b *Broker) expiryLoop(ctx context.Context) error {
 		case ids := <-b.timers.due:
 			batch = b.addDue(batch, ids)
 		}
-		// Whatever else is due already joins this batch.
+		// What falls due a little later joins this batch: batches of
+		// a request or two each, ten thousand expiring a second, would
+		// hold every handler of the ticks consumer at once.
+		gather.Reset(gatherFor)
 	more:
 		for len(batch) < maxBatch {
 			select {
 			case ids := <-b.timers.due:
 				batch = b.addDue(batch, ids)
-			default:
+			case <-gather.C:
 				break more
+			case <-ctx.Done():
+				return nil
 			}
 		}
+		gather.Stop()
 		if len(batch) == 0 {
 			continue
 		}
