@@ -19,11 +19,15 @@ import (
 const publishConns = 3
 
 // publishers spreads publishes over the broker's connection and extra
-// ones made with its options.
+// ones made with its options, skipping those that are down.
 type publishers struct {
 	conns []*nats.Conn
 	js    []jetstream.JetStream
-	next  atomic.Uint32
+	// up says, for each extra connection (conns[1:]), whether it is
+	// connected, as its handlers last heard; the broker's own connection
+	// is asked.
+	up   []*atomic.Bool
+	next atomic.Uint32
 }
 
 // newPublishers returns publishers over nc and up to extra more
@@ -36,11 +40,22 @@ func newPublishers(nc *nats.Conn, js jetstream.JetStream, extra int, log *zap.Lo
 		if opts.Name != "" {
 			opts.Name = fmt.Sprintf("%s (publisher %d)", opts.Name, i+1)
 		}
+		// The broker's handlers speak for its own connection; these
+		// only say whether this one is up, so that a publish goes out
+		// on a connection that is.
+		up := new(atomic.Bool)
+		opts.ConnectedCB, opts.DiscoveredServersCB, opts.AsyncErrorCB, opts.LameDuckModeHandler = nil, nil, nil, nil
+		opts.ReconnectErrCB = nil
+		opts.DisconnectedErrCB = func(*nats.Conn, error) { up.Store(false) }
+		opts.ClosedCB = func(*nats.Conn) { up.Store(false) }
+		opts.ReconnectedCB = func(*nats.Conn) { up.Store(true) }
+		opts.DisconnectedCB = nil
 		c, err := opts.Connect()
 		if err == nil {
+			up.Store(true)
 			var cjs jetstream.JetStream
 			if cjs, err = jetstream.New(c); err == nil {
-				p.conns, p.js = append(p.conns, c), append(p.js, cjs)
+				p.conns, p.js, p.up = append(p.conns, c), append(p.js, cjs), append(p.up, up)
 				continue
 			}
 			c.Close()
@@ -50,10 +65,19 @@ func newPublishers(nc *nats.Conn, js jetstream.JetStream, extra int, log *zap.Lo
 	return p
 }
 
-// pick returns the connection and JetStream context of the next publish.
+// pick returns the connection and JetStream context of the next publish:
+// the next one that is up, or, while none is (an outage), the next one.
+// Skipping those down keeps a connection that has not reconnected yet from
+// failing publishes while the others carry them.
 func (p *publishers) pick() (*nats.Conn, jetstream.JetStream) {
-	i := int(p.next.Add(1)) % len(p.conns)
-	return p.conns[i], p.js[i]
+	first := int(p.next.Add(1)) % len(p.conns)
+	for k := range len(p.conns) {
+		i := (first + k) % len(p.conns)
+		if i == 0 && p.conns[0].IsConnected() || i > 0 && p.up[i-1].Load() {
+			return p.conns[i], p.js[i]
+		}
+	}
+	return p.conns[first], p.js[first]
 }
 
 // close closes the extra connections, after what was published on them
