@@ -42,17 +42,21 @@ func newPublishers(nc *nats.Conn, js jetstream.JetStream, extra int, log *zap.Lo
 		}
 		// The broker's handlers speak for its own connection; these
 		// only say whether this one is up, so that a publish goes out
-		// on a connection that is.
+		// on a connection that is. One that cannot connect at first
+		// keeps trying in the background.
 		up := new(atomic.Bool)
-		opts.ConnectedCB, opts.DiscoveredServersCB, opts.AsyncErrorCB, opts.LameDuckModeHandler = nil, nil, nil, nil
-		opts.ReconnectErrCB = nil
-		opts.DisconnectedErrCB = func(*nats.Conn, error) { up.Store(false) }
-		opts.ClosedCB = func(*nats.Conn) { up.Store(false) }
+		opts.DiscoveredServersCB, opts.AsyncErrorCB, opts.LameDuckModeHandler, opts.ReconnectErrCB = nil, nil, nil, nil
+		opts.ConnectedCB = func(*nats.Conn) { up.Store(true) }
 		opts.ReconnectedCB = func(*nats.Conn) { up.Store(true) }
+		opts.DisconnectedErrCB = func(*nats.Conn, error) { up.Store(false) }
 		opts.DisconnectedCB = nil
+		opts.ClosedCB = func(*nats.Conn) { up.Store(false) }
+		opts.RetryOnFailedConnect = true
 		c, err := opts.Connect()
 		if err == nil {
-			up.Store(true)
+			// up follows the handlers, called in order: connected
+			// (also when the first attempt works), then any disconnect
+			// and reconnect.
 			var cjs jetstream.JetStream
 			if cjs, err = jetstream.New(c); err == nil {
 				p.conns, p.js, p.up = append(p.conns, c), append(p.js, cjs), append(p.up, up)
