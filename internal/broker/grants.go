@@ -483,10 +483,34 @@ func (b *Broker) storeGrant(ctx context.Context, r *Record) {
 	}
 	err := b.remember(ctx, *r.Grant)
 	if errors.Is(err, jetstream.ErrKeyExists) {
+		// Another handling of the same outcome stored it (or it was
+		// revoked since): once this handling returns, this replica lists
+		// what the bucket holds.
+		b.awaitGrant(ctx, r.Grant.Key())
 		return
 	}
 	if err != nil {
 		b.log.Error("decided, but the remembered choice was not stored", zap.String("request_id", r.ID), zap.Error(err))
+	}
+}
+
+// awaitGrant waits, for a call's time at most, until this replica's copy of
+// the remembered choices has what key holds in the bucket: a grant another
+// handling stored (its own put, or the watcher's), not one revoked since. It
+// adds nothing itself, so that a revocation applied meanwhile stays applied.
+func (b *Broker) awaitGrant(ctx context.Context, key string) {
+	cctx, cancel := callCtx(ctx)
+	defer cancel()
+	e, err := b.res.grants.Get(cctx, key)
+	if err != nil {
+		return // revoked, or not readable now: nothing to wait for
+	}
+	for !b.grants.has(key) && b.grants.applied.Load() < e.Revision() {
+		select {
+		case <-cctx.Done():
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }
 
