@@ -3,6 +3,7 @@ package clustertest_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -53,7 +54,17 @@ func TestDeployClusterConfigs(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clustertest.Patience)
 	defer cancel()
-	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "R3", Subjects: []string{"r3.>"}, Replicas: 3})
+	// The meta group may not know all three peers yet right after the
+	// start: "no suitable peers for placement" until it does.
+	var s jetstream.Stream
+	for {
+		s, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "R3", Subjects: []string{"r3.>"}, Replicas: 3})
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != 10005 || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
