@@ -313,7 +313,7 @@ func (sb *scaleBroker) start(t *testing.T, nth int, within, cpu time.Duration) *
 	t.Cleanup(func() { p.Kill(t) })
 	if cpu > 0 {
 		sb.cpu = make(chan error, 1)
-		go func() { sb.cpu <- sb.cpuProfile(cpu) }()
+		go func() { sb.cpu <- sb.cpuProfileTo(cpu, "restart-cpu.pprof") }()
 	}
 	lastLog := time.Now()
 	for {
@@ -337,12 +337,6 @@ func (sb *scaleBroker) start(t *testing.T, nth int, within, cpu time.Duration) *
 			t.Logf("scale: start %d: not ready yet after %s, RSS %s", nth, time.Since(sb.started).Round(time.Second), mib(sb.rss(t, p).rss))
 		}
 	}
-}
-
-// cpuProfile waits for the profiles to be served and takes a CPU profile
-// of d, into restart-cpu.pprof.
-func (sb *scaleBroker) cpuProfile(d time.Duration) error {
-	return sb.cpuProfileTo(d, "restart-cpu.pprof")
 }
 
 // cpuProfileTo waits for the profiles to be served and takes a CPU profile

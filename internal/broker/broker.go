@@ -190,10 +190,12 @@ func (b *Broker) Run(ctx context.Context) error {
 	}
 	go b.timers.run()
 	defer b.timers.close()
+	// The extra connections live while Run does; before and after, the
+	// broker publishes on its own (the publishers New made).
 	pubs := newPublishers(b.nc, b.js, publishConns, b.log)
-	b.pubs.Store(pubs)
+	own := b.pubs.Swap(pubs)
 	defer func() {
-		b.pubs.Store(newPublishers(b.nc, b.js, 0, b.log))
+		b.pubs.Store(own)
 		pubs.close()
 	}()
 	res, err := b.provision(ctx)

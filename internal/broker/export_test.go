@@ -34,7 +34,7 @@ func (b *Broker) SetPublishHook(fn func(id string)) { b.afterPublish = fn }
 // made to publish on: what the server sees when the process dies.
 func (b *Broker) CloseConnections() {
 	for _, c := range b.pubs.Load().conns {
-		c.Close()
+		c.nc.Close()
 	}
 }
 

@@ -21,20 +21,31 @@ const publishConns = 3
 // publishers spreads publishes over the broker's connection and extra
 // ones made with its options, skipping those that are down.
 type publishers struct {
-	conns []*nats.Conn
-	js    []jetstream.JetStream
-	// up says, for each extra connection (conns[1:]), whether it is
-	// connected, as its handlers last heard; the broker's own connection
-	// is asked.
-	up   []*atomic.Bool
-	next atomic.Uint32
+	conns []pubConn // the broker's own first
+	next  atomic.Uint32
+}
+
+// pubConn is one connection publishes go out on.
+type pubConn struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+	// up says whether an extra connection is connected, as its handlers
+	// last heard; nil for the broker's own, which is asked.
+	up *atomic.Bool
+}
+
+func (c pubConn) connected() bool {
+	if c.up == nil {
+		return c.nc.IsConnected()
+	}
+	return c.up.Load()
 }
 
 // newPublishers returns publishers over nc and up to extra more
 // connections made with nc's options. A connection that cannot be made is
 // left out and logged: the others carry its share.
 func newPublishers(nc *nats.Conn, js jetstream.JetStream, extra int, log *zap.Logger) *publishers {
-	p := &publishers{conns: []*nats.Conn{nc}, js: []jetstream.JetStream{js}}
+	p := &publishers{conns: []pubConn{{nc: nc, js: js}}}
 	for i := range extra {
 		opts := nc.Opts
 		if opts.Name != "" {
@@ -59,7 +70,7 @@ func newPublishers(nc *nats.Conn, js jetstream.JetStream, extra int, log *zap.Lo
 			// and reconnect.
 			var cjs jetstream.JetStream
 			if cjs, err = jetstream.New(c); err == nil {
-				p.conns, p.js, p.up = append(p.conns, c), append(p.js, cjs), append(p.up, up)
+				p.conns = append(p.conns, pubConn{nc: c, js: cjs, up: up})
 				continue
 			}
 			c.Close()
@@ -76,18 +87,17 @@ func newPublishers(nc *nats.Conn, js jetstream.JetStream, extra int, log *zap.Lo
 func (p *publishers) pick() (*nats.Conn, jetstream.JetStream) {
 	first := int(p.next.Add(1)) % len(p.conns)
 	for k := range len(p.conns) {
-		i := (first + k) % len(p.conns)
-		if i == 0 && p.conns[0].IsConnected() || i > 0 && p.up[i-1].Load() {
-			return p.conns[i], p.js[i]
+		if c := p.conns[(first+k)%len(p.conns)]; c.connected() {
+			return c.nc, c.js
 		}
 	}
-	return p.conns[first], p.js[first]
+	return p.conns[first].nc, p.conns[first].js
 }
 
 // close closes the extra connections, after what was published on them
 // is sent.
 func (p *publishers) close() {
 	for _, c := range p.conns[1:] {
-		_ = c.Drain()
+		_ = c.nc.Drain()
 	}
 }

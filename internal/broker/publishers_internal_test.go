@@ -38,14 +38,14 @@ func TestPublishersSkipConnectionsDown(t *testing.T) {
 			t.Fatalf("publishes went out on %d of 3 connections", len(picked()))
 		}
 	}
-	down := p.conns[1]
+	down := p.conns[1].nc
 	down.Close()
 	for deadline := time.Now().Add(5 * time.Second); picked()[down] > 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("publishes still go out on a closed connection while two others are up")
 		}
 	}
-	p.conns[2].Close()
+	p.conns[2].nc.Close()
 	nc.Close()
 	if seen := picked(); len(seen) == 0 {
 		t.Fatal("no connection picked while all are down")

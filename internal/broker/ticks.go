@@ -343,8 +343,8 @@ type expiryJob struct {
 // startExpiries starts the goroutines that expire the requests of batches,
 // and returns a function that stops them once no batch hands them more. The
 // same goroutines serve every batch: one per request would grow a new stack
-// for each expiry, an eighth of the broker's CPU while ten thousand expire
-// a second.
+// for each expiry, about a tenth of the broker's CPU while ten thousand
+// expire a second.
 func (b *Broker) startExpiries() (stop func()) {
 	quit := make(chan struct{})
 	var wg sync.WaitGroup
