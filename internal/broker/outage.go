@@ -21,6 +21,7 @@ type outage struct {
 	reported time.Time // when it was last reported
 	failures int       // in the whole outage
 	unsaid   int       // since it was last reported
+	lastOK   time.Time // the last success
 }
 
 // outageEvery is how often an outage that goes on is reported again.
@@ -28,11 +29,17 @@ const outageEvery = 30 * time.Second
 
 func newOutage(every time.Duration) *outage { return &outage{every: every} }
 
-// fail counts a failure at now. It reports whether to log it, and how many
-// failures that line stands for (itself included).
-func (o *outage) fail(now time.Time) (report bool, failures int) {
+// fail counts a failure at now of an attempt begun at started. It reports
+// whether to log it, and how many failures that line stands for (itself
+// included). An attempt begun before the last success belongs to an outage
+// that has ended (a publish held through it times out after the server is
+// back): it is not counted, so that it starts no outage of its own.
+func (o *outage) fail(started, now time.Time) (report bool, failures int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if started.Before(o.lastOK) {
+		return false, 0
+	}
 	o.failures++
 	o.unsaid++
 	if !o.since.IsZero() && now.Sub(o.reported) < o.every {
@@ -52,6 +59,7 @@ func (o *outage) fail(now time.Time) (report bool, failures int) {
 func (o *outage) ok(now time.Time) (ended bool, failures int, lasted time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.lastOK = now
 	if o.since.IsZero() {
 		return false, 0, 0
 	}

@@ -13,7 +13,8 @@ import (
 
 // TestOutageReportsOncePerPeriod: a failure that repeats through an outage
 // is reported when it begins, then at most once a period with the failures
-// since, and its end once with the failures in all.
+// since, and its end once with the failures in all; an attempt begun before
+// the outage ended that fails after it starts no new one.
 func TestOutageReportsOncePerPeriod(t *testing.T) {
 	t0 := time.Date(2026, 11, 26, 9, 0, 0, 0, time.UTC)
 	o := newOutage(30 * time.Second)
@@ -22,6 +23,7 @@ func TestOutageReportsOncePerPeriod(t *testing.T) {
 	}
 	type step struct {
 		at     time.Duration
+		begun  time.Duration // when a failed attempt began, if not at
 		ok     bool
 		report bool // fail: logged; ok: ended an outage
 		n      int  // failures the line stands for
@@ -35,7 +37,11 @@ func TestOutageReportsOncePerPeriod(t *testing.T) {
 		{at: 31 * time.Second},
 		{at: 32 * time.Second, ok: true, report: true, n: 6},
 		{at: 33 * time.Second, ok: true},
+		{at: 34 * time.Second, begun: 31 * time.Second}, // held through the outage
+		{at: 35 * time.Second, ok: true},
 		{at: 40 * time.Second, report: true, n: 1}, // a new outage
+		{at: 41 * time.Second, begun: 39 * time.Second, n: 0},
+		{at: 42 * time.Second, ok: true, report: true, n: 2},
 	}
 	for i, s := range steps {
 		now := t0.Add(s.at)
@@ -46,7 +52,11 @@ func TestOutageReportsOncePerPeriod(t *testing.T) {
 			}
 			continue
 		}
-		report, n := o.fail(now)
+		begun := now
+		if s.begun != 0 {
+			begun = t0.Add(s.begun)
+		}
+		report, n := o.fail(begun, now)
 		if report != s.report || n != s.n {
 			t.Errorf("step %d: fail at %s: report %v for %d failures, want %v for %d", i, s.at, report, n, s.report, s.n)
 		}

@@ -210,6 +210,7 @@ func (b *Broker) addDue(batch, ids []string) []string {
 // so that every outcome is chosen while handling a stored message, which is
 // redelivered should its handling stop half way.
 func (b *Broker) handOver(ctx context.Context, ids []string) {
+	started := b.now()
 	_, err := b.publish(context.WithoutCancel(ctx), &nats.Msg{Subject: tickDue, Data: []byte(strings.Join(ids, "\n"))})
 	if err == nil {
 		if ended, failures, lasted := b.handOverOutage.ok(b.now()); ended {
@@ -222,7 +223,7 @@ func (b *Broker) handOver(ctx context.Context, ids []string) {
 	}
 	// Each request is tried again in a quarter second, so an outage fails
 	// many times a second: say so when it begins and every outageEvery.
-	if report, failures := b.handOverOutage.fail(b.now()); report {
+	if report, failures := b.handOverOutage.fail(started, b.now()); report {
 		b.log.Warn("hand over due requests failed; trying again (said again every 30s while it fails, and when it works)",
 			zap.Int("requests", len(ids)), zap.Int("failures", failures), zap.Error(err))
 	}
