@@ -1,8 +1,9 @@
 package itest
 
 import (
-	"strings"
 	"time"
+
+	"github.com/assent-dev/assent/internal/clustertest"
 )
 
 // Quantile returns the q-quantile of sorted ds (nearest rank), 0 if empty.
@@ -16,10 +17,4 @@ func Quantile(ds []time.Duration, q float64) time.Duration {
 }
 
 // Tail returns the last n lines of s.
-func Tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func Tail(s string, n int) string { return clustertest.Tail(s, n) }

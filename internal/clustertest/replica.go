@@ -186,13 +186,27 @@ func (r *Replica) Start(ctx context.Context) error {
 		}
 		p.kill()
 		if ctx.Err() != nil {
-			return fmt.Errorf("replica %s not ready: %w; its log is %s", r.Name, err, r.LogFile)
+			// The log goes with the test's directory: say what it shows.
+			return fmt.Errorf("replica %s not ready: %w; the last lines of its log (%s):\n%s", r.Name, err, r.LogFile, Tail(r.Output(), readyTail))
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// readyTail is how many lines of its log a replica that did not get ready
+// reports.
+const readyTail = 60
+
+// Tail returns the last n lines of s.
+func Tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 func (r *Replica) spawn() (*process, error) {
