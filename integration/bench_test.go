@@ -76,7 +76,7 @@ func startRaw(b *testing.B, nc, clientConn *nats.Conn, manual bool) *worker.RawC
 			b.Error(err)
 		}
 	})
-	client, err := worker.NewRawClient(clientConn)
+	client, err := worker.NewRawClient(clientConn, false)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func TestAnswerLoadNotManual(t *testing.T) {
 func TestAnswerLoadRaw(t *testing.T) {
 	ns := testenv.Server(t)
 	svc := startRaw(t, testenv.Conn(t, ns), true)
-	client, err := worker.NewRawClient(testenv.Conn(t, ns))
+	client, err := worker.NewRawClient(testenv.Conn(t, ns), false)
 	if err != nil {
 		t.Fatal(err)
 	}

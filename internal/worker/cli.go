@@ -83,8 +83,14 @@ type LoadOptions struct {
 	JSON     bool
 }
 
-// BaselineRaw is the value of --baseline that measures raw JetStream.
-const BaselineRaw = "raw"
+// The values of --baseline: BaselineRaw measures raw JetStream, its
+// requester taking each reply as the server routes it; BaselineRawStored
+// the same with the requester taking each reply only once stored (the
+// stream's RePublish), as an agent of Assent takes a decision.
+const (
+	BaselineRaw       = "raw"
+	BaselineRawStored = "raw-stored"
+)
 
 // Command is a parsed command line.
 type Command struct {
@@ -243,7 +249,7 @@ func newFlagSet(cmd *Command) (fs *flag.FlagSet, check func() []error) {
 		fs.StringVar(&o.Agent, "agent", "load", "agent `name`; requests go to assent.request.<name>")
 		fs.StringVar(&o.Config.Tool, "tool", "load_test", "tool `name` of the requests")
 		fs.DurationVar(&o.Config.Timeout, "timeout", 30*time.Second, "timeout asked for each request")
-		fs.StringVar(&o.Baseline, "baseline", "", "`raw`: measure the raw JetStream baseline on the same server instead of Assent (its own stream "+RawStream+", deleted at the end)")
+		fs.StringVar(&o.Baseline, "baseline", "", "`raw`: measure the raw JetStream baseline on the same server instead of Assent (its own stream "+RawStream+", deleted at the end); raw-stored: the same, each reply taken only once stored, as Assent's agents take decisions")
 		fs.StringVar(&o.AnswerAs, "answer-as", "", "measure the human path: approve every request as `principal` once it is pending, and time the answer to the decision (broker in manual mode)")
 		fs.BoolVar(&o.JSON, "json", false, "print the result as one JSON object")
 		fs.Usage = func() {
@@ -268,8 +274,8 @@ func newFlagSet(cmd *Command) (fs *flag.FlagSet, check func() []error) {
 					o.Config.Concurrency = 16
 				}
 			}
-			if o.Baseline != "" && o.Baseline != BaselineRaw {
-				errs = append(errs, fmt.Errorf("--baseline %q: want %s, or no --baseline to measure Assent", o.Baseline, BaselineRaw))
+			if o.Baseline != "" && o.Baseline != BaselineRaw && o.Baseline != BaselineRawStored {
+				errs = append(errs, fmt.Errorf("--baseline %q: want %s or %s, or no --baseline to measure Assent", o.Baseline, BaselineRaw, BaselineRawStored))
 			}
 			// Validate without defaults: an explicit --c 0 or --timeout 0
 			// is a mistake, not a request for the default.
@@ -385,14 +391,18 @@ func (c Command) execLoad(ctx context.Context, log *zap.Logger, stdout, stderr i
 
 	var target AnswerTarget
 	name := "assent"
-	if o.Baseline == BaselineRaw {
+	if o.Baseline != "" {
+		stored := o.Baseline == BaselineRawStored
 		name = "raw-jetstream"
+		if stored {
+			name = "raw-jetstream-stored"
+		}
 		svcConn, err := connect("raw-service")
 		if err != nil {
 			return err
 		}
 		defer svcConn.Close()
-		svc, err := StartRaw(ctx, svcConn, RawConfig{Manual: o.AnswerAs != ""}, log)
+		svc, err := StartRaw(ctx, svcConn, RawConfig{Manual: o.AnswerAs != "", Stored: stored}, log)
 		if err != nil {
 			return err
 		}
@@ -401,7 +411,7 @@ func (c Command) execLoad(ctx context.Context, log *zap.Logger, stdout, stderr i
 				fmt.Fprintf(stderr, "agent-worker load: %v\n", cerr)
 			}
 		}()
-		if target, err = NewRawClient(nc); err != nil {
+		if target, err = NewRawClient(nc, stored); err != nil {
 			return err
 		}
 	} else {

@@ -72,6 +72,11 @@ func TestParseArgs(t *testing.T) {
 				t.Errorf("%+v", c)
 			}
 		}},
+		{"load the raw baseline of stored replies", "load --baseline raw-stored", nil, func(t *testing.T, c worker.Command) {
+			if c.Load.Baseline != worker.BaselineRawStored {
+				t.Errorf("%+v", c)
+			}
+		}},
 		{"load an unknown baseline", "load --baseline nats", worker.ErrUsage, nil},
 		{"load answered by a bad principal", "load --answer-as a.b", worker.ErrUsage, nil},
 		{"mcp", "mcp --sandbox sb --init-sandbox --log-level info", nil, func(t *testing.T, c worker.Command) {
@@ -241,6 +246,8 @@ func TestExecuteLoadModes(t *testing.T) {
 		{"raw baseline", "--baseline raw --json", []string{`"target":"raw-jetstream"`, `"decided":30`, `"outcomes":{"approved":30}`, `"errors":0`, `"latency_ms":{`}},
 		{"human path", "--answer-as alice", []string{"target      assent\n", "requests    30 sent, concurrency 16\n", "\nanswer      p50 ", "\npending     p50 ", "outcomes    approved=30\n", "errors      0\n"}},
 		{"raw human path", "--answer-as alice --baseline raw --json", []string{`"target":"raw-jetstream"`, `"decided":30`, `"errors":0`, `"answer_ms":{`, `"pending_ms":{`}},
+		{"raw baseline, replies once stored", "--baseline raw-stored --json", []string{`"target":"raw-jetstream-stored"`, `"decided":30`, `"errors":0`}},
+		{"raw human path, replies once stored", "--answer-as alice --baseline raw-stored --json", []string{`"target":"raw-jetstream-stored"`, `"decided":30`, `"errors":0`, `"answer_ms":{`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

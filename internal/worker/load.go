@@ -82,8 +82,9 @@ type Latency struct {
 
 // LoadResult is what Load or AnswerLoad measured.
 type LoadResult struct {
-	// Target names what was measured: "assent", "raw-jetstream" (the
-	// baseline); empty if the caller did not say. Load and AnswerLoad leave
+	// Target names what was measured: "assent", "raw-jetstream" or
+	// "raw-jetstream-stored" (the baselines); empty if the caller did not
+	// say. Load and AnswerLoad leave
 	// it to the caller.
 	Target string
 	// Sent counts requests started (N, unless ctx ended first).

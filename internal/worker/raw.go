@@ -36,6 +36,9 @@ const (
 	RawPrefix = "assentbench.raw"
 	// RawWorkers is how many goroutines serve the consumer by default.
 	RawWorkers = 64
+	// RawStoredPrefix starts the subjects on which, with RawConfig.Stored,
+	// the server republishes each reply once stored.
+	RawStoredPrefix = "assentbench.rawstored"
 )
 
 // ErrRawStreamExists: StartRaw found RawStream on the server already.
@@ -50,6 +53,13 @@ type RawConfig struct {
 	// Workers is how many requests and answers are handled at once.
 	// Default RawWorkers.
 	Workers int
+	// Stored has the server republish each reply once the stream has
+	// stored it (on RawStoredPrefix.reply.<id>), for a RawClient made with
+	// stored: its requester then acts only on a stored reply, as an agent
+	// of Assent acts only on a stored decision. Without it the requester
+	// takes the reply as the server routes it, before it is stored (under
+	// --sync always, before its fsync).
+	Stored bool
 }
 
 // RawService is the serving side of the raw baseline, the broker's
@@ -87,13 +97,17 @@ func StartRaw(ctx context.Context, nc *nats.Conn, cfg RawConfig, log *zap.Logger
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, fmt.Errorf("look for stream %s: %w", RawStream, err)
 	}
-	s, err := js.CreateStream(ctx, jetstream.StreamConfig{
+	scfg := jetstream.StreamConfig{
 		Name:        RawStream,
 		Description: "agent-worker load --baseline raw: deleted when the run ends",
 		Subjects:    []string{RawPrefix + ".>"},
 		Storage:     jetstream.FileStorage,
 		Replicas:    1,
-	})
+	}
+	if cfg.Stored {
+		scfg.RePublish = &jetstream.RePublish{Source: RawPrefix + ".reply.>", Destination: RawStoredPrefix + ".reply.>"}
+	}
+	s, err := js.CreateStream(ctx, scfg)
 	if err != nil {
 		return nil, fmt.Errorf("create stream %s (the server needs JetStream, and the credentials the right to create streams): %w", RawStream, err)
 	}
@@ -177,18 +191,25 @@ func (r *RawService) Close(ctx context.Context) error {
 // the raw baseline: the SDK's counterpart. It implements Requester and
 // AnswerTarget. It is safe for concurrent use.
 type RawClient struct {
-	nc *nats.Conn
-	js jetstream.JetStream
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	replies string // the prefix of the reply subjects it waits on
 }
 
 // NewRawClient returns a client of the raw baseline on nc; a RawService
-// must serve it, on any connection to the same server.
-func NewRawClient(nc *nats.Conn) (*RawClient, error) {
+// must serve it, on any connection to the same server. With stored, it
+// waits for the server's copy of each reply once stored, which the service
+// must republish (RawConfig.Stored).
+func NewRawClient(nc *nats.Conn, stored bool) (*RawClient, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	return &RawClient{nc: nc, js: js}, nil
+	c := &RawClient{nc: nc, js: js, replies: RawPrefix + ".reply."}
+	if stored {
+		c.replies = RawStoredPrefix + ".reply."
+	}
+	return c, nil
 }
 
 // Request stores req (its Requested data as JSON) and waits for the reply.
@@ -207,7 +228,7 @@ func (c *RawClient) Request(ctx context.Context, req handler.Request) (handler.D
 		return handler.Decision{}, err
 	}
 	replies := make(chan *nats.Msg, 1)
-	sub, err := c.nc.ChanSubscribe(RawPrefix+".reply."+req.ID, replies)
+	sub, err := c.nc.ChanSubscribe(c.replies+req.ID, replies)
 	if err != nil {
 		return handler.Decision{}, err
 	}

@@ -17,7 +17,7 @@ import (
 func TestLoadRaw(t *testing.T) {
 	ns := testenv.Server(t)
 	svc := startRaw(t, testenv.Conn(t, ns), false)
-	client, err := worker.NewRawClient(testenv.Conn(t, ns))
+	client, err := worker.NewRawClient(testenv.Conn(t, ns), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +49,40 @@ func TestLoadRaw(t *testing.T) {
 	}
 }
 
+// The raw baseline whose requester takes replies only once stored: with the
+// service republishing them, every request is replied to; with a service
+// that does not, none is (the requester waits on the republished copy, not
+// on the reply's own subject).
+func TestLoadRawStored(t *testing.T) {
+	ns := testenv.Server(t)
+	svc, err := worker.StartRaw(testCtx(t), testenv.Conn(t, ns), worker.RawConfig{Stored: true}, testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := worker.NewRawClient(testenv.Conn(t, ns), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := worker.Load(testCtx(t), client, worker.LoadConfig{N: 50, Concurrency: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Decided != 50 || res.Errors != 0 {
+		t.Fatalf("result %+v", res)
+	}
+	if err := svc.Close(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	startRaw(t, testenv.Conn(t, ns), false) // replies not republished
+	res, err = worker.Load(testCtx(t), client, worker.LoadConfig{N: 2, Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Decided != 0 || res.ErrorKinds["no_decision"] != 2 {
+		t.Fatalf("a requester of stored replies, against a service that does not republish them: %+v, want no decision", res)
+	}
+}
+
 // Without a service, a raw request ends with ErrNoDecision at its timeout.
 func TestRawRequestNoService(t *testing.T) {
 	ns := testenv.Server(t)
@@ -64,7 +98,7 @@ func TestRawRequestNoService(t *testing.T) {
 	if _, err := js.CreateStream(testCtx(t), jetstream.StreamConfig{Name: worker.RawStream, Subjects: []string{worker.RawPrefix + ".>"}}); err != nil {
 		t.Fatal(err)
 	}
-	client, err := worker.NewRawClient(testenv.Conn(t, ns))
+	client, err := worker.NewRawClient(testenv.Conn(t, ns), false)
 	if err != nil {
 		t.Fatal(err)
 	}

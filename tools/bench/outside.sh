@@ -17,8 +17,13 @@
 #          the agent receiving the decision; pending = request to the pending
 #          event.
 #
-# Each under every fsync policy in SYNCS. At the end it prints a markdown
-# table of the medians and every run's JSON line (docs/agent-worker.md
+# Each under every fsync policy in SYNCS, against each baseline in
+# BASELINES: raw, whose requester takes each reply as the server routes it
+# (before it is stored: under --sync always, before its fsync), and
+# raw-stored, whose requester takes each reply only once the stream stored
+# it (its RePublish), as Assent's agents take decisions (agent-worker load
+# --baseline raw-stored). At the end it prints a markdown table of the
+# medians per baseline and every run's JSON line (docs/agent-worker.md
 # explains the fields). It exits non-zero if anything fails, a run included
 # (an error, or fewer decisions than requests).
 #
@@ -32,6 +37,7 @@
 #   HUMAN_N=5000   requests per human-path run       HUMAN_C=16  their concurrency
 #   K=3            runs of each target per case      SYNCS="2m always"
 #   PATHS="auto human"   which measurements to take
+#   BASELINES="raw raw-stored"   which baselines to measure beside Assent
 #   KEEP=1         keep the temporary directory (binaries, broker logs, runs.jsonl)
 #   BROKER_BIN=F   run this broker binary instead of building ./cmd/broker
 #                  (an earlier commit's, to compare)
@@ -57,6 +63,7 @@ HUMAN_C=${HUMAN_C:-16}
 K=${K:-3}
 SYNCS=${SYNCS:-2m always}
 PATHS=${PATHS:-auto human}
+BASELINES=${BASELINES:-raw raw-stored}
 
 for v in N C HUMAN_N HUMAN_C K; do
 	if ! [[ ${!v} =~ ^[1-9][0-9]*$ ]]; then
@@ -67,6 +74,12 @@ done
 for p in $PATHS; do
 	if [[ $p != auto && $p != human ]]; then
 		echo "outside.sh: PATHS has \"$p\": want auto, human or both" >&2
+		exit 2
+	fi
+done
+for b in $BASELINES; do
+	if [[ $b != raw && $b != raw-stored ]]; then
+		echo "outside.sh: BASELINES has \"$b\": want raw, raw-stored or both" >&2
 		exit 2
 	fi
 done
@@ -167,7 +180,8 @@ runs="$tmp/runs.jsonl"
 : >"$runs"
 paths=($PATHS)
 syncs=($SYNCS)
-total=$((${#paths[@]} * ${#syncs[@]} * K * 2))
+baselines=($BASELINES)
+total=$((${#paths[@]} * ${#syncs[@]} * K * (1 + ${#baselines[@]})))
 done_runs=0
 
 # run_load PATH SYNC TARGET I ARGS... runs one load and records its result.
@@ -213,13 +227,16 @@ for path in "${paths[@]}"; do
 		fi
 		for i in $(seq "$K"); do
 			run_load "$path" "$sync" assent "$i" "${args[@]}"
-			run_load "$path" "$sync" raw-jetstream "$i" "${args[@]}" --baseline raw
+			for b in "${baselines[@]}"; do
+				run_load "$path" "$sync" "$b" "$i" "${args[@]}" --baseline "$b"
+			done
 		done
 		stop_broker
 	done
 done
 
-# The medians of each case, and Assent's against the baseline.
+# The medians of each case, and Assent's against each baseline: one row per
+# fsync policy and baseline.
 summary() {
 	jq -rs --arg path "$1" '
 		def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
@@ -227,35 +244,37 @@ summary() {
 		def med(f): map(f) | median | r;
 		map(select(.path == $path)) | group_by(.sync) | .[]
 		| (map(select(.target == "assent"))) as $a
-		| (map(select(.target == "raw-jetstream"))) as $b
+		| (map(select(.target != "assent")) | group_by(.target) | .[]) as $b
 		| if $path == "auto" then
-			[.[0].sync, ($a | length), ($a | med(.decided_per_second)), ($a | med(.latency_ms.p50)), ($a | med(.latency_ms.p99)),
+			[.[0].sync, $b[0].target, ($a | length), ($a | med(.decided_per_second)), ($a | med(.latency_ms.p50)), ($a | med(.latency_ms.p99)),
 			 ($b | med(.decided_per_second)), ($b | med(.latency_ms.p50)), ($b | med(.latency_ms.p99)),
 			 (($a | med(.decided_per_second)) / ($b | med(.decided_per_second)) | r)]
 		  else
-			[.[0].sync, ($a | length), ($a | med(.answer_ms.p50)), ($a | med(.answer_ms.p99)), ($a | med(.pending_ms.p50)), ($a | med(.pending_ms.p99)),
+			[.[0].sync, $b[0].target, ($a | length), ($a | med(.answer_ms.p50)), ($a | med(.answer_ms.p99)), ($a | med(.pending_ms.p50)), ($a | med(.pending_ms.p99)),
 			 ($b | med(.answer_ms.p50)), ($b | med(.answer_ms.p99)), ($b | med(.pending_ms.p50)), ($b | med(.pending_ms.p99)),
-			 (($a | med(.answer_ms.p50)) / ($b | med(.answer_ms.p50)) | r)]
+			 (($a | med(.answer_ms.p50)) / ($b | med(.answer_ms.p50)) | r), (($a | med(.answer_ms.p99)) / ($b | med(.answer_ms.p99)) | r)]
 		  end
-		| "| `\(.[0])` | " + (.[1:] | map(tostring) | join(" | ")) + " |"' "$runs"
+		| "| `\(.[0])` | \(.[1]) | " + (.[2:] | map(tostring) | join(" | ")) + " |"' "$runs"
 }
 
 echo
 if [[ " ${paths[*]} " == *" auto "* ]]; then
 	echo "### Automatic decisions: $N requests, $C at a time (medians of $K runs)"
 	echo
-	echo "| fsync | runs | assent decided/s | p50 ms | p99 ms | raw decided/s | p50 ms | p99 ms | assent / raw throughput |"
-	echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+	echo "raw-jetstream-stored: the baseline's requester takes each reply only once stored, as an agent of Assent takes a decision."
+	echo
+	echo "| fsync | baseline | runs | assent decided/s | p50 ms | p99 ms | baseline decided/s | p50 ms | p99 ms | assent / baseline throughput |"
+	echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 	summary auto
 	echo
 fi
 if [[ " ${paths[*]} " == *" human "* ]]; then
 	echo "### The human path: $HUMAN_N requests, $HUMAN_C at a time (medians of $K runs, ms)"
 	echo
-	echo "answer: the approval's publish to the agent receiving the decision; pending: the request to the approver seeing it pending."
+	echo "answer: the approval's publish to the agent receiving the decision; pending: the request to the approver seeing it pending. raw-jetstream-stored: the baseline's requester takes each reply only once stored, as an agent of Assent takes a decision."
 	echo
-	echo "| fsync | runs | assent answer p50 | p99 | pending p50 | p99 | raw answer p50 | p99 | pending p50 | p99 | assent / raw answer p50 |"
-	echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+	echo "| fsync | baseline | runs | assent answer p50 | p99 | pending p50 | p99 | baseline answer p50 | p99 | pending p50 | p99 | assent / baseline answer p50 | p99 |"
+	echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 	summary human
 	echo
 fi
