@@ -22,6 +22,7 @@ import (
 	"github.com/assent-dev/assent/internal/auth"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/creds"
+	"github.com/assent-dev/assent/internal/gcfloor"
 	"github.com/assent-dev/assent/internal/httpapi"
 	"github.com/assent-dev/assent/internal/natsconn"
 	"github.com/assent-dev/assent/internal/natsembed"
@@ -73,6 +74,10 @@ type Options struct {
 	// from the start of Run, before the embedded server recovers its store.
 	// Empty (the default) serves none.
 	PprofListen string
+	// GCFloor, if not 0, is the heap size in bytes below which the garbage
+	// collector's goal is not set (internal/gcfloor): a small live heap is
+	// collected no more often than one of GCFloor bytes would be.
+	GCFloor uint64
 	// DrainDelay is how long the process goes on working once ctx ends, with
 	// /readyz answering 503, so that load balancers stop sending it HTTP
 	// before it stops taking requests (docs/cluster.md#rolling-restarts).
@@ -187,6 +192,12 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 		// Last: the spans of the shutdown are exported too.
 		defer tracing.Stop(tp, log)
 		o.Broker.TracerProvider = tp
+	}
+	if o.GCFloor > 0 {
+		fctx, stop := context.WithCancel(ctx)
+		floored := make(chan struct{})
+		go func() { gcfloor.Run(fctx, o.GCFloor); close(floored) }()
+		defer func() { stop(); <-floored }()
 	}
 	if o.PprofListen != "" {
 		url, stop, err := servePprof(o.PprofListen, log)

@@ -1,9 +1,11 @@
 package app
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/assent-dev/assent/internal/broker"
@@ -74,6 +76,8 @@ func serveFlags(s *Serve) (fs *flag.FlagSet, finish func() error) {
 	fs.StringVar(&o.Sync, "sync", "always", "embedded NATS: fsync every write (always) or on an interval such as 2m (faster, can lose acknowledged writes on power loss)")
 	fs.StringVar(&o.HTTPListen, "http", "127.0.0.1:8080", "HTTP API and web UI address; empty disables it; without --auth, loopback only")
 	fs.StringVar(&o.PprofListen, "pprof", "", "serve Go's runtime profiles (net/http/pprof, /debug/pprof/) at this loopback `address` (127.0.0.1:6060), on a listener of its own; off when empty; other addresses are refused: tunnel to it (docs/architecture.md#profiling)")
+	o.GCFloor = DefaultGCFloor
+	fs.Var(mibFlag{&o.GCFloor}, "gc-floor", "let the heap grow to this `size` in MiB before each garbage collection while the live heap is under half of it (Go's pacing collects each time the heap doubles): fewer collections slowing a busy broker's handlers, for up to that much more memory; 0: Go's own pacing (docs/operations.md#memory)")
 	fs.DurationVar(&o.DrainDelay, "drain-delay", 0, "on SIGTERM, answer /readyz with 503 and go on serving for this `duration` before stopping, so that load balancers stop sending first (docs/cluster.md#rolling-restarts)")
 	fs.StringVar(&o.AuthFile, "auth", "", "auth `file` (YAML): API tokens, OIDC sign-in, a trusted proxy (docs/web.md); answers are then made as the caller; reloaded on SIGHUP or when it changes")
 	fs.StringVar(&o.Broker.Name, "name", "", "replica name (default: host name)")
@@ -108,4 +112,26 @@ func serveFlags(s *Serve) (fs *flag.FlagSet, finish func() error) {
 		return nil
 	}
 	return fs, finish
+}
+
+// DefaultGCFloor is the broker's --gc-floor: 256 MiB.
+const DefaultGCFloor = 256 << 20
+
+// mibFlag is a size in bytes given in whole MiB.
+type mibFlag struct{ p *uint64 }
+
+func (f mibFlag) String() string {
+	if f.p == nil {
+		return "0"
+	}
+	return strconv.FormatUint(*f.p>>20, 10)
+}
+
+func (f mibFlag) Set(v string) error {
+	mib, err := strconv.ParseUint(v, 10, 32)
+	if err != nil {
+		return errors.New("a whole number of MiB, such as 256 (0: off)")
+	}
+	*f.p = mib << 20
+	return nil
 }

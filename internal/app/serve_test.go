@@ -28,8 +28,15 @@ func TestParseServe(t *testing.T) {
 	}
 	o := s.Options
 	if o.Broker.Mode != broker.ModeAutoDeny || o.NATSTLS == nil || o.NATSTLS.CertFile != "/tls/cert.pem" || o.NATSTLS.KeyFile != "/tls/key.pem" ||
-		o.Broker.DefaultTimeout != 90*time.Second || !s.LogJSON || s.LogLevel != "info" || o.HTTPListen != "127.0.0.1:9999" || o.DataDir != "./assent-data" {
+		o.Broker.DefaultTimeout != 90*time.Second || !s.LogJSON || s.LogLevel != "info" || o.HTTPListen != "127.0.0.1:9999" || o.DataDir != "./assent-data" ||
+		o.GCFloor != app.DefaultGCFloor {
 		t.Errorf("%+v", s)
+	}
+	for v, want := range map[string]uint64{"0": 0, "64": 64 << 20} {
+		s, err := app.ParseServe([]string{"--gc-floor", v}, envflag.Env{}, &stderr)
+		if err != nil || s.Options.GCFloor != want {
+			t.Errorf("--gc-floor %s: %d bytes, %v; want %d", v, s.Options.GCFloor, err, want)
+		}
 	}
 
 	for _, tt := range []struct {
@@ -42,6 +49,7 @@ func TestParseServe(t *testing.T) {
 		{"a bad duration", nil, map[string]string{"ASSENT_RETENTION": "30d"}, "ASSENT_RETENTION, for --retention: want a duration"},
 		{"a missing decision key", nil, map[string]string{"ASSENT_DECISION_KEY": "/no/such/seed"}, "ASSENT_DECISION_KEY, for --decision-key: want a file"},
 		{"an argument", []string{"serve"}, nil, `unexpected argument "serve"`},
+		{"a heap floor with a unit", nil, map[string]string{"ASSENT_GC_FLOOR": "256MiB"}, "ASSENT_GC_FLOOR, for --gc-floor: want a size: a whole number of MiB"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := app.ParseServe(tt.args, envflag.Map(tt.vars), &bytes.Buffer{})

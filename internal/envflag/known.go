@@ -25,6 +25,7 @@ var known = map[string]bool{
 	"ASSENT_EXPIRES":            true,
 	"ASSENT_FORCE":              true,
 	"ASSENT_FROM":               true,
+	"ASSENT_GC_FLOOR":           true,
 	"ASSENT_HTTP":               true,
 	"ASSENT_INIT_SANDBOX":       true,
 	"ASSENT_JSON":               true,
