@@ -1,12 +1,14 @@
 package cluster
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -28,6 +30,7 @@ import (
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/clustertest"
 	"github.com/assent-dev/assent/internal/httpapi"
+	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
 	"github.com/assent-dev/assent/pkg/policy"
@@ -247,7 +250,9 @@ func TestChaos(t *testing.T) {
 	// Faults, until the load is done.
 	faultCtx, stopFaults := context.WithCancel(loadCtx)
 	var faults sync.WaitGroup
-	f := &chaosFaults{log: ch.log.Named("fault")}
+	f := &chaosFaults{log: ch.log.Named("fault"), behindProxy: replicas[len(replicas)-1], probe: func() string {
+		return fmt.Sprintf("%s directly: %s; through the fault proxy: %s", faulty.Name, greeting(faulty.ClientAddr()), greeting(proxy.Addr()))
+	}}
 	faults.Go(func() { f.killReplicas(faultCtx, replicas, *chaosKillEvery) })
 	faults.Go(func() { f.stopNode(faultCtx, downNode, *chaosNodeEvery) })
 	faults.Go(func() { f.disturb(faultCtx, proxy) })
@@ -721,6 +726,11 @@ func (a *chaosApprover) stop(crash bool) error {
 // chaosFaults injects the faults and counts them.
 type chaosFaults struct {
 	log *zap.Logger // when each fault began and ended
+	// behindProxy is the replica that reaches the cluster through the
+	// fault proxy, and probe says how its node answers, directly and
+	// through the proxy, when that replica does not get ready.
+	behindProxy *clustertest.Replica
+	probe       func() string
 
 	nodeStops        atomic.Int64
 	approverRestarts atomic.Int64
@@ -760,6 +770,9 @@ func (f *chaosFaults) killReplicas(ctx context.Context, replicas []*clustertest.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), clustertest.Patience)
 		f.log.Info("kill replica", zap.String("replica", r.Name))
 		if err := r.Restart(rctx); err != nil {
+			if r == f.behindProxy && f.probe != nil {
+				err = fmt.Errorf("%w\n%s", err, f.probe())
+			}
 			f.fail(err)
 		}
 		f.log.Info("replica ready", zap.String("replica", r.Name))
@@ -785,6 +798,27 @@ func (f *chaosFaults) stopNode(ctx context.Context, node *clustertest.Node, ever
 		cancel()
 		wait = every
 	}
+}
+
+// greeting says how the NATS server at addr answers a new connection: it
+// sends its INFO line first, at once.
+func greeting(addr string) string {
+	start := time.Now()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return fmt.Sprintf("no connection: %v", err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	took := time.Since(start).Round(time.Millisecond)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("connected, no INFO after %s (%v)", took, err)
+	case !strings.HasPrefix(line, "INFO "):
+		return fmt.Sprintf("connected, %.40q instead of INFO", line)
+	}
+	return fmt.Sprintf("INFO after %s", took)
 }
 
 // disturb cycles the proxy through its faults, with calm in between: 3s of
@@ -1383,4 +1417,26 @@ func retrying[T any](t *testing.T, what string, f func() (T, error)) T {
 	t.Fatalf("%s: %v", what, err)
 	var zero T
 	return zero
+}
+
+// TestChaosGreeting: the probe of a replica that does not get ready tells
+// a server that greets from an address nothing listens on, and from one
+// that accepts and says nothing.
+func TestChaosGreeting(t *testing.T) {
+	s := testenv.Server(t)
+	if got := greeting(strings.TrimPrefix(s.ClientURL(), "nats://")); !strings.HasPrefix(got, "INFO after ") {
+		t.Errorf("a NATS server: %s", got)
+	}
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := silent.Addr().String()
+	if got := greeting(addr); !strings.HasPrefix(got, "connected, no INFO after ") {
+		t.Errorf("a listener that never answers: %s", got)
+	}
+	silent.Close()
+	if got := greeting(addr); !strings.HasPrefix(got, "no connection: ") {
+		t.Errorf("nothing listening: %s", got)
+	}
 }
