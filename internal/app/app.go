@@ -74,9 +74,9 @@ type Options struct {
 	// from the start of Run, before the embedded server recovers its store.
 	// Empty (the default) serves none.
 	PprofListen string
-	// GCFloor, if not 0, is the heap size in bytes below which the garbage
-	// collector's goal is not set (internal/gcfloor): a small live heap is
-	// collected no more often than one of GCFloor bytes would be.
+	// GCFloor, if not 0, is the smallest goal in bytes the garbage
+	// collector is given (internal/gcfloor): a small live heap is collected
+	// no more often than a heap of GCFloor bytes would be.
 	GCFloor uint64
 	// DrainDelay is how long the process goes on working once ctx ends, with
 	// /readyz answering 503, so that load balancers stop sending it HTTP

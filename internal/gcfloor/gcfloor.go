@@ -22,9 +22,9 @@ import (
 	"time"
 )
 
-// Every is how often Run looks whether a collection has run since it last
+// every is how often Run looks whether a collection has run since it last
 // looked.
-const Every = 100 * time.Millisecond
+const every = 100 * time.Millisecond
 
 // running is held by the Run that sets the collector's percent: the percent
 // is the process's, so one Run sets it at a time and any other waits for
@@ -51,7 +51,7 @@ func Run(ctx context.Context, floor uint64) {
 	samples := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/live:bytes"}}
 	var cycles uint64
 	set := base
-	tick := time.NewTicker(Every)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		metrics.Read(samples)
