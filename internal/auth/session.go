@@ -35,13 +35,27 @@ type session struct {
 // sessions is the session bucket with this replica's cache of it, kept
 // current by a watcher: a session made on one replica works on every other,
 // and a logout anywhere ends it everywhere.
+//
+// The watcher can lag behind the bucket. A session this replica has not
+// heard of yet is read from the bucket directly; when that read finds it
+// gone (ended, expired, or never made), the id is remembered in gone, so
+// that the watcher's late news of its creation cannot bring it back.
 type sessions struct {
 	kv  jetstream.KeyValue
 	log *zap.Logger
 
 	mu    sync.RWMutex
 	cache map[string]session
+	gone  map[string]time.Time // id → when a direct read found it missing
 }
+
+// goneFor is how long a missing id is remembered when the watcher does not
+// report its end; goneMax bounds how many are (ids from forged cookies never
+// end).
+const (
+	goneFor = 10 * time.Minute
+	goneMax = 10000
+)
 
 func newSessions(ctx context.Context, js jetstream.JetStream, ttl time.Duration, replicas int, log *zap.Logger) (*sessions, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -55,7 +69,7 @@ func newSessions(ctx context.Context, js jetstream.JetStream, ttl time.Duration,
 	if err != nil {
 		return nil, fmt.Errorf("auth: bucket %s: %w", SessionBucket, err)
 	}
-	return &sessions{kv: kv, log: log, cache: map[string]session{}}, nil
+	return &sessions{kv: kv, log: log, cache: map[string]session{}, gone: map[string]time.Time{}}, nil
 }
 
 // watch keeps the cache in step with the bucket until ctx ends.
@@ -73,22 +87,51 @@ func (s *sessions) watch(ctx context.Context) {
 			continue
 		}
 		for e := range w.Updates() {
-			if e == nil {
-				continue
+			if e != nil {
+				s.apply(e.Operation(), e.Key(), e.Value())
 			}
-			s.mu.Lock()
-			if e.Operation() != jetstream.KeyValuePut {
-				delete(s.cache, e.Key())
-			} else {
-				var v session
-				if json.Unmarshal(e.Value(), &v) == nil {
-					s.cache[e.Key()] = v
-				}
-			}
-			s.mu.Unlock()
 		}
 		_ = w.Stop()
 	}
+}
+
+// apply brings the cache up to one change of the bucket, as the watcher
+// reports it.
+func (s *sessions) apply(op jetstream.KeyValueOp, id string, value []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if op != jetstream.KeyValuePut {
+		delete(s.cache, id)
+		delete(s.gone, id)
+		return
+	}
+	if _, ok := s.gone[id]; ok {
+		return // old news: a direct read has already found it ended
+	}
+	var v session
+	if json.Unmarshal(value, &v) == nil {
+		s.cache[id] = v
+	}
+}
+
+// forget drops id from the cache and keeps the watcher from bringing it
+// back: a direct read found it missing, or this replica ended it.
+func (s *sessions) forget(id string) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.cache, id)
+	if len(s.gone) >= goneMax {
+		for k, t := range s.gone {
+			if now.Sub(t) > goneFor {
+				delete(s.gone, k)
+			}
+		}
+		if len(s.gone) >= goneMax {
+			clear(s.gone)
+		}
+	}
+	s.gone[id] = now
 }
 
 // create stores a new session for id's principal and returns its id.
@@ -124,8 +167,12 @@ func (s *sessions) get(ctx context.Context, id string, now time.Time) (session, 
 	v, ok := s.cache[id]
 	s.mu.RUnlock()
 	if !ok {
-		// Made a moment ago on another replica, before its watcher said so.
+		// Made a moment ago on another replica, before its watcher said so;
+		// or ended, or never made.
 		e, err := s.kv.Get(ctx, id)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			s.forget(id)
+		}
 		if err != nil || json.Unmarshal(e.Value(), &v) != nil {
 			return session{}, "bad_session"
 		}
@@ -134,6 +181,9 @@ func (s *sessions) get(ctx context.Context, id string, now time.Time) (session, 
 	case v.Principal == "":
 		return session{}, "bad_session" // a sign-in under way, not a session
 	case !now.Before(v.Expires):
+		s.mu.Lock()
+		delete(s.cache, id)
+		s.mu.Unlock()
 		return session{}, "expired_session"
 	}
 	return v, ""
@@ -160,9 +210,7 @@ func (s *sessions) take(ctx context.Context, id string) (session, error) {
 
 // end deletes session id on every replica.
 func (s *sessions) end(ctx context.Context, id string) error {
-	s.mu.Lock()
-	delete(s.cache, id)
-	s.mu.Unlock()
+	s.forget(id)
 	if err := s.kv.Delete(ctx, id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return err
 	}
