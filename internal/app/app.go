@@ -22,7 +22,7 @@ import (
 	"github.com/assent-dev/assent/internal/auth"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/creds"
-	"github.com/assent-dev/assent/internal/gcfloor"
+	"github.com/assent-dev/assent/internal/gcpace"
 	"github.com/assent-dev/assent/internal/httpapi"
 	"github.com/assent-dev/assent/internal/natsconn"
 	"github.com/assent-dev/assent/internal/natsembed"
@@ -74,10 +74,12 @@ type Options struct {
 	// from the start of Run, before the embedded server recovers its store.
 	// Empty (the default) serves none.
 	PprofListen string
-	// GCFloor, if not 0, is the smallest goal in bytes the garbage
-	// collector is given (internal/gcfloor): a small live heap is collected
-	// no more often than a heap of GCFloor bytes would be.
-	GCFloor uint64
+	// GC paces the garbage collector (internal/gcpace): GC.Floor, if not 0,
+	// is the smallest goal in bytes it is given, so that a small live heap
+	// is collected no more often than a heap of that size would be;
+	// GC.Headroom, if not 0, is the most a large live heap may grow by
+	// before a collection (or a quarter of it, if more).
+	GC gcpace.Pace
 	// DrainDelay is how long the process goes on working once ctx ends, with
 	// /readyz answering 503, so that load balancers stop sending it HTTP
 	// before it stops taking requests (docs/cluster.md#rolling-restarts).
@@ -193,11 +195,11 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 		defer tracing.Stop(tp, log)
 		o.Broker.TracerProvider = tp
 	}
-	if o.GCFloor > 0 {
-		fctx, stop := context.WithCancel(ctx)
-		floored := make(chan struct{})
-		go func() { gcfloor.Run(fctx, o.GCFloor); close(floored) }()
-		defer func() { stop(); <-floored }()
+	if o.GC != (gcpace.Pace{}) {
+		pctx, stop := context.WithCancel(ctx)
+		paced := make(chan struct{})
+		go func() { gcpace.Run(pctx, o.GC); close(paced) }()
+		defer func() { stop(); <-paced }()
 	}
 	if o.PprofListen != "" {
 		url, stop, err := servePprof(o.PprofListen, log)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/envflag"
+	"github.com/assent-dev/assent/internal/gcpace"
 	"github.com/assent-dev/assent/internal/natsembed"
 	"github.com/assent-dev/assent/internal/tracing"
 	"github.com/assent-dev/assent/pkg/events"
@@ -76,8 +77,9 @@ func serveFlags(s *Serve) (fs *flag.FlagSet, finish func() error) {
 	fs.StringVar(&o.Sync, "sync", "always", "embedded NATS: fsync every write (always) or on an interval such as 2m (faster, can lose acknowledged writes on power loss)")
 	fs.StringVar(&o.HTTPListen, "http", "127.0.0.1:8080", "HTTP API and web UI address; empty disables it; without --auth, loopback only")
 	fs.StringVar(&o.PprofListen, "pprof", "", "serve Go's runtime profiles (net/http/pprof, /debug/pprof/) at this loopback `address` (127.0.0.1:6060), on a listener of its own; off when empty; other addresses are refused: tunnel to it (docs/architecture.md#profiling)")
-	o.GCFloor = DefaultGCFloor
-	fs.Var(mibFlag{&o.GCFloor}, "gc-floor", "let the heap grow to this `size` in MiB before each garbage collection while the live heap is under half of it (Go's pacing collects each time the heap doubles): fewer collections slowing a busy broker's handlers, for up to that much more memory; 0: Go's own pacing (docs/operations.md#memory)")
+	o.GC = gcpace.Pace{Floor: DefaultGCFloor}
+	fs.Var(mibFlag{&o.GC.Floor}, "gc-floor", "let the heap grow to this `size` in MiB before each garbage collection while the live heap is under half of it (Go's pacing collects each time the heap doubles): fewer collections slowing a busy broker's handlers, for up to that much more memory; 0: Go's own pacing (docs/operations.md#memory)")
+	fs.Var(mibFlag{&o.GC.Headroom}, "gc-headroom", "collect garbage each time the heap has grown by this `size` in MiB or a quarter of the live heap, whichever is more, instead of each time it doubles, once the live heap is larger: less memory for a broker with very many pending requests (about 1.3 GiB of RSS instead of up to 3 at a million), for more collections, which slow its expiries and its start; 0 (the default): Go's own pacing (docs/operations.md#memory)")
 	fs.DurationVar(&o.DrainDelay, "drain-delay", 0, "on SIGTERM, answer /readyz with 503 and go on serving for this `duration` before stopping, so that load balancers stop sending first (docs/cluster.md#rolling-restarts)")
 	fs.StringVar(&o.AuthFile, "auth", "", "auth `file` (YAML): API tokens, OIDC sign-in, a trusted proxy (docs/web.md); answers are then made as the caller; reloaded on SIGHUP or when it changes")
 	fs.StringVar(&o.Broker.Name, "name", "", "replica name (default: host name)")

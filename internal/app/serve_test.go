@@ -29,13 +29,17 @@ func TestParseServe(t *testing.T) {
 	o := s.Options
 	if o.Broker.Mode != broker.ModeAutoDeny || o.NATSTLS == nil || o.NATSTLS.CertFile != "/tls/cert.pem" || o.NATSTLS.KeyFile != "/tls/key.pem" ||
 		o.Broker.DefaultTimeout != 90*time.Second || !s.LogJSON || s.LogLevel != "info" || o.HTTPListen != "127.0.0.1:9999" || o.DataDir != "./assent-data" ||
-		o.GCFloor != app.DefaultGCFloor {
+		o.GC.Floor != app.DefaultGCFloor || o.GC.Headroom != 0 {
 		t.Errorf("%+v", s)
 	}
 	for v, want := range map[string]uint64{"0": 0, "64": 64 << 20} {
 		s, err := app.ParseServe([]string{"--gc-floor", v}, envflag.Env{}, &stderr)
-		if err != nil || s.Options.GCFloor != want {
-			t.Errorf("--gc-floor %s: %d bytes, %v; want %d", v, s.Options.GCFloor, err, want)
+		if err != nil || s.Options.GC.Floor != want || s.Options.GC.Headroom != 0 {
+			t.Errorf("--gc-floor %s: %+v, %v; want a floor of %d bytes", v, s.Options.GC, err, want)
+		}
+		s, err = app.ParseServe(nil, envflag.Map(map[string]string{"ASSENT_GC_HEADROOM": v}), &stderr)
+		if err != nil || s.Options.GC.Headroom != want || s.Options.GC.Floor != app.DefaultGCFloor {
+			t.Errorf("ASSENT_GC_HEADROOM=%s: %+v, %v; want a headroom of %d bytes", v, s.Options.GC, err, want)
 		}
 	}
 
@@ -50,6 +54,7 @@ func TestParseServe(t *testing.T) {
 		{"a missing decision key", nil, map[string]string{"ASSENT_DECISION_KEY": "/no/such/seed"}, "ASSENT_DECISION_KEY, for --decision-key: want a file"},
 		{"an argument", []string{"serve"}, nil, `unexpected argument "serve"`},
 		{"a heap floor with a unit", nil, map[string]string{"ASSENT_GC_FLOOR": "256MiB"}, "ASSENT_GC_FLOOR, for --gc-floor: want a size: a whole number of MiB"},
+		{"a negative headroom", []string{"--gc-headroom", "-1"}, nil, `invalid value "-1" for flag -gc-headroom: a whole number of MiB`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := app.ParseServe(tt.args, envflag.Map(tt.vars), &bytes.Buffer{})

@@ -26,6 +26,7 @@ var known = map[string]bool{
 	"ASSENT_FORCE":              true,
 	"ASSENT_FROM":               true,
 	"ASSENT_GC_FLOOR":           true,
+	"ASSENT_GC_HEADROOM":        true,
 	"ASSENT_HTTP":               true,
 	"ASSENT_INIT_SANDBOX":       true,
 	"ASSENT_JSON":               true,
