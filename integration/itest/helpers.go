@@ -418,10 +418,49 @@ func WaitIdleWithin(t *testing.T, js jetstream.JetStream, within, every time.Dur
 			if info.NumPending != 0 || !allowUnacked && (info.NumAckPending != 0 || info.NumRedelivered != 0) {
 				return false, fmt.Sprintf("consumer %s: %d pending, %d awaiting ack, %d redelivered", name, info.NumPending, info.NumAckPending, info.NumRedelivered)
 			}
+			// The server tells a consumer of a stored message after it has
+			// acknowledged the publish, so a consumer may say it has nothing
+			// pending before it knows of the last message: it is idle once
+			// it has handed out the last message its filters take.
+			last, err := lastFiltered(ctx, js, info.Config)
+			if err != nil {
+				return false, fmt.Sprintf("consumer %s: %v", name, err)
+			}
+			if info.Delivered.Stream < last {
+				return false, fmt.Sprintf("consumer %s: handed out up to stream sequence %d, the last message it takes is at %d", name, info.Delivered.Stream, last)
+			}
 		}
 		return true, ""
 	})
 	return infos
+}
+
+// lastFiltered returns the stream sequence of the last message the consumer
+// configured by cfg takes, 0 if none.
+func lastFiltered(ctx context.Context, js jetstream.JetStream, cfg jetstream.ConsumerConfig) (uint64, error) {
+	filters := cfg.FilterSubjects
+	if cfg.FilterSubject != "" {
+		filters = append(filters, cfg.FilterSubject)
+	}
+	if len(filters) == 0 {
+		filters = []string{">"}
+	}
+	stream, err := js.Stream(ctx, broker.StreamName)
+	if err != nil {
+		return 0, err
+	}
+	var last uint64
+	for _, f := range filters {
+		m, err := stream.GetLastMsgForSubject(ctx, f)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return 0, fmt.Errorf("last message on %s: %w", f, err)
+		default:
+			last = max(last, m.Sequence)
+		}
+	}
+	return last, nil
 }
 
 // RawEvent is a structured-mode CloudEvent with data as given, for publishing
