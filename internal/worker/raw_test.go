@@ -28,7 +28,7 @@ func TestLoadRaw(t *testing.T) {
 	if res.Sent != 100 || res.Decided != 100 || res.Errors != 0 || res.Outcomes[events.Approved] != 100 || res.Latency.P99 <= 0 {
 		t.Fatalf("result %+v", res)
 	}
-	if n := rawMessages(t, ns); n != 200 {
+	if n := rawMessages(t, ns, 200); n != 200 {
 		t.Fatalf("%d messages stored, want 200 (a request and a reply each)", n)
 	}
 	// A second service on the same server would share the stream: refused.
