@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -233,11 +232,14 @@ func TestExampleAgentRefusedDecision(t *testing.T) {
 	if _, err := plain.NextMsg(itest.Patience); err != nil {
 		t.Fatalf("a plain subscriber of %s did not get the refused publish: %v", refused.Subject, err)
 	}
+	// The agent reads what comes on assent-decided.<id> and, every few
+	// seconds, the stored decision: it says it skipped the second message
+	// before there is a decision to find, so that it cannot find the
+	// broker's first and never read that message.
+	p.waitOutput(t, "not the first stored")
 
 	itest.AnswerNATS(t, e.JS, "alice", id, events.Responded{Decision: events.Deny, Reason: "not this one"})
-	if out := p.exits(t, 3, "not this one"); !strings.Contains(out, "not the first stored") {
-		t.Fatalf("the agent did not report skipping the message stored second:\n%s", out)
-	}
+	p.exits(t, 3, "not this one")
 	mustExist(t, file, true)
 	if n := itest.CountDecisions(t, e.JS, id); n != 1 {
 		t.Fatalf("%d decided events stored for %s, want the broker's alone", n, id)
@@ -349,7 +351,7 @@ func runIn(t *testing.T, dir, prog string, args ...string) {
 // agentProc is a running example agent.
 type agentProc struct {
 	cmd  *exec.Cmd
-	out  bytes.Buffer // stdout and stderr; read it only once done is closed
+	out  itest.LockedBuffer // stdout and stderr
 	done chan struct{}
 	err  error // what Wait returned
 }
@@ -374,6 +376,20 @@ func startAgent(t *testing.T, args []string) *agentProc {
 		<-p.done
 	})
 	return p
+}
+
+// waitOutput waits until the agent has printed want, failing with its
+// output if it exits first or does not print it within itest.Patience.
+func (p *agentProc) waitOutput(t *testing.T, want string) {
+	t.Helper()
+	itest.Eventually(t, itest.Patience, func() (bool, string) {
+		select {
+		case <-p.done:
+			t.Fatalf("the agent exited (%v) before printing %q:\n%s", p.err, want, p.out.String())
+		default:
+		}
+		return strings.Contains(p.out.String(), want), fmt.Sprintf("the agent has not printed %q:\n%s", want, p.out.String())
+	})
 }
 
 // waitPending waits until the broker holds request id pending, failing
