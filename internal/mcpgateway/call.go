@@ -78,7 +78,7 @@ func (g *Gateway) call(ctx context.Context, req *mcp.CallToolRequest, u *upstrea
 		return notRun(t, offered, v, refusal(offered, d)), nil
 	}
 	args := d.Args
-	if len(bytes.TrimSpace(args)) == 0 || string(bytes.TrimSpace(args)) == "null" {
+	if events.EmptyJSON(args) {
 		args = json.RawMessage(`{}`)
 	}
 	// Always the decided args: an approver may have edited them.

@@ -75,7 +75,7 @@ func canonicalRequest(r Requested, args json.RawMessage) (json.RawMessage, error
 		}
 		b = append(b, '}')
 	}
-	if len(bytes.TrimSpace(r.ResponseSchema)) > 0 && !isJSONNull(r.ResponseSchema) {
+	if !EmptyJSON(r.ResponseSchema) {
 		schema, err := CanonicalArgs(r.ResponseSchema)
 		if err != nil {
 			return nil, fieldErr("response_schema", err)

@@ -77,7 +77,7 @@ func CheckPayload(schema, payload []byte) error {
 	if err != nil {
 		return err
 	}
-	if len(bytes.TrimSpace(payload)) == 0 {
+	if len(TrimJSONSpace(payload)) == 0 {
 		return fieldErr("payload", fmt.Errorf("%w: the request asks for a structured answer", ErrMissingField))
 	}
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))

@@ -206,7 +206,20 @@ func (e *Escalated) Validate() error {
 }
 
 func isJSONNull(raw json.RawMessage) bool {
-	return string(bytes.TrimSpace(raw)) == "null"
+	return string(TrimJSONSpace(raw)) == "null"
+}
+
+// TrimJSONSpace returns b without the whitespace JSON allows around a value
+// (space, tab, line feed, carriage return). bytes.TrimSpace trims more (a
+// form feed, U+0085, U+00A0), which JSON does not allow, so "\fnull" would
+// pass for null.
+func TrimJSONSpace(b []byte) []byte { return bytes.Trim(b, " \t\n\r") }
+
+// EmptyJSON reports whether raw is empty or null, JSON whitespace aside:
+// args that say nothing, which CanonicalArgs makes {}.
+func EmptyJSON(raw json.RawMessage) bool {
+	t := TrimJSONSpace(raw)
+	return len(t) == 0 || string(t) == "null"
 }
 
 // CanonicalArgs returns args as compact JSON with object keys sorted, numbers as
@@ -216,7 +229,7 @@ func isJSONNull(raw json.RawMessage) bool {
 // escape ErrBadText (see CheckJSONText): they are refused, never rewritten, so
 // that every implementation computes the same digest or none.
 func CanonicalArgs(args json.RawMessage) (json.RawMessage, error) {
-	if len(bytes.TrimSpace(args)) == 0 || isJSONNull(args) {
+	if EmptyJSON(args) {
 		return json.RawMessage("{}"), nil
 	}
 	if !json.Valid(args) {

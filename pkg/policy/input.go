@@ -101,10 +101,10 @@ func InputWithDigest(req events.Requested, argsDigest string) Input {
 // Empty or null input gives an empty map; anything but an object is an error
 // wrapping ErrInput.
 func DecodeArgs(raw json.RawMessage) (map[string]any, error) {
-	t := bytes.TrimSpace(raw)
-	if len(t) == 0 || string(t) == "null" {
+	if events.EmptyJSON(raw) {
 		return map[string]any{}, nil
 	}
+	t := events.TrimJSONSpace(raw)
 	dec := json.NewDecoder(bytes.NewReader(t))
 	dec.UseNumber()
 	var v any
