@@ -403,17 +403,20 @@ func WaitIdleWithin(t *testing.T, js jetstream.JetStream, within, every time.Dur
 	t.Helper()
 	infos := map[string]*jetstream.ConsumerInfo{}
 	PollEvery(t, within, every, func() (bool, string) {
+		sctx, cancel := OpCtx()
+		defer cancel()
+		stream, err := js.Stream(sctx, broker.StreamName)
+		if err != nil {
+			return false, fmt.Sprintf("stream %s: %v", broker.StreamName, err)
+		}
 		for _, name := range names {
 			ctx, cancel := OpCtx()
 			defer cancel()
-			cons, err := js.Consumer(ctx, broker.StreamName, name)
+			cons, err := stream.Consumer(ctx, name)
 			if err != nil {
 				return false, fmt.Sprintf("consumer %s: %v", name, err)
 			}
-			info, err := cons.Info(ctx)
-			if err != nil {
-				return false, fmt.Sprintf("consumer %s: %v", name, err)
-			}
+			info := cons.CachedInfo() // read just now, by Consumer
 			infos[name] = info
 			if info.NumPending != 0 || !allowUnacked && (info.NumAckPending != 0 || info.NumRedelivered != 0) {
 				return false, fmt.Sprintf("consumer %s: %d pending, %d awaiting ack, %d redelivered", name, info.NumPending, info.NumAckPending, info.NumRedelivered)
@@ -422,7 +425,7 @@ func WaitIdleWithin(t *testing.T, js jetstream.JetStream, within, every time.Dur
 			// acknowledged the publish, so a consumer may say it has nothing
 			// pending before it knows of the last message: it is idle once
 			// it has handed out the last message its filters take.
-			last, err := lastFiltered(ctx, js, info.Config)
+			last, err := lastFiltered(ctx, stream, info.Config)
 			if err != nil {
 				return false, fmt.Sprintf("consumer %s: %v", name, err)
 			}
@@ -437,17 +440,13 @@ func WaitIdleWithin(t *testing.T, js jetstream.JetStream, within, every time.Dur
 
 // lastFiltered returns the stream sequence of the last message the consumer
 // configured by cfg takes, 0 if none.
-func lastFiltered(ctx context.Context, js jetstream.JetStream, cfg jetstream.ConsumerConfig) (uint64, error) {
+func lastFiltered(ctx context.Context, stream jetstream.Stream, cfg jetstream.ConsumerConfig) (uint64, error) {
 	filters := cfg.FilterSubjects
 	if cfg.FilterSubject != "" {
 		filters = append(filters, cfg.FilterSubject)
 	}
 	if len(filters) == 0 {
 		filters = []string{">"}
-	}
-	stream, err := js.Stream(ctx, broker.StreamName)
-	if err != nil {
-		return 0, err
 	}
 	var last uint64
 	for _, f := range filters {

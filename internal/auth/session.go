@@ -46,7 +46,7 @@ type sessions struct {
 
 	mu    sync.RWMutex
 	cache map[string]session
-	gone  map[string]time.Time // id → when a direct read found it missing
+	gone  map[string]time.Time // id → when it was found missing or ended here
 }
 
 // goneFor is how long a missing id is remembered when the watcher does not

@@ -111,7 +111,7 @@ func (g *Gateway) request(req *mcp.CallToolRequest, u *upstream, t *mcp.Tool) (h
 		agent = AgentName(name)
 	}
 	labels := labelsOf(u.cfg.Name, t.Annotations)
-	args := json.RawMessage(bytes.TrimSpace(req.Params.Arguments))
+	args := json.RawMessage(events.TrimJSONSpace(req.Params.Arguments))
 	if string(args) == "null" {
 		args = nil
 	}

@@ -104,8 +104,7 @@ func DecodeArgs(raw json.RawMessage) (map[string]any, error) {
 	if events.EmptyJSON(raw) {
 		return map[string]any{}, nil
 	}
-	t := events.TrimJSONSpace(raw)
-	dec := json.NewDecoder(bytes.NewReader(t))
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
