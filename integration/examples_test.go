@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,10 +22,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/creds"
+	"github.com/assent-dev/assent/internal/doccheck"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -42,11 +46,15 @@ type exampleAgent struct {
 	command func(t *testing.T) []string
 	// flags tell the agent where e's broker is.
 	flags func(e *itest.Env) []string
+	// live: the agent reads the decided events of its request as the
+	// stream stores them (over NATS), rather than once the broker's HTTP
+	// API says the request is decided.
+	live bool
 }
 
 var exampleAgents = []exampleAgent{
-	{"python", pythonAgent, func(e *itest.Env) []string { return []string{"--url", e.API} }},
-	{"typescript", typescriptAgent, func(e *itest.Env) []string { return []string{"--nats-url", e.NS.ClientURL()} }},
+	{"python", pythonAgent, func(e *itest.Env) []string { return []string{"--url", e.API} }, false},
+	{"typescript", typescriptAgent, func(e *itest.Env) []string { return []string{"--nats-url", e.NS.ClientURL()} }, true},
 }
 
 // TestExampleAgents: each example deletes the file only once approved, and
@@ -156,31 +164,267 @@ func TestExampleAgents(t *testing.T) {
 	}
 }
 
-// TestExampleAgentSignedDecisions: the TypeScript agent given the broker's
-// decision key skips a forged approval (of another file, with digests that
-// match) published on the decision subject before the broker's decision,
-// and acts on the broker's signed decision instead.
+// TestExampleAgentSignedDecisions: each example agent given the broker's
+// decision key acts on a decision only if that key signed it. Before the
+// broker decides, a decided event approving another file (its digests
+// right) is stored on the request's decision subject: unsigned, signed by
+// a key the agent does not trust, or signed by the broker's key over other
+// values (signed as a denial, or for other args). The agent skips it and
+// says so, keeps waiting, and obeys the broker's signed decision.
 func TestExampleAgentSignedDecisions(t *testing.T) {
-	prog := typescriptAgent(t)
 	key, err := events.NewDecisionKey()
 	if err != nil {
 		t.Fatal(err)
 	}
 	pub, _ := key.PublicKey()
-	e := itest.NewEnv(t, broker.Config{DecisionKey: key})
-	file, other := tempFile(t, "q3.csv"), tempFile(t, "other.csv")
-	id := events.NewID()
-	p := startAgent(t, append(prog, "--nats-url", e.NS.ClientURL(), "--agent", "ex-signed", "--id", id, "--trust-decision-key", pub, file))
-	rec := p.waitPending(t, e, id)
-	forged := fmt.Sprintf(`{"path":%s}`, jsonText(t, other))
-	itest.MustPublish(t, e.JS, events.DecisionPrefix+id, itest.RawEvent(events.NewID(), events.TypeDecided, "broker/evil",
-		fmt.Sprintf(`{"request_id":%q,"outcome":"approved","args":%s,"args_digest":%q,"request_digest":%q,"decided_at":%q}`,
-			id, forged, mustDigest(t, forged), rec.RequestDigest, time.Now().UTC().Format(time.RFC3339Nano))), "")
-	itest.AnswerNATS(t, e.JS, "alice", id, events.Responded{Decision: events.Approve})
-	if out := p.exits(t, 0, "deleted "+file); !strings.Contains(out, "no trusted key signed") {
-		t.Fatalf("the agent did not report skipping the forgery:\n%s", out)
+	brokerKey, _ := events.NewSigner(key)
+	untrusted, _ := events.NewDecisionKey()
+	otherKey, _ := events.NewSigner(untrusted)
+
+	// Each forgery returns the body of a decided event that approves
+	// request rec on other, the file the agent did not ask about; file is
+	// the one it asked about.
+	tests := []struct {
+		name   string
+		forge  func(t *testing.T, rec broker.Record, file, other string) []byte
+		answer events.Verdict
+		env    bool // the key in ASSENT_TRUST_DECISION_KEY, not a flag
+	}{
+		{name: "none", answer: events.Approve, env: true},
+		{name: "unsigned", answer: events.Approve, forge: func(t *testing.T, rec broker.Record, _, other string) []byte {
+			return decidedBody(t, rec, events.Approved, other, nil)
+		}},
+		{name: "untrusted key", answer: events.Deny, forge: func(t *testing.T, rec broker.Record, _, other string) []byte {
+			return decidedBody(t, rec, events.Approved, other, otherKey)
+		}},
+		{name: "outcome changed", answer: events.Deny, forge: func(t *testing.T, rec broker.Record, _, other string) []byte {
+			denial := decidedBody(t, rec, events.Denied, other, brokerKey)
+			return changeData(t, denial, map[string]any{"outcome": "approved"})
+		}},
+		{name: "args digest changed", answer: events.Approve, forge: func(t *testing.T, rec broker.Record, file, other string) []byte {
+			approval := decidedBody(t, rec, events.Approved, file, brokerKey)
+			args := fmt.Sprintf(`{"path":%s}`, jsonText(t, other))
+			return changeData(t, approval, map[string]any{"args": json.RawMessage(args), "args_digest": mustDigest(t, args)})
+		}},
 	}
-	mustExist(t, other, true)
+	for _, ex := range exampleAgents {
+		t.Run(ex.name, func(t *testing.T) {
+			prog := ex.command(t)
+			e := itest.NewEnv(t, broker.Config{DecisionKey: key})
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					file, other := tempFile(t, "q3.csv"), tempFile(t, "other.csv")
+					id := events.NewID()
+					args := append(append(prog, ex.flags(e)...), "--agent", "ex-signed", "--id", id)
+					var env []string
+					if tt.env {
+						env = []string{"ASSENT_TRUST_DECISION_KEY=" + pub}
+					} else {
+						args = append(args, "--trust-decision-key", pub)
+					}
+					p := startAgentEnv(t, env, append(args, file))
+					rec := p.waitPending(t, e, id)
+					if tt.forge != nil {
+						itest.MustPublish(t, e.JS, events.DecisionPrefix+id, tt.forge(t, rec, file, other), "")
+						if ex.live {
+							// It reads the forgery as the stream stores it, and keeps waiting.
+							p.waitOutput(t, "no trusted key signed")
+						}
+					}
+					itest.AnswerNATS(t, e.JS, "alice", id, events.Responded{Decision: tt.answer, Reason: "the broker's"})
+					var out string
+					if tt.answer == events.Approve {
+						out = p.exits(t, 0, "deleted "+file)
+					} else {
+						out = p.exits(t, 3, "the broker's")
+						mustExist(t, file, true)
+					}
+					mustExist(t, other, true)
+					if skipped := strings.Contains(out, "no trusted key signed"); skipped != (tt.forge != nil) {
+						t.Fatalf("the agent said it skipped a message: %v, want %v:\n%s", skipped, tt.forge != nil, out)
+					}
+				})
+			}
+
+			// A key that is not an account public key stops the agent before
+			// it asks anything.
+			userKey, _ := nkeys.CreateUser()
+			user, _ := userKey.PublicKey()
+			checksum := pub[:55] + "A"
+			if pub[55] == 'A' {
+				checksum = pub[:55] + "B"
+			}
+			for _, bad := range []struct{ name, flag, env string }{
+				{name: "user key", flag: user},
+				{name: "checksum", flag: checksum},
+				{name: "seed", flag: "SAAAAAICAMCAKBQHBAEQUCYMBUHA6EARCIJRIFIWC4MBSGQ3DQOR4HYMHI"},
+				{name: "environment", env: pub + "," + checksum},
+			} {
+				t.Run("malformed key/"+bad.name, func(t *testing.T) {
+					args := append(prog, ex.flags(e)...)
+					if bad.flag != "" {
+						args = append(args, "--trust-decision-key", bad.flag)
+					}
+					file := tempFile(t, "q3.csv")
+					p := startAgentEnv(t, []string{"ASSENT_TRUST_DECISION_KEY=" + bad.env}, append(args, file))
+					p.exits(t, 2, "not an nkeys account public key")
+					mustExist(t, file, true)
+				})
+			}
+		})
+	}
+}
+
+// decidedBody is a decided event in structured mode with outcome for
+// request rec, whose args name path, its digests right, signed by signer
+// unless it is nil.
+func decidedBody(t *testing.T, rec broker.Record, outcome events.Outcome, path string, signer *events.Signer) []byte {
+	t.Helper()
+	args := fmt.Sprintf(`{"path":%s}`, jsonText(t, path))
+	e, err := events.New(events.TypeDecided, events.NewID(), "broker/forged", events.Decided{
+		RequestID: rec.ID, Outcome: outcome, Args: json.RawMessage(args), ArgsDigest: mustDigest(t, args),
+		RequestDigest: rec.RequestDigest, DecidedAt: time.Now().UTC(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if signer != nil {
+		if err := signer.Sign(&e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, body, err := events.Encode(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return body
+}
+
+// changeData returns the event body with the data fields in change set to
+// new values, its signature, if any, left as it was.
+func changeData(t *testing.T, body []byte, change map[string]any) []byte {
+	t.Helper()
+	var e map[string]any
+	if err := json.Unmarshal(body, &e); err != nil {
+		t.Fatal(err)
+	}
+	data := e["data"].(map[string]any)
+	for k, v := range change {
+		data[k] = v
+	}
+	out, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestExampleSignatureChecks: the example agents' checks of signed
+// decisions agree with pkg/events on the worked example of docs/protocol.md
+// ("Signed decisions"), which TestSignatureDocExample holds to
+// events.Signer byte for byte. Python: examples/python/test_ed25519_verify.py,
+// which also runs RFC 8032's test vectors and signatures that must not
+// verify; TypeScript: dist/verify-decision.js on the example's event, and
+// on the event changed.
+func TestExampleSignatureChecks(t *testing.T) {
+	t.Run("python", func(t *testing.T) {
+		cmd := exec.Command(testenv.Program(t, "python3", "python3"), "test_ed25519_verify.py", "-v")
+		cmd.Dir = examplePath(t, "python")
+		cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "\nOK\n") {
+			t.Fatalf("test_ed25519_verify.py: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("typescript", func(t *testing.T) {
+		prog := typescriptAgent(t)
+		verifier := []string{prog[0], filepath.Join(filepath.Dir(prog[1]), "verify-decision.js")}
+		ex := docSignatureExample(t)
+		pub, event := ex[1], ex[2]
+		otherKey, _ := events.NewDecisionKey()
+		other, _ := otherKey.PublicKey()
+		change := func(from, to string) string {
+			t.Helper()
+			changed := strings.Replace(event, from, to, 1)
+			if changed == event {
+				t.Fatalf("the example's event holds no %s", from)
+			}
+			return changed
+		}
+		tests := []struct {
+			name  string
+			event string
+			keys  []string
+			code  int
+			want  string
+		}{
+			{"as signed", event, []string{pub}, 0, "a trusted key signed it: approved"},
+			{"one of two keys", event, []string{other, pub}, 0, "a trusted key signed it: approved"},
+			{"key not trusted", event, []string{other}, 1, "no trusted key signed it"},
+			{"outcome changed", change(`"outcome": "approved"`, `"outcome": "denied"`), []string{pub}, 1, "no trusted key signed it"},
+			{"args digest changed", change(`"args_digest": "sha256:8f`, `"args_digest": "sha256:9f`), []string{pub}, 1, "no trusted key signed it"},
+			{"decided_at written otherwise", change(`"decided_at": "2025-01-02T03:04:05.25Z"`, `"decided_at": "2025-01-02T03:04:05.250Z"`), []string{pub}, 1, "no trusted key signed it"},
+			{"signature's last bits not zero", change(`OvDQ"`, `OvDR"`), []string{pub}, 1, "no trusted key signed it"},
+			{"reason changed (not signed)", change(`"reason": "only the draft"`, `"reason": "anything"`), []string{pub}, 0, "a trusted key signed it: approved"},
+			{"no key", event, nil, 2, "usage"},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				args := slices.Clone(verifier)
+				for _, k := range tt.keys {
+					args = append(args, "--trust-decision-key", k)
+				}
+				cmd := exec.Command(args[0], args[1:]...)
+				cmd.Stdin = strings.NewReader(tt.event)
+				out, err := cmd.CombinedOutput()
+				code := 0
+				var exit *exec.ExitError
+				switch {
+				case errors.As(err, &exit):
+					code = exit.ExitCode()
+				case err != nil:
+					t.Fatal(err)
+				}
+				if code != tt.code || !strings.Contains(string(out), tt.want) {
+					t.Fatalf("verify-decision.js exited with %d, want %d and output saying %q:\n%s", code, tt.code, tt.want, out)
+				}
+			})
+		}
+	})
+}
+
+// docSignatureExample returns the code blocks of the worked example of
+// docs/protocol.md ("Signed decisions"), in order: the seed, the public key,
+// the event, the canonical text, the signature, the Python verifier; each
+// without the line feed that ends it.
+func docSignatureExample(t *testing.T) []string {
+	t.Helper()
+	const file, heading = "docs/protocol.md", "### Worked example: a signed decision"
+	data, err := os.ReadFile(filepath.Join("..", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The section runs from its heading to the next "## " heading.
+	first, last := 0, math.MaxInt
+	for i, line := range strings.Split(string(data), "\n") {
+		switch {
+		case line == heading:
+			first = i + 1
+		case first > 0 && strings.HasPrefix(line, "## "):
+			last = min(last, i+1)
+		}
+	}
+	var blocks []string
+	for _, b := range doccheck.Extract(file, string(data)) {
+		if first > 0 && b.Line > first && b.Line < last {
+			blocks = append(blocks, strings.TrimSuffix(b.Text, "\n"))
+		}
+	}
+	if len(blocks) != 6 {
+		t.Fatalf("%s: %q has %d code blocks, want 6 (seed, public key, event, canonical text, signature, Python)", file, heading, len(blocks))
+	}
+	return blocks
 }
 
 // TestExampleAgentRefusedDecision: the TypeScript agent never acts on a
@@ -360,9 +604,18 @@ type agentProc struct {
 // when the test ends.
 func startAgent(t *testing.T, args []string) *agentProc {
 	t.Helper()
+	return startAgentEnv(t, nil, args)
+}
+
+// startAgentEnv is startAgent with the environment variables env
+// ("NAME=value") set.
+func startAgentEnv(t *testing.T, env, args []string) *agentProc {
+	t.Helper()
 	p := &agentProc{cmd: exec.Command(args[0], args[1:]...), done: make(chan struct{})}
-	// Settings from the environment that would change what the agents do.
-	p.cmd.Env = append(os.Environ(), "ASSENT_TOKEN=", "ASSENT_USER=", "ASSENT_TRUST_DECISION_KEY=", "NATS_CREDS=")
+	// Settings from the environment that would change what the agents do,
+	// and no __pycache__ written into examples/python.
+	p.cmd.Env = append(os.Environ(), "ASSENT_TOKEN=", "ASSENT_USER=", "ASSENT_TRUST_DECISION_KEY=", "NATS_CREDS=", "PYTHONDONTWRITEBYTECODE=1")
+	p.cmd.Env = append(p.cmd.Env, env...) // the last value of a name is the one set
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

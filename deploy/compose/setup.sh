@@ -72,8 +72,10 @@ fi
 say "credentials authority in $out/keys"
 "$broker" creds init --dir "$out/keys" >/dev/null
 # The server side of operator mode: everything from "operator:" on of the
-# configuration `broker creds server-config` prints.
-"$broker" creds server-config --dir "$out/keys" | sed -n '/^operator:/,$p' >"$out/nats/accounts.conf"
+# configuration `broker creds server-config` prints. The nodes share this file
+# and their store's volume, so the accounts stay in memory: after `broker creds
+# revoke`, run this script again so that a restarted node keeps the revocation.
+"$broker" creds server-config --dir "$out/keys" --resolver memory | sed -n '/^operator:/,$p' >"$out/nats/accounts.conf"
 grep -q '^resolver_preload' "$out/nats/accounts.conf" || {
   echo "setup.sh: \`broker creds server-config\` printed no operator block; is $broker an Assent broker?" >&2
   exit 1

@@ -7,13 +7,16 @@ It asks the broker's HTTP API whether it may run the tool call
 delete_file {"path": ...}, waits for the decision, checks that the decision
 belongs to its request, and deletes a file only when the outcome is
 "approved", and then the file named by the decision's args: an approver may
-have edited them. Ctrl-C cancels the request. Standard library only.
+have edited them. Given the broker's decision key (--trust-decision-key), it
+acts only on a decision that key signed. Ctrl-C cancels the request.
+Standard library only.
 
 Exit status: 0 approved and done, 1 error (nothing ran), 2 bad usage,
 3 denied, 4 expired, 5 cancelled.
 """
 
 import argparse
+import base64
 import hashlib
 import http.client
 import json
@@ -24,6 +27,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+
+from ed25519_verify import account_key, verify
 
 EXIT_APPROVED, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 EXIT_FOR = {"denied": 3, "expired": 4, "cancelled": 5}
@@ -44,10 +49,20 @@ def main(argv=None):
     p.add_argument("--timeout", type=int, default=120, help="seconds to wait for a decision")
     p.add_argument("--retry-for", type=float, default=60,
                    help="seconds to keep retrying while the broker cannot be reached")
+    p.add_argument("--trust-decision-key", action="append", default=[], metavar="A...",
+                   help="accept only decisions this broker key signed; repeat it, or separate "
+                        "keys with commas (env ASSENT_TRUST_DECISION_KEY)")
     a = p.parse_args(argv)
     request_id = a.id or uuid7()
     if not TOKEN.fullmatch(a.agent) or not TOKEN.fullmatch(request_id) or a.timeout <= 0:
         p.error("--agent and --id must be 1-128 of A-Z a-z 0-9 _ -, --timeout positive")
+    listed = a.trust_decision_key + [os.environ.get("ASSENT_TRUST_DECISION_KEY", "")]
+    trusted = {k.strip() for keys in listed for k in keys.split(",") if k.strip()}
+    for key in sorted(trusted):
+        try:
+            account_key(key)
+        except ValueError as e:
+            p.error(f"--trust-decision-key {key}: not an nkeys account public key (A...): {e}")
 
     # 2. The request: the requested data, plus our id. Its digest is what
     # the broker's decision must name (docs/protocol.md, "The request digest").
@@ -79,15 +94,26 @@ def main(argv=None):
             status, approval = broker.call("GET", f"/v1/approvals/{request_id}?wait={WAIT}s")
             if status != 200:
                 return fail(f"reading request {request_id}: {error_text(status, approval)}")
+        # 5. With trusted keys, the decision is the first decided event
+        # stored for the request that one of them signed: the approval holds
+        # the decision's data, not its signature.
+        decision = approval["decision"]
+        if trusted:
+            decision = signed_decision(broker, request_id, trusted, give_up)
+            if decision is None:
+                return fail(f"no decision for request {request_id} that a trusted key signed "
+                            "in time; nothing was deleted")
     except KeyboardInterrupt:
         return cancel(broker, request_id)
     except BrokerUnreachable as e:
         return fail(f"{e}; rerun with --id {request_id} to retry the same request")
+    except BrokerError as e:
+        return fail(str(e))
     except ValueError as e:  # a body that is not JSON, or not UTF-8
         return fail(f"unreadable answer from {a.url}: {e}")
 
-    # 5. Check the decision, then act on it.
-    return act(approval["decision"], request_id, digest)
+    # 6. Check the decision, then act on it.
+    return act(decision, request_id, digest)
 
 
 def act(decision, request_id, digest):
@@ -155,6 +181,91 @@ def cancel(broker, request_id):
     return EXIT_FOR["cancelled"] if outcome == "cancelled" else EXIT_ERROR
 
 
+# ---- Signed decisions (docs/protocol.md, "Signed decisions") ----
+
+LOOK_EVERY = 2  # seconds between reads of the stored decisions while none is signed
+
+
+def signed_decision(broker, request_id, trusted, give_up):
+    """Returns the data of the first decided event stored for the request
+    that a trusted key signed, read from the audit log (GET /v1/audit, which
+    holds the events as stored, signatures and all), or None if there is none
+    by give_up (time.monotonic()). It says once of each other one that it
+    skipped it."""
+    skipped, said = set(), False
+    while True:
+        after = 0
+        while True:  # the pages of the request's decided events, in stream order
+            status, page = broker.call(
+                "GET", f"/v1/audit?request={request_id}&type=decided&after={after}")
+            if status != 200:
+                raise BrokerError(f"reading the decided events of request {request_id}: "
+                                  f"{error_text(status, page)}")
+            for stored in page.get("events") or []:
+                event = stored.get("event")
+                if isinstance(event, dict) and signed_by_trusted(event, trusted):
+                    return event["data"]
+                if stored.get("seq") not in skipped:
+                    skipped.add(stored.get("seq"))
+                    print(f"skipping a message on {stored.get('subject')} (stream sequence "
+                          f"{stored.get('seq')}): no trusted key signed it", flush=True)
+            after = page.get("next")
+            if not after:
+                break
+        if time.monotonic() > give_up:
+            return None
+        if not said:
+            print(f"request {request_id} is decided, but no trusted key signed its decision; "
+                  "waiting for one that did", flush=True)
+            said = True
+        time.sleep(LOOK_EVERY)
+
+
+def signed_by_trusted(event, trusted):
+    """Whether a trusted key signed event, a decided event in structured mode:
+    its assentsig is "v1.<public key>.<signature>", the key is one of trusted,
+    and the Ed25519 signature covers the event's canonical text."""
+    parts = event["assentsig"].split(".") if type(event.get("assentsig")) is str else []
+    if len(parts) != 3 or parts[0] != "v1" or parts[1] not in trusted:
+        return False
+    text = canonical_decision(event)
+    signature = unbase64url(parts[2])
+    if text is None or signature is None or len(signature) != 64:
+        return False
+    return verify(account_key(parts[1]), text, signature)
+
+
+def canonical_decision(event):
+    """The text a decided event's signature covers: seven lines joined by a
+    line feed, in UTF-8, or None if it has none (a value missing, not a
+    string, or holding a line break)."""
+    data = event.get("data")
+    if not isinstance(data, dict):
+        return None
+    lines = ["assent-decision-v1", event.get("id"), data.get("request_id"), data.get("outcome"),
+             data.get("args_digest") or "", data.get("request_digest") or "",
+             data.get("decided_at")]
+    # type() rather than isinstance(): a JSON number (Number) is no string here.
+    if not all(type(line) is str and "\n" not in line and "\r" not in line for line in lines):
+        return None
+    try:
+        return "\n".join(lines).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no text at all
+        return None
+
+
+def unbase64url(text):
+    """The bytes of unpadded base64url text, or None if it is not written
+    exactly so (bits after the last byte must be zero)."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]*", text):
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except ValueError:
+        return None
+    return raw if base64.urlsafe_b64encode(raw).rstrip(b"=").decode() == text else None
+
+
 # ---- HTTP ----
 
 WAIT = 60  # seconds each long poll lasts (the broker caps it at 5 minutes)
@@ -162,6 +273,10 @@ WAIT = 60  # seconds each long poll lasts (the broker caps it at 5 minutes)
 
 class BrokerUnreachable(Exception):
     pass
+
+
+class BrokerError(Exception):
+    """An answer of the broker that is an error."""
 
 
 class Broker:

@@ -131,7 +131,10 @@ func checkComposeNATS(t *testing.T, file string) {
 		t.Fatal(err)
 	}
 	// setup.sh: `broker creds server-config | sed -n '/^operator:/,$p'`.
-	sc := a.ServerConfig(creds.ServerOptions{Listen: "127.0.0.1:4222", StoreDir: dir, Name: "x"})
+	sc, err := a.ServerConfig(creds.ServerOptions{Listen: "127.0.0.1:4222", StoreDir: dir, Name: "x", MemoryResolver: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	i := strings.Index(sc, "\noperator:")
 	if i < 0 {
 		t.Fatalf("broker creds server-config printed no operator line, which setup.sh cuts from:\n%s", sc)

@@ -441,17 +441,20 @@ func plural(names []string, what string) string {
 	return what + "s " + strings.Join(names, ", ") + " are"
 }
 
+// natsFlags defines the flags of a command's NATS connection, credsHelp
+// saying whose credentials it takes.
+func natsFlags(fs *flag.FlagSet, credsHelp string) *natsconn.Settings {
+	var s natsconn.Settings
+	fs.StringVar(&s.URL, "nats-url", "nats://127.0.0.1:4222", "the NATS server or cluster `URL` the broker uses (a broker's embedded server listens on 127.0.0.1:4222)")
+	fs.StringVar(&s.Creds, "nats-creds", "", credsHelp)
+	fs.StringVar(&s.CAFile, "nats-ca", "", "the CA `file` of the server's TLS certificate, if the system does not trust it")
+	fs.StringVar(&s.CertFile, "nats-cert", "", "a client certificate `file`, for a server that asks for one (mutual TLS)")
+	fs.StringVar(&s.KeyFile, "nats-key", "", "the client certificate's key `file`")
+	return &s
+}
+
 // backupCommands are `broker backup` and `broker restore` (docs/backups.md).
 func backupCommands() []*command {
-	conn := func(fs *flag.FlagSet) *natsconn.Settings {
-		var s natsconn.Settings
-		fs.StringVar(&s.URL, "nats-url", "nats://127.0.0.1:4222", "the NATS server or cluster `URL` the broker uses (a broker's embedded server listens on 127.0.0.1:4222)")
-		fs.StringVar(&s.Creds, "nats-creds", "", "NATS credentials `file` (a broker's: broker creds broker)")
-		fs.StringVar(&s.CAFile, "nats-ca", "", "the CA `file` of the server's TLS certificate, if the system does not trust it")
-		fs.StringVar(&s.CertFile, "nats-cert", "", "a client certificate `file`, for a server that asks for one (mutual TLS)")
-		fs.StringVar(&s.KeyFile, "nats-key", "", "the client certificate's key `file`")
-		return &s
-	}
 	return []*command{
 		{
 			name: "backup", synopsis: "--out DIR [--nats-url URL] [--nats-creds FILE]",
@@ -464,7 +467,7 @@ configuration, message count and checksum). The broker may keep running: each
 stream is saved as it is at one moment, ASSENT first. Progress goes to
 standard error. "broker restore" puts a backup back (docs/backups.md).`,
 			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
-				s := conn(fs)
+				s := natsFlags(fs, "NATS credentials `file` (a broker's: broker creds broker)")
 				out := fs.String("out", "", "the `DIR` to write the backup to: new or empty")
 				return func(ctx context.Context, c CLI, _ []string) error {
 					if err := emptyDir(*out, "--out"); err != nil {
@@ -499,7 +502,7 @@ single server needs 1). Each restored stream is checked to hold the messages
 the backup saved. Pending requests keep their deadlines. Progress goes to
 standard error.`,
 			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
-				s := conn(fs)
+				s := natsFlags(fs, "NATS credentials `file` (a broker's: broker creds broker)")
 				from := fs.String("from", "", "the backup's `DIR`")
 				data := fs.String("data", "", "restore into this new `DIR` for the broker's embedded server, instead of --nats-url")
 				var o RestoreOptions

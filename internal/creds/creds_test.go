@@ -36,7 +36,10 @@ func TestServerConfig(t *testing.T) {
 	}
 
 	conf := filepath.Join(t.TempDir(), "nats.conf")
-	src := a.ServerConfig(creds.ServerOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), Name: "assent-test"})
+	src, err := a.ServerConfig(creds.ServerOptions{Listen: "127.0.0.1:-1", StoreDir: t.TempDir(), Name: "assent-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(conf, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -68,6 +68,12 @@ func (who Identity) Permissions() (jwt.Permissions, error) {
 	if err := events.CheckToken(string(who.Role)+" name", who.Name); err != nil && who.Role != RoleBroker && who.Role != RoleBot && who.Role != RoleGateway {
 		return jwt.Permissions{}, err
 	}
+	return who.permissions()
+}
+
+// permissions are who's permissions, its name taken as it is: a scope's
+// template names the user "{{name()}}" (signers.go).
+func (who Identity) permissions() (jwt.Permissions, error) {
 	var p perms
 	switch who.Role {
 	case RoleBroker:

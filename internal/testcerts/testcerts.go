@@ -68,7 +68,15 @@ func Other(t testing.TB) (certFile, keyFile string) {
 	return o.ClientCertFile, o.ClientKey
 }
 
-func (s *Set) issue(t testing.TB, name string, usage x509.ExtKeyUsage) (certFile, keyFile string, cert tls.Certificate) {
+// Node makes a certificate for a server that both accepts and makes
+// connections (a NATS cluster's route), for 127.0.0.1, ::1 and localhost.
+func (s *Set) Node(t testing.TB, name string) (certFile, keyFile string) {
+	t.Helper()
+	certFile, keyFile, _ = s.issue(t, name, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+	return certFile, keyFile
+}
+
+func (s *Set) issue(t testing.TB, name string, usage ...x509.ExtKeyUsage) (certFile, keyFile string, cert tls.Certificate) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -81,7 +89,7 @@ func (s *Set) issue(t testing.TB, name string, usage x509.ExtKeyUsage) (certFile
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		ExtKeyUsage:  usage,
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 		DNSNames:     []string{"localhost"},
 	}

@@ -16,7 +16,6 @@ import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
-import { fromPublic } from "@nats-io/nkeys";
 import {
   connect,
   credsAuthenticator,
@@ -25,6 +24,8 @@ import {
   type MsgHdrs,
   type NatsConnection,
 } from "@nats-io/transport-node";
+
+import { accountKey, signedByTrusted } from "./signature.js";
 
 const EXIT = { approved: 0, error: 1, usage: 2, denied: 3, expired: 4, cancelled: 5 } as const;
 const STREAM = "ASSENT"; // the broker's stream: every assent.> subject
@@ -61,8 +62,10 @@ async function main(): Promise<number> {
     return EXIT.usage;
   }
   for (const key of trusted) {
-    if (!isAccountKey(key)) {
-      console.error(`--trust-decision-key ${key}: not an nkeys account public key (A...)`);
+    try {
+      accountKey(key);
+    } catch (err) {
+      console.error(`--trust-decision-key ${key}: not an nkeys account public key (A...): ${(err as Error).message}`);
       return EXIT.usage;
     }
   }
@@ -397,43 +400,6 @@ function ceHeaders(): MsgHdrs {
   const h = headers();
   h.set("Content-Type", "application/cloudevents+json");
   return h;
-}
-
-// ---- Signed decisions (docs/protocol.md, "Signed decisions") ----
-
-// isAccountKey reports whether key is an nkeys account public key: "A", 55
-// more base32 characters, and a valid checksum (fromPublic checks it).
-function isAccountKey(key: string): boolean {
-  try {
-    return /^A[A-Z2-7]{55}$/.test(key) && fromPublic(key) !== undefined;
-  } catch {
-    return false;
-  }
-}
-
-// signedByTrusted verifies the event's assentsig, "v1.<key>.<signature>":
-// the key must be trusted, and the Ed25519 signature must cover the
-// canonical text, seven lines joined by "\n".
-function signedByTrusted(event: Record<string, Json>, trusted: Set<string>): boolean {
-  const parts = typeof event.assentsig === "string" ? event.assentsig.split(".") : [];
-  if (parts.length !== 3 || parts[0] !== "v1" || !trusted.has(parts[1]) || !/^[A-Za-z0-9_-]{86}$/.test(parts[2]))
-    return false;
-  const d = (event.data ?? {}) as Record<string, Json>;
-  const lines = [
-    "assent-decision-v1",
-    event.id,
-    d.request_id,
-    d.outcome,
-    d.args_digest ?? "",
-    d.request_digest ?? "",
-    d.decided_at,
-  ];
-  if (!lines.every((l) => typeof l === "string" && !/[\r\n]/.test(l))) return false;
-  try {
-    return fromPublic(parts[1]).verify(new TextEncoder().encode(lines.join("\n")), Buffer.from(parts[2], "base64url"));
-  } catch {
-    return false;
-  }
 }
 
 // ---- Digests (docs/protocol.md, "The args digest", "The request digest") ----
