@@ -36,7 +36,7 @@ func credsCommands() []*command {
 		return &command{
 			name: "creds " + string(role), synopsis: synopsis, args: []string{arg},
 			summary: "issue NATS credentials for " + map[creds.Role]string{creds.RoleAgent: "an agent", creds.RoleApprover: "an approver",
-				creds.RoleBot: "an approver bot", creds.RoleBroker: "a broker replica", creds.RoleGateway: "an MCP gateway"}[role],
+				creds.RoleBot: "an approver bot", creds.RoleBroker: "a broker replica", creds.RoleGateway: "an MCP gateway", creds.RoleAuditor: "an auditor"}[role],
 			required: required,
 			about:    about,
 			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
@@ -153,6 +153,9 @@ them as PRINCIPAL, for asking the user in the client (its
 elicitation.principal); nothing of another agent's or principal's.`),
 		issue(creds.RoleBroker, "NAME", `Issues credentials for a broker replica called NAME: the only role that may
 publish decisions (assent.decision.>) and manage the stream and buckets.`),
+		issue(creds.RoleAuditor, "NAME", `Issues credentials for an auditor called NAME: it reads the whole stream
+(single messages and its own consumers) and publishes nothing of the
+contract; what "broker audit verify" and "broker audit witness" need.`),
 		{
 			name: "creds server-config", synopsis: "--dir DIR [--listen ADDR] [--store DIR] [--name NAME] [--resolver full|memory] [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]] [--cluster NAME --cluster-listen ADDR --routes HOST:PORT,... --route-cert FILE --route-key FILE --route-ca FILE]",
 			summary:  "print a nats-server configuration in operator mode",
@@ -255,7 +258,7 @@ from DIR (the embedded server) or keeps it in its resolver (server-config).`,
 			summary:  "replace a signing key, cutting off every user it signed",
 			required: []string{"dir"},
 			about: `Replaces the account's signing key of KIND (broker, agent, agent-private,
-approver, bot or gateway) with a new one, as when it leaked, and pushes the
+approver, bot, gateway or auditor) with a new one, as when it leaked, and pushes the
 account to the server at --nats-url: every user the old key signed is
 refused from then on and its connections closed. Issue that kind's
 credentials again afterwards. Needs the operator's seed, operator.nk.`,

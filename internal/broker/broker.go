@@ -240,6 +240,7 @@ func (b *Broker) Run(ctx context.Context) error {
 	})
 	g.Go(func() error { return b.expiryLoop(gctx) })
 	g.Go(func() error { return b.runFeed(gctx) })
+	g.Go(func() error { return b.checkpoints(gctx) })
 	b.ready.Store(true)
 	b.log.Info("broker running", zap.String("policy", b.Policy().File), zap.String("mode", string(b.Policy().Mode)), zap.Duration("default_timeout", b.cfg.DefaultTimeout))
 	err = g.Wait()

@@ -92,6 +92,11 @@ type Config struct {
 	// heartbeats). It bounds how late a request handed to a replica that then
 	// crashed is seen by another. Default 2s.
 	AckWait time.Duration
+	// CheckpointInterval is how often the broker stores a checkpoint of the
+	// chained record (internal/chain): the hash chain's head over what the
+	// stream stored since the last one, signed with DecisionKey. Default
+	// 10s; negative: never.
+	CheckpointInterval time.Duration
 	// TracerProvider makes the broker's spans, which join each request's
 	// trace (docs/tracing.md); nil uses OpenTelemetry's global provider.
 	TracerProvider trace.TracerProvider
@@ -100,6 +105,10 @@ type Config struct {
 	// subscriber left (tests shorten it). Default feedIdle.
 	feedIdle time.Duration
 }
+
+// DefaultCheckpointInterval is how often the broker stores a checkpoint of
+// the chained record unless configured otherwise.
+const DefaultCheckpointInterval = 10 * time.Second
 
 // WithDefaults returns c with every unset field at its default.
 func (c Config) WithDefaults() Config {
@@ -138,6 +147,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.KeepDecided == 0 {
 		c.KeepDecided = DefaultKeepDecided
+	}
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = DefaultCheckpointInterval
 	}
 	return c
 }

@@ -78,7 +78,8 @@ var allSubjects []string // nil: the whole stream
 
 // feedSubject reports whether a message on subject belongs in the feed.
 func feedSubject(subject string) bool {
-	return !strings.HasPrefix(subject, TimerPrefix) && !strings.HasPrefix(subject, TimeoutPrefix) && !strings.HasPrefix(subject, TickPrefix)
+	return !strings.HasPrefix(subject, TimerPrefix) && !strings.HasPrefix(subject, TimeoutPrefix) && !strings.HasPrefix(subject, TickPrefix) &&
+		subject != events.CheckpointSubject
 }
 
 // EventFilter selects feed events. Empty fields match everything; each list

@@ -33,10 +33,13 @@ const (
 	// agent, and with a principal its elicitation also reads that agent's
 	// pending requests and answers them as that principal.
 	RoleGateway Role = "gateway"
+	// RoleAuditor reads the whole record and publishes nothing of the
+	// contract: `broker audit verify` and `broker audit witness`.
+	RoleAuditor Role = "auditor"
 )
 
 // Roles lists the roles, for messages.
-var Roles = []Role{RoleAgent, RoleApprover, RoleBot, RoleBroker, RoleGateway}
+var Roles = []Role{RoleAgent, RoleApprover, RoleBot, RoleBroker, RoleGateway, RoleAuditor}
 
 // Identity is who a credential is issued to.
 type Identity struct {
@@ -65,7 +68,7 @@ type Identity struct {
 // what its role needs of the wire contract and of JetStream's API, and
 // nothing of another agent's, principal's or the broker's.
 func (who Identity) Permissions() (jwt.Permissions, error) {
-	if err := events.CheckToken(string(who.Role)+" name", who.Name); err != nil && who.Role != RoleBroker && who.Role != RoleBot && who.Role != RoleGateway {
+	if err := events.CheckToken(string(who.Role)+" name", who.Name); err != nil && who.Role != RoleBroker && who.Role != RoleBot && who.Role != RoleGateway && who.Role != RoleAuditor {
 		return jwt.Permissions{}, err
 	}
 	return who.permissions()
@@ -93,6 +96,9 @@ func (who Identity) permissions() (jwt.Permissions, error) {
 		p.agent(who.Name)
 	case RoleApprover:
 		p.approver(who.Name)
+	case RoleAuditor:
+		p.client()
+		p.readConsumers(handler.StreamName)
 	case RoleBot:
 		if len(who.Principals) == 0 {
 			return jwt.Permissions{}, errors.New("a bot answers as the principals its channels map: name at least one")
@@ -226,10 +232,15 @@ func (p *perms) elicit(agent, principal string) {
 func (p *perms) approver(principal string) {
 	p.client()
 	p.pub(events.ResponsePrefix + principal + ".>")
-	name := handler.StreamName
+	p.readConsumers(handler.StreamName)
+	p.pub("$JS.API.STREAM.INFO.KV_"+events.PresenceBucket, "$KV."+events.PresenceBucket+"."+principal+".>")
+}
+
+// readConsumers may read stream name through consumers: make, read and
+// acknowledge them, never delete one.
+func (p *perms) readConsumers(name string) {
 	p.pub("$JS.API.CONSUMER.CREATE."+name, "$JS.API.CONSUMER.CREATE."+name+".>", "$JS.API.CONSUMER.DURABLE.CREATE."+name+".>",
 		"$JS.API.CONSUMER.INFO."+name+".>", "$JS.API.CONSUMER.MSG.NEXT."+name+".>", "$JS.ACK."+name+".>", "$JS.FC."+name+".>")
-	p.pub("$JS.API.STREAM.INFO.KV_"+events.PresenceBucket, "$KV."+events.PresenceBucket+"."+principal+".>")
 }
 
 // stream grants reading stream name (info, single messages), and with admin

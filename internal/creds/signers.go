@@ -38,10 +38,11 @@ const (
 	signApprover     = "approver"
 	signBot          = "bot"
 	signGateway      = "gateway"
+	signAuditor      = "auditor"
 )
 
 // signerKinds lists the kinds, in the order the account's JWT names them.
-var signerKinds = []string{signBroker, signAgent, signPrivateAgent, signApprover, signBot, signGateway}
+var signerKinds = []string{signBroker, signAgent, signPrivateAgent, signApprover, signBot, signGateway, signAuditor}
 
 // signerOf is the kind of signing key that signs who.
 func signerOf(who Identity) string {
@@ -57,6 +58,8 @@ func signerOf(who Identity) string {
 		return signBot
 	case RoleGateway:
 		return signGateway
+	case RoleAuditor:
+		return signAuditor
 	}
 	return signBroker
 }
@@ -79,6 +82,8 @@ func template(kind string) (jwt.UserPermissionLimits, error) {
 		who.Role, who.Private = RoleAgent, true
 	case signApprover:
 		who.Role = RoleApprover
+	case signAuditor:
+		who.Role = RoleAuditor
 	default:
 		return jwt.UserPermissionLimits{}, fmt.Errorf("signing key %q is not scoped", kind)
 	}

@@ -11,10 +11,13 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/assent-dev/assent/internal/chain"
 	"github.com/assent-dev/assent/internal/creds"
 	"github.com/assent-dev/assent/internal/testenv"
+	"github.com/assent-dev/assent/pkg/events"
 )
 
 // TestSigningKeys: an authority's users are signed by the account's signing
@@ -33,11 +36,11 @@ func TestSigningKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ac.SigningKeys) != 6 {
-		t.Fatalf("the account has %d signing keys, want 6", len(ac.SigningKeys))
+	if len(ac.SigningKeys) != 7 {
+		t.Fatalf("the account has %d signing keys, want 7", len(ac.SigningKeys))
 	}
 	signer := map[string]string{} // kind -> public key
-	for _, kind := range []string{"broker", "agent", "agent-private", "approver", "bot", "gateway"} {
+	for _, kind := range []string{"broker", "agent", "agent-private", "approver", "bot", "gateway", "auditor"} {
 		file := filepath.Join(dir, "signers", kind+".nk")
 		if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o600 {
 			t.Fatalf("%s: %v, want mode 0600", file, err)
@@ -136,7 +139,7 @@ func TestUpgradeAuthority(t *testing.T) {
 		t.Fatalf("init on the old authority: made %v, upgraded %v, %v", made, a.Upgraded(), err)
 	}
 	ac, _ := jwt.DecodeAccountClaims(a.AccountJWT)
-	if len(ac.SigningKeys) != 6 || ac.Limits.Conn != creds.DefaultAccountLimits.Connections {
+	if len(ac.SigningKeys) != 7 || ac.Limits.Conn != creds.DefaultAccountLimits.Connections {
 		t.Fatalf("upgraded account: %d signing keys, %d connections", len(ac.SigningKeys), ac.Limits.Conn)
 	}
 	if again, _, err := creds.Init(dir); err != nil || again.Upgraded() {
@@ -386,4 +389,79 @@ func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// TestAuditor: auditor credentials read the whole record (a verify walks
+// it through its own consumer, a witness reads the last checkpoint) and
+// publish nothing of the contract.
+func TestAuditor(t *testing.T) {
+	a, _, err := creds.Init(filepath.Join(t.TempDir(), "keys"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := testenv.OperatorServer(t, a.Embedded())
+	brokerNC, err := nats.Connect(ns.ClientURL(), nats.UserCredentials(credsFile(t, a, creds.Identity{Role: creds.RoleBroker, Name: "b1"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer brokerNC.Close()
+	bjs, _ := jetstream.New(brokerNC)
+	if _, err := bjs.CreateStream(testCtx(t), jetstream.StreamConfig{Name: "ASSENT", Subjects: []string{"assent.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := bjs.Publish(testCtx(t), "assent.request.coder", []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, after, ok, err := chain.NextCheckpoint(testCtx(t), bjs, "ASSENT")
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	m, _ := chain.Message(c, "broker/b1", nil)
+	if _, err := bjs.PublishMsg(testCtx(t), m, jetstream.WithExpectLastSequencePerSubject(after)); err != nil {
+		t.Fatal(err)
+	}
+
+	errs := make(chan error, 10)
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserCredentials(credsFile(t, a, creds.Identity{Role: creds.RoleAuditor, Name: "witness"})),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	rep, err := chain.Verify(testCtx(t), js, "ASSENT", chain.Options{})
+	if err != nil || !rep.OK() || rep.ProvenTo != c.Upto {
+		t.Fatalf("verify as an auditor: %+v %v", rep, err)
+	}
+	s, err := js.Stream(testCtx(t), "ASSENT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, found, err := chain.LastCheckpoint(testCtx(t), s); !found || err != nil {
+		t.Fatalf("the last checkpoint as an auditor: %v %v", found, err)
+	}
+	for _, subject := range []string{"assent.request.coder", "assent.response.alice.R1", "assent.decision.R1", events.CheckpointSubject, "$JS.API.STREAM.PURGE.ASSENT"} {
+		if err := nc.Publish(subject, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	wait:
+		for {
+			select {
+			case err := <-errs:
+				switch {
+				case strings.Contains(err.Error(), "$JS.API.CONSUMER.DELETE."):
+					// Its ordered consumers' clean-up, refused too: the
+					// server drops them once idle.
+				case strings.Contains(err.Error(), "Permissions Violation for Publish to \""+subject+"\""):
+					break wait
+				default:
+					t.Fatalf("%s: %v", subject, err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("an auditor published on %s", subject)
+			}
+		}
+	}
 }
