@@ -516,7 +516,7 @@ func TestAuditCommand(t *testing.T) {
 		itest.Submit(t, e, events.Requested{Agent: "cli", Tool: "read_file"})
 	}
 	var out strings.Builder
-	if err := app.Audit(itest.TestCtx(t, itest.Patience), &out, e.API, app.AuditQuery{Request: rec.ID}); err != nil {
+	if err := app.Audit(itest.TestCtx(t, itest.Patience), &out, app.API{URL: e.API}, app.AuditQuery{Request: rec.ID}); err != nil {
 		t.Fatal(err)
 	}
 	var types []string
@@ -531,13 +531,13 @@ func TestAuditCommand(t *testing.T) {
 		t.Fatalf("timeline %v", types)
 	}
 	out.Reset()
-	if err := app.Audit(itest.TestCtx(t, itest.Patience), &out, e.API, app.AuditQuery{Agent: "cli", Type: "requested", Limit: 4}); err != nil {
+	if err := app.Audit(itest.TestCtx(t, itest.Patience), &out, app.API{URL: e.API}, app.AuditQuery{Agent: "cli", Type: "requested", Limit: 4}); err != nil {
 		t.Fatal(err)
 	}
 	if n := strings.Count(out.String(), "\n"); n != 4 {
 		t.Fatalf("%d lines with limit 4:\n%s", n, out.String())
 	}
-	err := app.Audit(itest.TestCtx(t, itest.Patience), &out, e.API, app.AuditQuery{Since: "yesterday"})
+	err := app.Audit(itest.TestCtx(t, itest.Patience), &out, app.API{URL: e.API}, app.AuditQuery{Since: "yesterday"})
 	if err == nil || !strings.Contains(err.Error(), "invalid_request") {
 		t.Fatalf("bad since: %v", err)
 	}

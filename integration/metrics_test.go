@@ -2,6 +2,8 @@ package integration
 
 import (
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -68,4 +70,103 @@ func TestMetricsLatencyAndGauges(t *testing.T) {
 		c := metric("assent_event_stream_clients")
 		return c == "0", "clients " + c
 	})
+}
+
+// TestMetricsPerRole: who reads GET /metrics, for every role of the HTTP
+// API's callers (tokens of an agent, an approver, the approver bot, the MCP
+// gateway and an admin; no credential; a token the broker does not know)
+// and for the holder of the metrics token, under each way of serving it:
+// open on the API's listener as every replica did before (an unknown
+// token is refused there as on every route); with --metrics-token,
+// the token's holder only, whatever their role; with --metrics-listen,
+// nobody on the API's listener, everybody on its own; with both, the
+// token's holder on its own listener only.
+func TestMetricsPerRole(t *testing.T) {
+	const (
+		roleAgent, roleApprover, roleBot, roleGateway, roleAdmin = "agent", "approver", "bot", "gateway", "admin"
+		roleNone, roleBad, roleMetrics                           = "none", "bad", "metrics token"
+	)
+	roles := []string{roleAgent, roleApprover, roleBot, roleGateway, roleAdmin, roleNone, roleBad, roleMetrics}
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "policy.yaml")
+	authFile := filepath.Join(dir, "auth.yaml")
+	tokenFile := filepath.Join(dir, "metrics-token")
+	if err := os.WriteFile(pol, []byte("version: 1\nmode: manual\nprincipals:\n  alice: {}\n  bob: {}\n  carol: {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const metricsToken = "3f1c9a7e5b2d4f608e1a2b3c4d5e6f70"
+	if err := os.WriteFile(tokenFile, []byte(metricsToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bearer := map[string]string{roleBad: "assent_not-a-token", roleMetrics: metricsToken}
+	for role, flags := range map[string][]string{
+		roleAgent:    {"--agent", "coder"},
+		roleApprover: {"--principal", "alice"},
+		roleBot:      {"--principal", "bob"},
+		roleGateway:  {"--agent", "desktop", "--principal", "carol"},
+		roleAdmin:    {"--admin"},
+	} {
+		bearer[role] = strings.TrimSpace(itest.CLI(t, app.ExitOK, append([]string{"token", "create", role, "--auth", authFile}, flags...)...))
+	}
+	// all answers status to every role; but, the same with the exceptions.
+	all := func(status int) map[string]int {
+		m := map[string]int{}
+		for _, r := range roles {
+			m[r] = status
+		}
+		return m
+	}
+	but := func(m map[string]int, status int, roles ...string) map[string]int {
+		for _, r := range roles {
+			m[r] = status
+		}
+		return m
+	}
+	for _, tt := range []struct {
+		name         string
+		token        bool
+		own          bool
+		api, ownWant map[string]int // by role: GET /metrics on the API's listener, on its own
+	}{
+		{"open, as before", false, false, but(all(200), 401, roleBad, roleMetrics), nil},
+		{"--metrics-token", true, false, but(all(401), 200, roleMetrics), nil},
+		{"--metrics-listen", false, true, but(all(404), 401, roleBad, roleMetrics), all(200)},
+		{"both", true, true, but(all(404), 401, roleBad, roleMetrics), but(all(401), 200, roleMetrics)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o := app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0", PolicyFile: pol, AuthFile: authFile}
+			if tt.token {
+				o.MetricsTokenFile = tokenFile
+			}
+			if tt.own {
+				o.MetricsListen = "127.0.0.1:0"
+			}
+			a := itest.StartApp(t, o)
+			check := func(listener, base string, want map[string]int) {
+				t.Helper()
+				for _, role := range roles {
+					h := http.Header{}
+					if tok := bearer[role]; tok != "" {
+						h.Set("Authorization", "Bearer "+tok)
+					}
+					ctx, cancel := itest.OpCtx()
+					r, err := itest.DoHTTPWith(ctx, http.MethodGet, base+"/metrics", h, nil)
+					cancel()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r.Status != want[role] {
+						t.Errorf("%s: GET /metrics as %s: %d, want %d: %.120s", listener, role, r.Status, want[role], r.Body)
+					}
+					if r.Status == http.StatusOK && !strings.Contains(string(r.Body), "assent_requests_total") {
+						t.Errorf("%s: GET /metrics as %s: 200 without the metrics: %.120s", listener, role, r.Body)
+					}
+				}
+			}
+			check("the API's listener", a.HTTP, tt.api)
+			if tt.own {
+				check("its own listener", a.Metrics, tt.ownWant)
+			}
+		})
+	}
 }

@@ -646,7 +646,7 @@ func TestBadPolicyStopsStart(t *testing.T) {
 func TestRememberedCommands(t *testing.T) {
 	a := itest.StartApp(t, app.Options{NATSListen: "127.0.0.1:0", DataDir: t.TempDir(), HTTPListen: "127.0.0.1:0"})
 	var out bytes.Buffer
-	if err := app.RememberedList(itest.TestCtx(t, itest.Patience), &out, a.HTTP); err != nil || !strings.Contains(out.String(), "no remembered choices") {
+	if err := app.RememberedList(itest.TestCtx(t, itest.Patience), &out, app.API{URL: a.HTTP}); err != nil || !strings.Contains(out.String(), "no remembered choices") {
 		t.Fatalf("empty list: %q %v", out.String(), err)
 	}
 	rec := itest.ApprovalOf(t, itest.Call(t, http.MethodPost, a.HTTP+"/v1/approvals", map[string]any{"agent": "cmd", "tool": "deploy", "session": "s-1"}), http.StatusCreated)
@@ -657,14 +657,14 @@ func TestRememberedCommands(t *testing.T) {
 		return len(listed.Remembered) == 1, "grant not listed"
 	})
 	out.Reset()
-	if err := app.RememberedList(itest.TestCtx(t, itest.Patience), &out, a.HTTP); err != nil || !strings.Contains(out.String(), listed.Remembered[0].ID) || !strings.Contains(out.String(), "session=s-1") {
+	if err := app.RememberedList(itest.TestCtx(t, itest.Patience), &out, app.API{URL: a.HTTP}); err != nil || !strings.Contains(out.String(), listed.Remembered[0].ID) || !strings.Contains(out.String(), "session=s-1") {
 		t.Fatalf("list: %q %v", out.String(), err)
 	}
 	out.Reset()
-	if err := app.RememberedRevoke(itest.TestCtx(t, itest.Patience), &out, a.HTTP, listed.Remembered[0].ID); err != nil || !strings.HasPrefix(out.String(), "revoked "+listed.Remembered[0].ID) {
+	if err := app.RememberedRevoke(itest.TestCtx(t, itest.Patience), &out, app.API{URL: a.HTTP}, listed.Remembered[0].ID); err != nil || !strings.HasPrefix(out.String(), "revoked "+listed.Remembered[0].ID) {
 		t.Fatalf("revoke: %q %v", out.String(), err)
 	}
-	if err := app.RememberedRevoke(itest.TestCtx(t, itest.Patience), &out, a.HTTP, listed.Remembered[0].ID); err == nil || !strings.Contains(err.Error(), "not_found") {
+	if err := app.RememberedRevoke(itest.TestCtx(t, itest.Patience), &out, app.API{URL: a.HTTP}, listed.Remembered[0].ID); err == nil || !strings.Contains(err.Error(), "not_found") {
 		t.Fatalf("revoke twice: %v", err)
 	}
 }

@@ -15,15 +15,32 @@ import (
 	"github.com/assent-dev/assent/pkg/policy"
 )
 
+// API is a running broker's HTTP API, as the client commands call it.
+type API struct {
+	// URL is its base URL: http://127.0.0.1:8080, https://assent.example.com.
+	URL string
+	// Client makes the calls; nil is http.DefaultClient. For a broker served
+	// over TLS with a CA of its own, or asking for client certificates, it
+	// carries them (httptls.ClientFiles.Client).
+	Client *http.Client
+}
+
+func (a API) client() *http.Client {
+	if a.Client == nil {
+		return http.DefaultClient
+	}
+	return a.Client
+}
+
 // RememberedList prints the remembered choices a running broker holds, through
-// its HTTP API at base (e.g. http://127.0.0.1:8080). What came from requests
-// and answers (ids, tools, scope values, principals) is printed with terminal
-// controls escaped (textsafe.Line).
-func RememberedList(ctx context.Context, w io.Writer, base string) error {
+// its HTTP API. What came from requests and answers (ids, tools, scope
+// values, principals) is printed with terminal controls escaped
+// (textsafe.Line).
+func RememberedList(ctx context.Context, w io.Writer, api API) error {
 	var out struct {
 		Remembered []policy.Grant `json:"remembered"`
 	}
-	if err := adminCall(ctx, http.MethodGet, base+"/v1/remembered", &out); err != nil {
+	if err := api.call(ctx, http.MethodGet, "/v1/remembered", nil, &out); err != nil {
 		return err
 	}
 	if len(out.Remembered) == 0 {
@@ -41,11 +58,11 @@ func RememberedList(ctx context.Context, w io.Writer, base string) error {
 
 // RememberedRevoke revokes remembered choice id on a running broker, and
 // prints what it revoked as RememberedList does.
-func RememberedRevoke(ctx context.Context, w io.Writer, base, id string) error {
+func RememberedRevoke(ctx context.Context, w io.Writer, api API, id string) error {
 	var out struct {
 		Revoked policy.Grant `json:"revoked"`
 	}
-	if err := adminCall(ctx, http.MethodDelete, base+"/v1/remembered/"+url.PathEscape(id), &out); err != nil {
+	if err := api.call(ctx, http.MethodDelete, "/v1/remembered/"+url.PathEscape(id), nil, &out); err != nil {
 		return err
 	}
 	g := out.Revoked
@@ -77,12 +94,12 @@ type CancelQuery struct {
 }
 
 // Cancel cancels every pending request of an agent and/or a session on a
-// running broker, through POST /v1/cancels of its HTTP API at base, and
+// running broker, through POST /v1/cancels of its HTTP API, and
 // prints one line per request: its id and what became of it. With
 // authentication on, the token (TokenEnv) must be the agent's own or an
 // admin's; each cancel is recorded as theirs. It fails if any request could
 // not be cancelled.
-func Cancel(ctx context.Context, w io.Writer, base string, q CancelQuery) error {
+func Cancel(ctx context.Context, w io.Writer, api API, q CancelQuery) error {
 	body, err := json.Marshal(map[string]string{"agent": q.Agent, "session": q.Session, "reason": q.Reason})
 	if err != nil {
 		return err
@@ -96,7 +113,7 @@ func Cancel(ctx context.Context, w io.Writer, base string, q CancelQuery) error 
 		Cancelled int `json:"cancelled"`
 		Total     int `json:"total"`
 	}
-	if err := apiCall(ctx, http.MethodPost, base+"/v1/cancels", body, &out); err != nil {
+	if err := api.call(ctx, http.MethodPost, "/v1/cancels", body, &out); err != nil {
 		return err
 	}
 	failed := 0
@@ -115,13 +132,10 @@ func Cancel(ctx context.Context, w io.Writer, base string, q CancelQuery) error 
 	return nil
 }
 
-func adminCall(ctx context.Context, method, u string, out any) error {
-	return apiCall(ctx, method, u, nil, out)
-}
-
-// apiCall sends body (JSON, or nil for none) to the broker's API at u with
+// call sends body (JSON, or nil for none) to path of the broker's API with
 // the API token, and reads its answer into out.
-func apiCall(ctx context.Context, method, u string, body []byte, out any) error {
+func (a API) call(ctx context.Context, method, path string, body []byte, out any) error {
+	u := a.URL + path
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -134,7 +148,7 @@ func apiCall(ctx context.Context, method, u string, body []byte, out any) error 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	authorize(req)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := a.client().Do(req)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/assent-dev/assent/internal/creds"
 	"github.com/assent-dev/assent/internal/gcpace"
 	"github.com/assent-dev/assent/internal/httpapi"
+	"github.com/assent-dev/assent/internal/httptls"
 	"github.com/assent-dev/assent/internal/natsconn"
 	"github.com/assent-dev/assent/internal/natsembed"
 	"github.com/assent-dev/assent/internal/tracing"
@@ -56,8 +57,24 @@ type Options struct {
 	// Sync is the embedded server's fsync policy ("always" or an interval).
 	Sync string
 	// HTTPListen is host:port for the HTTP API; empty disables it. Without
-	// AuthFile it must be a loopback address.
+	// AuthFile it must be a loopback address, with TLS or without.
 	HTTPListen string
+	// TLS, with its CertFile and KeyFile, serves the HTTP API and web UI
+	// (and MetricsListen) over HTTPS only, TLS 1.2 or later. The files are
+	// read at start, and again when they change or Reload fires, so that a
+	// renewed certificate needs no restart. Its ClientCAFile, if set,
+	// requires a client certificate signed by that CA (mutual TLS): others
+	// are refused at the handshake.
+	TLS httptls.Files
+	// MetricsTokenFile, if set, holds a bearer token that GET /metrics then
+	// requires (Authorization: Bearer TOKEN), whoever the caller is
+	// otherwise; re-read when it changes or Reload fires. Empty, /metrics is
+	// open, as /healthz and /readyz are.
+	MetricsTokenFile string
+	// MetricsListen, if set, is host:port for a listener of its own that
+	// serves GET /metrics (over TLS if TLS is set), which the HTTP API then
+	// does not serve.
+	MetricsListen string
 	// AuthFile, if set, turns authentication on for the HTTP API and web UI
 	// (docs/web.md); answers are then made as the caller's identity.
 	AuthFile string
@@ -67,7 +84,8 @@ type Options struct {
 	// ShadowPolicyFile, if set, is a candidate policy evaluated beside the live
 	// one; disagreements are recorded, never acted on. Reloaded with it.
 	ShadowPolicyFile string
-	// Reload asks for the policy file to be read again (main feeds it SIGHUP).
+	// Reload asks for the policy file, the auth file, the TLS certificate
+	// and the metrics token to be read again (main feeds it SIGHUP).
 	Reload <-chan struct{}
 	// PprofListen, if set, is a loopback host:port serving Go's runtime
 	// profiles (net/http/pprof, /debug/pprof/) on a listener of its own,
@@ -98,9 +116,10 @@ type Options struct {
 
 // Addrs are where a running process listens.
 type Addrs struct {
-	NATS  string // client URL
-	HTTP  string // http://host:port, or empty
-	Pprof string // http://host:port of the profiles (/debug/pprof/), or empty
+	NATS    string // client URL
+	HTTP    string // http://host:port, or https:// with TLS, or empty
+	Metrics string // the base URL of the listener serving /metrics: HTTP's, MetricsListen's, or empty
+	Pprof   string // http://host:port of the profiles (/debug/pprof/), or empty
 }
 
 // Validate reports every problem with o at once.
@@ -130,9 +149,14 @@ func (o Options) Validate() error {
 		if host, _, err := splitHostPort(o.HTTPListen); err != nil {
 			errs = append(errs, fmt.Errorf("http listen address: %w", err))
 		} else if o.AuthFile == "" && !loopback(host) {
-			errs = append(errs, fmt.Errorf("http listen address %s: without --auth the HTTP API lets whoever reaches it answer as anyone, so it serves loopback only (127.0.0.1, ::1, localhost); add --auth FILE (docs/web.md) to serve %s", o.HTTPListen, o.HTTPListen))
+			tls := ""
+			if o.TLS.On() {
+				tls = " (TLS, mutual or not, protects the connection; it does not say who answers)"
+			}
+			errs = append(errs, fmt.Errorf("http listen address %s: without --auth the HTTP API lets whoever reaches it answer as anyone, so it serves loopback only (127.0.0.1, ::1, localhost)%s; add --auth FILE (docs/web.md) to serve %s", o.HTTPListen, tls, o.HTTPListen))
 		}
 	}
+	errs = append(errs, o.validateHTTPS()...)
 	if o.PprofListen != "" {
 		if host, _, err := splitHostPort(o.PprofListen); err != nil {
 			errs = append(errs, fmt.Errorf("pprof listen address: %w", err))
@@ -150,6 +174,36 @@ func (o Options) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// validateHTTPS reports the problems with the TLS and metrics options.
+func (o Options) validateHTTPS() []error {
+	var errs []error
+	served := o.HTTPListen != "" || o.MetricsListen != ""
+	if t := o.TLS; t.On() {
+		switch {
+		case t.CertFile == "" && t.KeyFile == "":
+			errs = append(errs, errors.New("--tls-client-ca asks HTTPS clients for a certificate: give the broker's own too, --tls-cert FILE and --tls-key FILE"))
+		case t.CertFile == "":
+			errs = append(errs, errors.New("--tls-key without --tls-cert: give both, the certificate file and its key file"))
+		case t.KeyFile == "":
+			errs = append(errs, errors.New("--tls-cert without --tls-key: give both, the certificate file and its key file"))
+		}
+		if !served {
+			errs = append(errs, errors.New("--tls-cert serves the HTTP API over HTTPS, but --http is empty (the API is off): give --http ADDR, or leave out the TLS flags"))
+		}
+	}
+	if o.MetricsTokenFile != "" && !served {
+		errs = append(errs, errors.New("--metrics-token guards GET /metrics, but nothing serves it: --http is empty and --metrics-listen is not set"))
+	}
+	if o.MetricsListen != "" {
+		if _, port, err := splitHostPort(o.MetricsListen); err != nil {
+			errs = append(errs, fmt.Errorf("metrics listen address: %w", err))
+		} else if port != 0 && o.MetricsListen == o.HTTPListen {
+			errs = append(errs, fmt.Errorf("--metrics-listen %s is the HTTP API's address (--http): give it a port of its own, or leave it out to serve /metrics on the API's", o.MetricsListen))
+		}
+	}
+	return errs
 }
 
 // loopback reports whether host only ever means this machine.
@@ -224,6 +278,24 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 		}
 		o.Broker.Shadow = p
 		log.Info("shadow policy loaded; disagreements are recorded, never acted on", zap.String("file", o.ShadowPolicyFile))
+	}
+	// The HTTPS certificate and the metrics token are read before anything
+	// starts: a file that is missing or wrong stops the process at once.
+	var certs *httptls.Certs
+	if o.TLS.On() {
+		c, err := httptls.Load(o.TLS, log.Named("tls"))
+		if err != nil {
+			return fmt.Errorf("%w (--tls-cert, --tls-key, --tls-client-ca; docs/security.md#tls)", err)
+		}
+		certs = c
+	}
+	var token *metricsToken
+	if o.MetricsTokenFile != "" {
+		t, err := loadMetricsToken(o.MetricsTokenFile)
+		if err != nil {
+			return err
+		}
+		token = t
 	}
 	url := o.NATSURL
 	connectURL := url // where this process connects: in process, without TLS
@@ -328,7 +400,14 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 		g.Go(func() error { return authn.Run(gctx) })
 		log.Info("authentication on", zap.String("file", o.AuthFile), zap.Int("tokens", len(cfg.Tokens)), zap.Bool("oidc", cfg.OIDC != nil), zap.Bool("proxy", cfg.Proxy != nil))
 	}
-	// SIGHUP reloads the policy files and the auth file.
+	if certs != nil {
+		g.Go(func() error { return certs.Run(gctx) })
+	}
+	if token != nil {
+		g.Go(func() error { token.watch(gctx, log); return nil })
+	}
+	// SIGHUP reloads the policy files, the auth file, the HTTPS certificate
+	// and the metrics token.
 	policyReload := make(chan struct{}, 1)
 	g.Go(func() error {
 		for {
@@ -345,6 +424,14 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 						log.Error("auth file reload refused; keeping the one in force", zap.Error(err))
 					}
 				}
+				if certs != nil {
+					if err := certs.Reload(); err != nil {
+						log.Error("TLS certificate reload refused; keeping the one in force", zap.Error(err))
+					}
+				}
+				if token != nil {
+					token.reloadOrKeep(log)
+				}
 			}
 		}
 	})
@@ -353,23 +440,34 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 	}
 
 	addrs.NATS = url
-	if o.HTTPListen != "" {
-		ln, err := net.Listen("tcp", o.HTTPListen)
-		if err != nil {
-			return fmt.Errorf("http listen: %w", err)
+	// GET /metrics: on the API's listener (as every other route, or with a
+	// token, before authentication: the token is no API token), or on a
+	// listener of its own.
+	var metricsHandler http.Handler
+	if o.HTTPListen != "" || o.MetricsListen != "" {
+		var failures func() map[string]int64
+		if authn != nil {
+			failures = func() map[string]int64 { return authn.Stats().Failures }
 		}
-		addrs.HTTP = "http://" + ln.Addr().String()
+		m.register(b, failures)
+		metricsHandler = m.handler()
+		if token != nil {
+			metricsHandler = token.require(metricsHandler)
+		}
+	}
+	hs := httpServing{g: g, ctx: gctx, certs: certs, log: log}
+	if o.HTTPListen != "" {
 		// Long polls and event streams end when the work stops, not the
 		// drain delay before: the API serves as usual until then.
 		hc := httpapi.Config{MaxBodyBytes: int64(b.Config().MaxEventSize), Stopping: gctx, TracerProvider: o.Broker.TracerProvider}
-		var failures func() map[string]int64
 		if authn != nil {
 			hc.Identify = identify
-			failures = func() map[string]int64 { return authn.Stats().Failures }
 		}
 		api := httpapi.New(served, hc, log)
-		m.register(b, failures)
-		api.Handle("GET /metrics", m.handler())
+		metricsOnAPI := o.MetricsListen == ""
+		if metricsOnAPI && token == nil {
+			api.Handle("GET /metrics", metricsHandler)
+		}
 		uc := webui.Config{}
 		if authn != nil {
 			uc.Identify = func(r *http.Request) (webui.Identity, bool) {
@@ -388,28 +486,29 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 			authn.Routes(api)
 			handler = authn.Middleware(api)
 		}
-		srv := &http.Server{Handler: served.gate(handler), ReadHeaderTimeout: 10 * time.Second}
-		g.Go(func() error {
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
-		g.Go(func() error {
-			<-gctx.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), httpShutdown)
-			defer cancel()
-			if err := srv.Shutdown(sctx); err != nil {
-				log.Warn("HTTP requests still running when stopping; their connections are closed", zap.Duration("after", httpShutdown), zap.Error(err))
-				return srv.Close()
-			}
-			return nil
-		})
+		handler = served.gate(handler)
+		if metricsOnAPI && token != nil {
+			handler = metricsFirst(metricsHandler, handler)
+		}
+		addrs.HTTP, err = hs.serve("http", o.HTTPListen, handler)
+		if err != nil {
+			return err
+		}
 		if o.AuthFile == "" {
 			log.Warn("HTTP API without authentication, on loopback only: anyone on this machine may answer as anyone; use --auth FILE to require sign-in (docs/web.md)", zap.String("url", addrs.HTTP))
 		} else {
-			log.Info("HTTP API listening", zap.String("url", addrs.HTTP))
+			log.Info("HTTP API listening", zap.String("url", addrs.HTTP), zap.Bool("client_certificates", o.TLS.ClientCAFile != ""))
 		}
+		if metricsOnAPI {
+			addrs.Metrics = addrs.HTTP
+		}
+	}
+	if o.MetricsListen != "" {
+		addrs.Metrics, err = hs.serve("metrics", o.MetricsListen, metricsFirst(metricsHandler, http.NotFoundHandler()))
+		if err != nil {
+			return err
+		}
+		log.Info("metrics listening", zap.String("url", addrs.Metrics+"/metrics"), zap.Bool("token", token != nil))
 	}
 	g.Go(func() error {
 		t := time.NewTicker(10 * time.Millisecond)
@@ -422,7 +521,8 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 			}
 		}
 		served.started.Store(true)
-		log.Info("ready: agents publish to assent.request.<agent>; approve over HTTP or NATS", zap.String("nats", addrs.NATS), zap.String("http", addrs.HTTP), zap.String("pprof", addrs.Pprof))
+		log.Info("ready: agents publish to assent.request.<agent>; approve over HTTP or NATS", zap.String("nats", addrs.NATS), zap.String("http", addrs.HTTP),
+			zap.String("metrics", addrs.Metrics), zap.String("pprof", addrs.Pprof))
 		if o.Ready != nil {
 			o.Ready(addrs)
 		}
@@ -442,6 +542,54 @@ func Run(ctx context.Context, o Options, log *zap.Logger) error {
 
 // httpShutdown bounds the wait for HTTP requests in flight when stopping.
 const httpShutdown = 10 * time.Second
+
+// httpServing starts the process's HTTP listeners in g: over TLS with
+// certs, if set; each stops when ctx ends.
+type httpServing struct {
+	g     *errgroup.Group
+	ctx   context.Context
+	certs *httptls.Certs
+	log   *zap.Logger
+}
+
+// serve listens on addr and serves h there until ctx ends, then stops
+// taking requests and finishes those in flight, for httpShutdown at most.
+// It returns the listener's base URL: http://host:port, or https://.
+func (s httpServing) serve(what, addr string, h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("%s listen: %w", what, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	url := "http://" + ln.Addr().String()
+	if s.certs != nil {
+		srv.TLSConfig, srv.ErrorLog = s.certs.Config(), httptls.ErrorLog(s.log.Named(what))
+		url = "https://" + ln.Addr().String()
+	}
+	s.g.Go(func() error {
+		var err error
+		if s.certs != nil {
+			err = srv.ServeTLS(ln, "", "") // the certificate comes from TLSConfig
+		} else {
+			err = srv.Serve(ln)
+		}
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	})
+	s.g.Go(func() error {
+		<-s.ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), httpShutdown)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			s.log.Warn("HTTP requests still running when stopping; their connections are closed", zap.String("listener", what), zap.Duration("after", httpShutdown), zap.Error(err))
+			return srv.Close()
+		}
+		return nil
+	})
+	return url, nil
+}
 
 // draining is the broker as the HTTP API sees it: not ready from the moment
 // the process starts stopping, while it still serves; and not serving the

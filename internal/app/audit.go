@@ -24,10 +24,10 @@ type AuditQuery struct {
 }
 
 // Audit writes the events of a running broker's audit log matching q to w as
-// JSON lines, oldest first, a page at a time through its HTTP API at base.
+// JSON lines, oldest first, a page at a time through its HTTP API.
 // Each line is one event as GET /v1/audit gives it; the JSON encoding escapes
 // terminal controls, so the lines are safe to print.
-func Audit(ctx context.Context, w io.Writer, base string, q AuditQuery) error {
+func Audit(ctx context.Context, w io.Writer, api API, q AuditQuery) error {
 	v := url.Values{"format": {"ndjson"}}
 	for name, val := range map[string]string{"request": q.Request, "agent": q.Agent, "principal": q.Principal,
 		"channel": q.Channel, "rule": q.Rule, "type": q.Type, "since": q.Since, "until": q.Until} {
@@ -42,7 +42,7 @@ func Audit(ctx context.Context, w io.Writer, base string, q AuditQuery) error {
 			page = min(page, q.Limit-written)
 		}
 		v.Set("limit", strconv.Itoa(page))
-		next, n, err := auditPage(ctx, w, base+"/v1/audit?"+v.Encode())
+		next, n, err := api.auditPage(ctx, w, api.URL+"/v1/audit?"+v.Encode())
 		if err != nil {
 			return err
 		}
@@ -56,14 +56,14 @@ func Audit(ctx context.Context, w io.Writer, base string, q AuditQuery) error {
 
 // auditPage copies one page of JSON lines to w and returns the cursor of the
 // next page ("" at the end) and how many lines it copied.
-func auditPage(ctx context.Context, w io.Writer, u string) (string, int, error) {
+func (a API) auditPage(ctx context.Context, w io.Writer, u string) (string, int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return "", 0, err
 	}
 	authorize(req)
 	req.Header.Set("Accept", "application/x-ndjson")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := a.client().Do(req)
 	if err != nil {
 		return "", 0, err
 	}

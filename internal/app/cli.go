@@ -15,6 +15,7 @@ import (
 	"github.com/assent-dev/assent/internal/auth"
 	"github.com/assent-dev/assent/internal/envflag"
 	"github.com/assent-dev/assent/internal/healthcheck"
+	"github.com/assent-dev/assent/internal/httptls"
 	"github.com/assent-dev/assent/internal/textsafe"
 )
 
@@ -68,29 +69,56 @@ type command struct {
 // status says the rest.
 var errReported = errors.New("failed")
 
+// apiFlags defines the client commands' flags for reaching the broker's HTTP
+// API: --http, and the TLS files of an https one.
+func apiFlags(fs *flag.FlagSet) *apiTarget {
+	a := &apiTarget{}
+	fs.StringVar(&a.http, "http", "http://127.0.0.1:8080", "the broker's HTTP API `URL`, or the address it listens on (its own --http, such as 0.0.0.0:8080; https with --ca or --cert)")
+	httptls.ClientFlags(fs, &a.tls)
+	return a
+}
+
+// apiTarget is what apiFlags fill.
+type apiTarget struct {
+	http string
+	tls  httptls.ClientFiles
+}
+
+// api returns the broker's HTTP API as the flags name it.
+func (a *apiTarget) api() (API, error) {
+	client, err := a.tls.Client()
+	if err != nil {
+		return API{}, err
+	}
+	return API{URL: apiURL(a.http, a.tls.On()), Client: client}, nil
+}
+
 // apiURL is the URL of the broker's HTTP API that the client commands' --http
 // names: a URL, or the address the broker listens on, as its own --http (and
 // ASSENT_HTTP, in the broker's container) has it, where an unspecified host
-// (0.0.0.0, [::] or none) is this machine.
-func apiURL(s string) string {
+// (0.0.0.0, [::] or none) is this machine. An address is reached over https
+// when the command has TLS files (secure), as a broker given --tls-cert
+// serves.
+func apiURL(s string, secure bool) string {
 	if strings.Contains(s, "://") {
 		return s
 	}
+	scheme := "http://"
+	if secure {
+		scheme = "https://"
+	}
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
-		return "http://" + s
+		return scheme + s
 	}
 	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
 		host = "127.0.0.1"
 	}
-	return "http://" + net.JoinHostPort(host, port)
+	return scheme + net.JoinHostPort(host, port)
 }
 
 // commands lists the CLI's commands, in the order usage shows them.
 func commands() []*command {
-	httpFlag := func(fs *flag.FlagSet) *string {
-		return fs.String("http", "http://127.0.0.1:8080", "the broker's HTTP API `URL`, or the address it listens on (its own --http, such as 0.0.0.0:8080)")
-	}
 	cmds := []*command{
 		{
 			name: "policy check", synopsis: "FILE", args: []string{"FILE"},
@@ -129,11 +157,15 @@ involved: remembered choices and limits' running totals are not consulted.`,
 requests) that a running broker holds. "broker remembered revoke ID" revokes
 one.`,
 			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
-				base := httpFlag(fs)
+				target := apiFlags(fs)
 				return func(ctx context.Context, c CLI, _ []string) error {
+					api, err := target.api()
+					if err != nil {
+						return err
+					}
 					ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 					defer cancel()
-					return RememberedList(ctx, c.Stdout, apiURL(*base))
+					return RememberedList(ctx, c.Stdout, api)
 				}
 			},
 		},
@@ -143,11 +175,15 @@ one.`,
 			about: `Revokes the remembered choice ID (as "broker remembered" lists it) on a
 running broker, for every replica: later requests are decided without it.`,
 			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
-				base := httpFlag(fs)
+				target := apiFlags(fs)
 				return func(ctx context.Context, c CLI, args []string) error {
+					api, err := target.api()
+					if err != nil {
+						return err
+					}
 					ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 					defer cancel()
-					return RememberedRevoke(ctx, c.Stdout, apiURL(*base), args[0])
+					return RememberedRevoke(ctx, c.Stdout, api, args[0])
 				}
 			},
 		},
@@ -160,7 +196,7 @@ pending, escalation and decision events, with the stream sequence and time.
 --request gives one request's whole timeline. Times are RFC 3339
 (2026-11-22T10:00:00Z). With authentication on, set ` + TokenEnv + ` to an API token.`,
 			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
-				base := httpFlag(fs)
+				target := apiFlags(fs)
 				var q AuditQuery
 				fs.StringVar(&q.Request, "request", "", "one request's `ID`: its whole timeline")
 				fs.StringVar(&q.Agent, "agent", "", "events of this `agent`'s requests")
@@ -172,7 +208,11 @@ pending, escalation and decision events, with the stream sequence and time.
 				fs.StringVar(&q.Until, "until", "", "events stored at or before this `time`")
 				fs.IntVar(&q.Limit, "limit", 0, "at most `N` events (0: all)")
 				return func(ctx context.Context, c CLI, _ []string) error {
-					return Audit(ctx, c.Stdout, apiURL(*base), q)
+					api, err := target.api()
+					if err != nil {
+						return err
+					}
+					return Audit(ctx, c.Stdout, api, q)
 				}
 			},
 		},
@@ -185,15 +225,19 @@ became of it. With authentication on, set ` + TokenEnv + ` to the agent's own to
 (which may leave out --agent) or an admin's; each cancel is recorded as
 theirs. The exit status is 1 if any request could not be cancelled.`,
 			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
-				base := httpFlag(fs)
+				target := apiFlags(fs)
 				var q CancelQuery
 				fs.StringVar(&q.Agent, "agent", "", "every pending request of this `agent`")
 				fs.StringVar(&q.Session, "session", "", "every pending request of this `session`")
 				fs.StringVar(&q.Reason, "reason", "", "`TEXT` saying why, recorded with each cancel")
 				return func(ctx context.Context, c CLI, _ []string) error {
+					api, err := target.api()
+					if err != nil {
+						return err
+					}
 					ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 					defer cancel()
-					return Cancel(ctx, c.Stdout, apiURL(*base), q)
+					return Cancel(ctx, c.Stdout, api, q)
 				}
 			},
 		},
@@ -298,19 +342,23 @@ new one and --trust-decision-key OLD, then drop the old key.`,
 			},
 		},
 		{
-			name: "health", synopsis: "[--http ADDR] [--path /readyz] [--wait DURATION]",
+			name: "health", synopsis: "[--http ADDR] [--path /readyz] [--wait DURATION] [--ca FILE] [--cert FILE --key FILE]",
 			summary: "ask a running broker's health endpoint",
 			about: `Asks a running broker's health endpoint, by default /readyz (it takes work;
 /healthz: it runs), and exits 0 if it answers 200, 1 with the reason if not.
 --http is the broker's own --http (ASSENT_HTTP in its container serves
 both). Images without a shell run it as their health check
-(deploy/Dockerfile, docs/deploy.md).`,
+(deploy/Dockerfile, docs/deploy.md). For a broker served over TLS
+(--tls-cert), give the CA of its certificate (--ca), and with
+--tls-client-ca a client certificate (--cert, --key): the address is then
+reached over https.`,
 			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
-				base := httpFlag(fs)
+				target := apiFlags(fs)
 				path := fs.String("path", "/readyz", "the health endpoint's `path`")
 				o := healthcheck.WaitFlags(fs, healthcheck.Options{})
 				return func(ctx context.Context, c CLI, _ []string) error {
-					o.URL = strings.TrimRight(apiURL(*base), "/") + *path
+					o.URL = strings.TrimRight(apiURL(target.http, target.tls.On()), "/") + *path
+					o.TLS = target.tls
 					status, err := healthcheck.Check(ctx, *o)
 					if err != nil {
 						return err
@@ -332,8 +380,9 @@ both). Images without a shell run it as their health check
 			},
 		},
 	}
-	// The credentials, backup and restore commands go before version, the last.
-	return slices.Insert(cmds, len(cmds)-1, append(credsCommands(), backupCommands()...)...)
+	// The record's, credentials, backup and restore commands go before
+	// version, the last.
+	return slices.Insert(cmds, len(cmds)-1, slices.Concat(recordCommands(), credsCommands(), backupCommands())...)
 }
 
 func dash(s string) string {
@@ -433,6 +482,9 @@ func (c CLI) Run(ctx context.Context, args []string) int {
 	case "token":
 		return c.group(ctx, "token", "create, revoke or list", rest)
 	case "audit":
+		if len(rest) > 0 && (rest[0] == "verify" || rest[0] == "witness") {
+			return c.run(ctx, lookup("audit "+rest[0]), rest[1:])
+		}
 		return c.run(ctx, lookup("audit"), rest)
 	case "remembered":
 		// "revoke" names the command wherever it is among the positional
@@ -447,7 +499,7 @@ func (c CLI) Run(ctx context.Context, args []string) int {
 	case "decision-key":
 		return c.group(ctx, "decision-key", "new", rest)
 	case "creds":
-		return c.group(ctx, "creds", "init, agent, approver, bot, broker or server-config", rest)
+		return c.group(ctx, "creds", "init, agent, approver, bot, gateway, broker, auditor, server-config, revoke, rotate, push or list", rest)
 	case "backup", "restore", "health", "cancel":
 		return c.run(ctx, lookup(name), rest)
 	case "version":

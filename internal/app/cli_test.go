@@ -86,7 +86,7 @@ func writeFile(t *testing.T, name, content string) string {
 func TestRememberedListEscapes(t *testing.T) {
 	srv := adminServer(t, http.MethodGet, "/v1/remembered", http.StatusOK, map[string]any{"remembered": []policy.Grant{evilGrant()}})
 	var out bytes.Buffer
-	if err := app.RememberedList(testCtx(t), &out, srv.URL); err != nil {
+	if err := app.RememberedList(testCtx(t), &out, app.API{URL: srv.URL}); err != nil {
 		t.Fatal(err)
 	}
 	checkEscaped(t, out.String(), "g1"+evilShown, "rm"+evilShown, "session=s1"+evilShown, "alice"+evilShown)
@@ -99,7 +99,7 @@ func TestRememberedRevokeEscapes(t *testing.T) {
 	g := evilGrant()
 	srv := adminServer(t, http.MethodDelete, "/v1/remembered/"+g.ID, http.StatusOK, map[string]any{"revoked": g})
 	var out bytes.Buffer
-	if err := app.RememberedRevoke(testCtx(t), &out, srv.URL, g.ID); err != nil {
+	if err := app.RememberedRevoke(testCtx(t), &out, app.API{URL: srv.URL}, g.ID); err != nil {
 		t.Fatal(err)
 	}
 	checkEscaped(t, out.String(), "revoked g1"+evilShown+" (approve rm"+evilShown+" for session=s1"+evilShown+")\n")
@@ -109,7 +109,7 @@ func TestRememberedRevokeEscapes(t *testing.T) {
 func TestRememberedErrorEscapes(t *testing.T) {
 	srv := adminServer(t, http.MethodDelete, "/v1/remembered/x", http.StatusNotFound,
 		map[string]any{"error": map[string]string{"code": "not_found", "message": "no grant " + evil}})
-	err := app.RememberedRevoke(testCtx(t), &bytes.Buffer{}, srv.URL, "x")
+	err := app.RememberedRevoke(testCtx(t), &bytes.Buffer{}, app.API{URL: srv.URL}, "x")
 	if err == nil {
 		t.Fatal("no error")
 	}

@@ -157,15 +157,16 @@ publish decisions (assent.decision.>) and manage the stream and buckets.`),
 (single messages and its own consumers) and publishes nothing of the
 contract; what "broker audit verify" and "broker audit witness" need.`),
 		{
-			name: "creds server-config", synopsis: "--dir DIR [--listen ADDR] [--store DIR] [--name NAME] [--resolver full|memory] [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]] [--cluster NAME --cluster-listen ADDR --routes HOST:PORT,... --route-cert FILE --route-key FILE --route-ca FILE]",
+			name: "creds server-config", synopsis: "--dir DIR [--listen ADDR] [--store DIR] [--name NAME] [--resolver full|memory] [--nats-tls-cert FILE --nats-tls-key FILE [--nats-tls-client-ca FILE]] [--cluster NAME --cluster-listen ADDR --routes HOST:PORT,... --route-cert FILE --route-key FILE --route-ca FILE]",
 			summary:  "print a nats-server configuration in operator mode",
 			required: []string{"dir"},
 			about: `Prints a nats-server configuration that trusts the authority in DIR
 (operator mode, the accounts preloaded into a full resolver, which keeps the
 updates "broker creds revoke" pushes) with JetStream on: clients then need
 credentials from "broker creds", bound by their roles' permissions. With
---tls-cert and --tls-key clients connect over TLS (tls:// URLs), with
---tls-client-ca also showing a certificate that CA signed. With --cluster the
+--nats-tls-cert and --nats-tls-key clients connect over TLS (tls:// URLs),
+with --nats-tls-client-ca also showing a certificate that CA signed (as the
+broker's embedded server takes them). With --cluster the
 server is one node of a cluster: its routes are TLS with certificates both
 ways (--route-cert, --route-key, --route-ca) and authenticated by a secret
 kept in DIR, the same in every node's configuration (docs/cluster.md).`,
@@ -175,9 +176,9 @@ kept in DIR, the same in every node's configuration (docs/cluster.md).`,
 				fs.StringVar(&o.Listen, "listen", "127.0.0.1:4222", "where clients connect: `host:port`")
 				fs.StringVar(&o.StoreDir, "store", "/var/lib/nats", "JetStream's storage `DIR` (the resolver keeps account JWTs in DIR/jwt)")
 				fs.StringVar(&o.Name, "name", "assent-1", "the server's `name`, unique in a cluster")
-				fs.StringVar(&o.CertFile, "tls-cert", "", "the server's TLS certificate `file`, for clients")
-				fs.StringVar(&o.KeyFile, "tls-key", "", "the key `file` of --tls-cert")
-				fs.StringVar(&o.ClientCAFile, "tls-client-ca", "", "require client certificates this CA `file` signed (mutual TLS)")
+				fs.StringVar(&o.CertFile, "nats-tls-cert", "", "the server's TLS certificate `file`, for clients")
+				fs.StringVar(&o.KeyFile, "nats-tls-key", "", "the key `file` of --nats-tls-cert")
+				fs.StringVar(&o.ClientCAFile, "nats-tls-client-ca", "", "require client certificates this CA `file` signed (mutual TLS)")
 				resolver := fs.String("resolver", "full", "where the server keeps the accounts: full (in --store, kept across restarts) or memory (from this configuration alone)")
 				var c creds.ClusterOptions
 				fs.StringVar(&c.Name, "cluster", "", "make the server a node of the cluster `NAME`")

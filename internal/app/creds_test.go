@@ -130,7 +130,7 @@ func TestCLICreds(t *testing.T) {
 		{[]string{"creds", "approver", "alice", "--dir", dir, "--expires", "-1h"}, 1, "0 for never"},
 		{[]string{"creds", "init", "--dir", dir, "--max-storage", "lots"}, 1, "as in 50G"},
 		{[]string{"creds", "server-config", "--dir", dir, "--resolver", "url"}, 1, "full or memory"},
-		{[]string{"creds", "server-config", "--dir", dir, "--tls-cert", "c.pem"}, 1, "both the certificate and its key"},
+		{[]string{"creds", "server-config", "--dir", dir, "--nats-tls-cert", "c.pem"}, 1, "both the certificate and its key"},
 		{[]string{"creds", "server-config", "--dir", dir, "--cluster", "assent"}, 1, "route certificate"},
 		{[]string{"creds", "server-config", "--dir", dir, "--cluster", "assent", "--route-cert", "a", "--route-key", "b", "--route-ca", "c", "--routes", "n2"}, 1, `route "n2"`},
 		{[]string{"creds", "revoke", "agent:nobody", "--dir", dir}, 1, "broker creds list"},

@@ -1,11 +1,22 @@
 package app
 
 import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/internal/broker"
 )
@@ -106,3 +117,135 @@ type collectorFunc struct {
 
 func (c collectorFunc) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 func (c collectorFunc) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
+
+// metricsFirst serves GET (and HEAD) /metrics with metrics, and everything
+// else with h.
+func metricsFirst(metrics, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/metrics" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			metricsError(w, http.StatusMethodNotAllowed, "method_not_allowed", "/metrics takes GET")
+			return
+		}
+		metrics.ServeHTTP(w, r)
+	})
+}
+
+// metricsToken is the bearer token GET /metrics requires
+// (--metrics-token), read from its file at start, and again when the
+// file changes or on SIGHUP.
+type metricsToken struct {
+	path string
+	sum  atomic.Pointer[[sha256.Size]byte] // of the token in force
+
+	mu   sync.Mutex
+	seen fileStamp // the file when last read
+}
+
+// minMetricsToken is the length of the shortest token taken: guessing one
+// must be hopeless, and /metrics counts no failures.
+const minMetricsToken = 16
+
+// fileStamp tells whether a file changed since it was read.
+type fileStamp struct {
+	mod  time.Time
+	size int64
+}
+
+func stampFile(path string) fileStamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStamp{}
+	}
+	return fileStamp{fi.ModTime(), fi.Size()}
+}
+
+// loadMetricsToken reads the token in path; the error says what is wrong
+// with the file.
+func loadMetricsToken(path string) (*metricsToken, error) {
+	t := &metricsToken{path: path}
+	if err := t.reload(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// reload reads the file again; a token it refuses leaves the one in force.
+func (t *metricsToken) reload() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.seen = stampFile(t.path)
+	data, err := os.ReadFile(t.path)
+	if err != nil {
+		return fmt.Errorf("metrics token file (--metrics-token): %w", err)
+	}
+	tok := strings.TrimSpace(string(data))
+	switch {
+	case tok == "":
+		return fmt.Errorf("metrics token file %s is empty: put a long random token in it, such as openssl rand -hex 32 makes", t.path)
+	case strings.ContainsAny(tok, " \t\r\n"):
+		return fmt.Errorf("metrics token file %s holds more than one word: the token is one word, such as openssl rand -hex 32 makes", t.path)
+	case len(tok) < minMetricsToken:
+		return fmt.Errorf("metrics token file %s holds %d characters: use at least %d, such as openssl rand -hex 32 makes", t.path, len(tok), minMetricsToken)
+	}
+	sum := sha256.Sum256([]byte(tok))
+	t.sum.Store(&sum)
+	return nil
+}
+
+// reloadOrKeep reloads the token, logging what happened.
+func (t *metricsToken) reloadOrKeep(log *zap.Logger) {
+	if err := t.reload(); err != nil {
+		log.Error("metrics token reload refused; keeping the one in force", zap.Error(err))
+		return
+	}
+	log.Info("metrics token reloaded", zap.String("file", t.path))
+}
+
+// watch reloads the token when its file changes, until ctx ends.
+func (t *metricsToken) watch(ctx context.Context, log *zap.Logger) {
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		t.mu.Lock()
+		changed := t.seen != stampFile(t.path)
+		t.mu.Unlock()
+		if changed {
+			t.reloadOrKeep(log)
+		}
+	}
+}
+
+// require serves h to requests that carry the token (Authorization: Bearer
+// TOKEN), and 401 unauthenticated to the rest. The tokens are compared by
+// their SHA-256 sums, in constant time.
+func (t *metricsToken) require(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
+		if !ok || subtle.ConstantTimeCompare(sum[:], t.sum.Load()[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="assent metrics"`)
+			metricsError(w, http.StatusUnauthorized, "unauthenticated", "GET /metrics needs the metrics token: Authorization: Bearer TOKEN (--metrics-token)")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// metricsError writes a JSON error as the API does.
+func metricsError(w http.ResponseWriter, status int, code, msg string) {
+	body, _ := json.Marshal(map[string]map[string]string{"error": {"code": code, "message": msg}})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}

@@ -208,13 +208,20 @@ func printReport(w io.Writer, r *chain.Report) {
 	verdict := "the record proves itself"
 	if !r.OK() {
 		verdict = fmt.Sprintf("the record does NOT prove itself: %d problems", len(r.Problems))
+		if len(r.Problems) == 1 {
+			verdict = "the record does NOT prove itself: 1 problem"
+		}
 	}
 	fmt.Fprintf(w, "%s\n", verdict)
 	fmt.Fprintf(w, "stream sequences %d to %d; ", r.First, r.Last)
+	checkpoints := fmt.Sprintf("%d checkpoints", r.Checkpoints)
+	if r.Checkpoints == 1 {
+		checkpoints = "1 checkpoint"
+	}
 	if r.ProvenTo > 0 {
-		fmt.Fprintf(w, "%d to %d proven by %d checkpoints\n", r.ProvenFrom, r.ProvenTo, r.Checkpoints)
+		fmt.Fprintf(w, "%d to %d proven (%s)\n", r.ProvenFrom, r.ProvenTo, checkpoints)
 	} else {
-		fmt.Fprintf(w, "none proven (%d checkpoints)\n", r.Checkpoints)
+		fmt.Fprintf(w, "none proven (%s)\n", checkpoints)
 	}
 	fmt.Fprintf(w, "decisions: %d, signed by a trusted key: %d; witnessed checkpoints: %d\n", r.Decisions, r.Signed, r.Witnessed)
 	for _, p := range r.Problems {

@@ -76,6 +76,11 @@ func serveFlags(s *Serve) (fs *flag.FlagSet, finish func() error) {
 	fs.StringVar(&o.DataDir, "data", "./assent-data", "embedded NATS: JetStream storage directory")
 	fs.StringVar(&o.Sync, "sync", "always", "embedded NATS: fsync every write (always) or on an interval such as 2m (faster, can lose acknowledged writes on power loss)")
 	fs.StringVar(&o.HTTPListen, "http", "127.0.0.1:8080", "HTTP API and web UI address; empty disables it; without --auth, loopback only")
+	fs.StringVar(&o.TLS.CertFile, "tls-cert", "", "serve the HTTP API and web UI over HTTPS only (TLS 1.2 or later) with this certificate `file` (PEM, with its chain); re-read when it changes or on SIGHUP (docs/security.md#tls)")
+	fs.StringVar(&o.TLS.KeyFile, "tls-key", "", "the HTTPS certificate's key `file`")
+	fs.StringVar(&o.TLS.ClientCAFile, "tls-client-ca", "", "with --tls-cert: mutual TLS, every HTTPS client presents a certificate signed by the CA in this `file` (read at start), or the handshake fails")
+	fs.StringVar(&o.MetricsTokenFile, "metrics-token", "", "GET /metrics requires Authorization: Bearer and the token in this `file` (at least 16 characters); re-read when it changes or on SIGHUP; without it /metrics is open (docs/operations.md#scraping)")
+	fs.StringVar(&o.MetricsListen, "metrics-listen", "", "serve GET /metrics at this `address` on a listener of its own (over HTTPS with --tls-cert), and not on the HTTP API's")
 	fs.StringVar(&o.PprofListen, "pprof", "", "serve Go's runtime profiles (net/http/pprof, /debug/pprof/) at this loopback `address` (127.0.0.1:6060), on a listener of its own; off when empty; other addresses are refused: tunnel to it (docs/architecture.md#profiling)")
 	o.GC = gcpace.Pace{Floor: DefaultGCFloor}
 	fs.Var(mibFlag{&o.GC.Floor}, "gc-floor", "let the heap grow to this `size` in MiB before each garbage collection while the live heap is under half of it (Go's pacing collects each time the heap doubles): fewer collections slowing a busy broker's handlers, for up to that much more memory; 0: Go's own pacing (docs/operations.md#memory)")
@@ -86,6 +91,7 @@ func serveFlags(s *Serve) (fs *flag.FlagSet, finish func() error) {
 	fs.DurationVar(&o.Broker.DefaultTimeout, "timeout", 0, "timeout for requests that ask for none (default 5m)")
 	fs.DurationVar(&o.Broker.MaxTimeout, "max-timeout", 0, "longest timeout a request may ask for (default 24h)")
 	fs.DurationVar(&o.Broker.Retention, "retention", 0, "how long events and request state are kept (default 720h)")
+	fs.DurationVar(&o.Broker.CheckpointInterval, "checkpoint-interval", broker.DefaultCheckpointInterval, "how often a checkpoint of the chained record is stored, signed with --decision-key (docs/security.md); 0 for never")
 	fs.IntVar(&o.Broker.Replicas, "replicas", 0, "JetStream replicas for the stream and buckets (default 1; 3 on a cluster)")
 	fs.IntVar(&o.Broker.Workers, "workers", 0, "concurrent handlers per consumer (default 64)")
 	fs.Func("decision-key", "sign every decision with the nkeys account seed in `file` (broker decision-key new); agents that trust its public key refuse decisions it did not sign (docs/protocol.md)", func(path string) (err error) {
@@ -111,6 +117,12 @@ func serveFlags(s *Serve) (fs *flag.FlagSet, finish func() error) {
 			return err
 		}
 		o.Broker.Mode = m
+		switch ci := o.Broker.CheckpointInterval; {
+		case ci < 0:
+			return fmt.Errorf("--checkpoint-interval %s: want a positive duration, or 0 for never", ci)
+		case ci == 0:
+			o.Broker.CheckpointInterval = -1 // never
+		}
 		return nil
 	}
 	return fs, finish

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -150,17 +151,22 @@ func Verify(ctx context.Context, js jetstream.JetStream, stream string, o Option
 		witnessed = append(witnessed, stored{seq: w.Seq, c: c, e: e})
 	}
 
-	// The chain, from the start found, and what it must be at.
+	// The chain, from the start found, and what it must be at: the
+	// checkpoints, and what a witness kept that the stream does not hold
+	// as it was kept.
 	want := map[uint64][]stored{} // upto -> checkpoints claiming a head there
 	for _, cp := range cps {
 		want[cp.c.Upto] = append(want[cp.c.Upto], cp)
 	}
 	for _, w := range witnessed {
-		want[w.c.Upto] = append(want[w.c.Upto], w)
+		if !slices.ContainsFunc(want[w.c.Upto], func(cp stored) bool { return cp.seq == w.seq && cp.c == w.c }) {
+			want[w.c.Upto] = append(want[w.c.Upto], w)
+		}
 	}
 	if o.Keys == nil {
 		r.Notes = append(r.Notes, "no trusted decision key given: the decisions' signatures were not checked")
 	}
+	recomputed := map[uint64]bool{} // the sequences whose head was compared
 	if startAt >= 0 {
 		first := cps[startAt]
 		head, err := Parse(first.c.Prev)
@@ -168,15 +174,35 @@ func Verify(ctx context.Context, js jetstream.JetStream, stream string, o Option
 			return nil, err
 		}
 		r.ProvenFrom = first.c.From
+		// present counts the messages read; before, its value at each
+		// checkpoint's start, to say how many of a range are gone.
+		var present uint64
+		before := map[uint64]uint64{}
+		for _, cps := range want {
+			for _, cp := range cps {
+				before[cp.c.From] = 0
+			}
+		}
 		err = Walk(ctx, js, stream, first.c.From, r.Last, func(seq uint64, m *Msg) error {
 			head = Next(head, seq, m)
+			if m != nil {
+				present++
+			}
+			if _, ok := before[seq+1]; ok {
+				before[seq+1] = present
+			}
+			recomputed[seq] = true
 			for _, cp := range want[seq] {
-				if cp.c.Head != head.String() {
-					r.problem("the chain at stream sequence %d is %s, but the checkpoint at %d says %s: a message from %d to %d was deleted, or the stream was rewritten",
-						seq, head, cp.seq, cp.c.Head, cp.c.From, cp.c.Upto)
-				} else {
+				if cp.c.Head == head.String() {
 					r.ProvenTo = max(r.ProvenTo, seq)
+					continue
 				}
+				what := "a message in it was replaced, or the stream was made again"
+				if held := present - before[cp.c.From]; cp.c.From >= first.c.From && held < cp.c.Messages {
+					what = fmt.Sprintf("%d of the %d messages it counted are gone: deleted", cp.c.Messages-held, cp.c.Messages)
+				}
+				r.problem("the checkpoint at stream sequence %d does not match sequences %d to %d: %s (the chain there is %s, the checkpoint says %s)",
+					cp.seq, cp.c.From, cp.c.Upto, what, head, cp.c.Head)
 			}
 			if m != nil && strings.HasPrefix(m.Subject, events.DecisionPrefix) {
 				r.checkDecision(m, o.Keys)
@@ -197,7 +223,7 @@ func Verify(ctx context.Context, js jetstream.JetStream, stream string, o Option
 	} else if r.ProvenTo < r.Last {
 		r.Notes = append(r.Notes, fmt.Sprintf("stream sequences %d to %d come after the last checkpoint: the next one will cover them", r.ProvenTo+1, r.Last))
 	}
-	r.checkWitnessed(witnessed, o.Keys, info.Config.MaxAge, o.Now)
+	r.checkWitnessed(witnessed, recomputed, o.Keys, info.Config.MaxAge, o.Now)
 	return r, nil
 }
 
@@ -269,7 +295,7 @@ func (r *Report) youngRemoval(from, upto uint64, lastTime, who string, maxAge ti
 }
 
 // checkWitnessed checks what a witness saw against the stream.
-func (r *Report) checkWitnessed(ws []stored, keys *events.TrustedKeys, maxAge time.Duration, now time.Time) {
+func (r *Report) checkWitnessed(ws []stored, recomputed map[uint64]bool, keys *events.TrustedKeys, maxAge time.Duration, now time.Time) {
 	r.Witnessed = len(ws)
 	for _, w := range ws {
 		if keys != nil {
@@ -284,7 +310,7 @@ func (r *Report) checkWitnessed(ws []stored, keys *events.TrustedKeys, maxAge ti
 				w.c.Upto, w.seq, w.c.LastTime, r.Last)
 		case w.c.Upto < r.First:
 			r.youngRemoval(w.c.From, w.c.Upto, w.c.LastTime, " (as a witness saw them)", maxAge, now)
-		case w.c.Upto < r.ProvenFrom || r.ProvenTo == 0:
+		case !recomputed[w.c.Upto]:
 			r.Notes = append(r.Notes, fmt.Sprintf("the witnessed checkpoint up to %d could not be checked: the chain is not recomputed there", w.c.Upto))
 		}
 	}

@@ -6,7 +6,7 @@
 //
 //	broker health [--http 127.0.0.1:8080] [--path /readyz] [--wait 3s]
 //	approver-bot health [--url http://127.0.0.1:8090/readyz]
-//	mcp-gateway health [--url http://127.0.0.1:8931/mcp]
+//	mcp-gateway health [--url http://127.0.0.1:8931/mcp] [--ca FILE] [--cert FILE --key FILE]
 package healthcheck
 
 import (
@@ -19,6 +19,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/assent-dev/assent/internal/httptls"
 )
 
 // Options say what to ask and what counts as healthy.
@@ -31,6 +33,9 @@ type Options struct {
 	// health route of its own (the MCP gateway's /mcp answers a plain GET
 	// with a client error): the server is up and answering.
 	AnyStatus bool
+	// TLS trusts the CA of an https URL's server, and presents a client
+	// certificate to a server that asks for one.
+	TLS httptls.ClientFiles
 }
 
 // DefaultTimeout bounds a check when Options.Timeout is zero.
@@ -76,7 +81,11 @@ func Check(ctx context.Context, o Options) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("--url %q: %w", o.URL, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client, err := o.TLS.Client()
+	if err != nil {
+		return "", err
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return "", fmt.Errorf("%w: %s: no answer within %s", ErrUnhealthy, o.URL, o.Timeout)
@@ -109,10 +118,11 @@ func Main(ctx context.Context, name string, d Options, args []string, stdout, st
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: %s [--url URL] [--wait DURATION]\n\nAsks the running program's health endpoint; exits 0 if it answers well, 1 if not.\n\nflags:\n", name)
+		fmt.Fprintf(stderr, "usage: %s [--url URL] [--wait DURATION] [--ca FILE] [--cert FILE --key FILE]\n\nAsks the running program's health endpoint; exits 0 if it answers well, 1 if not.\n\nflags:\n", name)
 		fs.PrintDefaults()
 	}
 	o := Flags(fs, d)
+	httptls.ClientFlags(fs, &o.TLS)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

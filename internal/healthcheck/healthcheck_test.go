@@ -3,6 +3,7 @@ package healthcheck_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/assent-dev/assent/internal/healthcheck"
+	"github.com/assent-dev/assent/internal/httptls"
+	"github.com/assent-dev/assent/internal/testcerts"
 )
 
 func TestCheck(t *testing.T) {
@@ -86,5 +89,49 @@ func TestMainCommand(t *testing.T) {
 		if code != tt.code || !strings.Contains(out.String(), tt.out) || !strings.Contains(errb.String(), tt.erred) {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q; want %d, %q, %q", tt.args, code, out.String(), errb.String(), tt.code, tt.out, tt.erred)
 		}
+	}
+}
+
+// TestCheckTLS: an https endpoint is healthy to a check that trusts its
+// CA (--ca), and, behind mutual TLS, presents a certificate the server's
+// client CA signed (--cert, --key); otherwise it is unhealthy, saying why.
+func TestCheckTLS(t *testing.T) {
+	set := testcerts.New(t)
+	for _, mutual := range []bool{false, true} {
+		certs, err := httptls.Load(httptls.Files{CertFile: set.ServerCertFile, KeyFile: set.ServerKey, ClientCAFile: map[bool]string{true: set.CAFile}[mutual]}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) }))
+		// Served as the programs serve: the certificate from certs.
+		srv.Listener = tls.NewListener(srv.Listener, certs.Config())
+		srv.Start()
+		t.Cleanup(srv.Close)
+		srv.URL = strings.Replace(srv.URL, "http://", "https://", 1)
+		client := httptls.ClientFiles{CAFile: set.CAFile, CertFile: set.ClientCertFile, KeyFile: set.ClientKey}
+		tests := []struct {
+			name string
+			tls  httptls.ClientFiles
+			ok   bool
+		}{
+			{"the CA and a certificate", client, true},
+			{"the CA", httptls.ClientFiles{CAFile: set.CAFile}, !mutual},
+			{"nothing", httptls.ClientFiles{}, false},
+		}
+		for _, tt := range tests {
+			_, err := healthcheck.Check(context.Background(), healthcheck.Options{URL: srv.URL + "/readyz", TLS: tt.tls})
+			if (err == nil) != tt.ok || err != nil && !errors.Is(err, healthcheck.ErrUnhealthy) {
+				t.Errorf("mutual %v, %s: %v, want healthy %v", mutual, tt.name, err, tt.ok)
+			}
+		}
+		var out, errb bytes.Buffer
+		args := []string{"--url", srv.URL + "/readyz", "--ca", set.CAFile, "--cert", set.ClientCertFile, "--key", set.ClientKey}
+		if code := healthcheck.Main(context.Background(), "prog health", healthcheck.Options{}, args, &out, &errb); code != 0 || !strings.Contains(out.String(), "200 OK") {
+			t.Errorf("mutual %v: Main %q: exit %d, %q %q", mutual, args, code, &out, &errb)
+		}
+	}
+	_, err := healthcheck.Check(context.Background(), healthcheck.Options{URL: "https://127.0.0.1:1/", TLS: httptls.ClientFiles{CertFile: set.ClientCertFile}})
+	if err == nil || errors.Is(err, healthcheck.ErrUnhealthy) || !strings.Contains(err.Error(), "--cert without --key") {
+		t.Errorf("--cert without --key: %v, want a usage error", err)
 	}
 }

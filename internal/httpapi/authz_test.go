@@ -229,6 +229,8 @@ func open200() map[string]int {
 // TestRoutesPerRole: every route of the API, called by every role, on
 // another agent's request (and, where a role may act on its own, on its
 // own): the status each role gets. A route added without cases here fails.
+// GET /metrics is the broker process's, not the API's: its roles, under
+// each way of serving it, are integration's TestMetricsPerRole.
 func TestRoutesPerRole(t *testing.T) {
 	e := newAuthzEnv(t)
 	victim := func(t *testing.T, e *authzEnv, _ string) string {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/assent-dev/assent/internal/envflag"
+	"github.com/assent-dev/assent/internal/httptls"
 	"github.com/assent-dev/assent/internal/natsconn"
 	"github.com/assent-dev/assent/internal/tracing"
 	"github.com/assent-dev/assent/pkg/events"
@@ -90,6 +92,9 @@ func newFlagSet(cmd *Command, v *flagValues) *flag.FlagSet {
 	fs.StringVar(&v.file, "config", "", "configuration `file` (YAML; docs/integrations.md)")
 	fs.BoolVar(&cmd.Stdio, "stdio", true, "serve the client that started the gateway on stdin and stdout; off by default when --http is given")
 	fs.StringVar(&cmd.HTTP, "http", "", "serve clients over streamable HTTP at `ADDR` (host:port), path /mcp")
+	fs.StringVar(&v.cfg.TLS.CertFile, "tls-cert", "", "serve --http over HTTPS only (TLS 1.2 or later) with this certificate `file` (PEM, with its chain); re-read when it changes")
+	fs.StringVar(&v.cfg.TLS.KeyFile, "tls-key", "", "the HTTPS certificate's key `file`")
+	fs.StringVar(&v.cfg.TLS.ClientCAFile, "tls-client-ca", "", "with --tls-cert: mutual TLS, every HTTPS client presents a certificate signed by the CA in this `file`, or the handshake fails")
 	fs.StringVar(&v.cfg.NATS.URL, "nats-url", "", "NATS server `URL` of the broker (default "+DefaultNATSURL+")")
 	fs.StringVar(&v.cfg.NATS.Creds, "creds", "", "NATS credentials `file`")
 	fs.StringVar(&v.cfg.NATS.CAFile, "nats-ca", "", "the CA `file` of the NATS server's TLS certificate")
@@ -162,6 +167,9 @@ func ParseArgs(args []string, env envflag.Env, stderr io.Writer) (Command, error
 		overlay(&loaded.Timeout, cfg.Timeout, set["timeout"])
 		overlay(&loaded.Elicitation.Principal, cfg.Elicitation.Principal, set["elicit-as"])
 		overlay(&loaded.Elicitation.OverHTTP, cfg.Elicitation.OverHTTP, set["elicit-over-http"])
+		overlay(&loaded.TLS.CertFile, cfg.TLS.CertFile, set["tls-cert"])
+		overlay(&loaded.TLS.KeyFile, cfg.TLS.KeyFile, set["tls-key"])
+		overlay(&loaded.TLS.ClientCAFile, cfg.TLS.ClientCAFile, set["tls-client-ca"])
 		cfg = loaded
 	}
 	cfg.NATS.TrustedDecisionKeys = append(cfg.NATS.TrustedDecisionKeys, keys...)
@@ -189,6 +197,9 @@ func ParseArgs(args []string, env envflag.Env, stderr io.Writer) (Command, error
 		if _, _, err := net.SplitHostPort(cmd.HTTP); err != nil {
 			errs = append(errs, fmt.Errorf("--http %q: want host:port, such as 127.0.0.1:8931", cmd.HTTP))
 		}
+	}
+	if cfg.TLS != (TLS{}) && cmd.HTTP == "" {
+		errs = append(errs, errors.New("--tls-cert (tls in the configuration) serves --http over HTTPS, but --http is not given: give --http ADDR, or leave TLS out"))
 	}
 	if cmd.Name == "serve" && !cmd.Stdio && cmd.HTTP == "" {
 		errs = append(errs, errors.New("nothing to serve: --stdio=false without --http"))
@@ -277,6 +288,19 @@ func (c Command) Execute(ctx context.Context, log *zap.Logger, stdin io.Reader, 
 	if log == nil {
 		log = zap.NewNop()
 	}
+	// The HTTPS certificate is read before anything starts; a renewed one
+	// is served without a restart.
+	var certs *httptls.Certs
+	if c.Name == "serve" && c.HTTP != "" && c.Config.TLS != (TLS{}) {
+		var err error
+		if certs, err = httptls.Load(c.Config.TLS.Files(), log.Named("tls")); err != nil {
+			return err
+		}
+		watch, stopWatch := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = certs.Run(watch) })
+		defer func() { stopWatch(); wg.Wait() }()
+	}
 	opts := []nats.Option{nats.Name("assent-mcp-gateway"), nats.MaxReconnects(-1), nats.Timeout(5 * time.Second)}
 	if c.Config.NATS.Private {
 		opts = append(opts, nats.CustomInboxPrefix(handler.PrivateInbox(c.Config.Identity.Agent)))
@@ -302,7 +326,11 @@ func (c Command) Execute(ctx context.Context, log *zap.Logger, stdin io.Reader, 
 		if err != nil {
 			return fmt.Errorf("--http: %w", err)
 		}
-		fmt.Fprintf(stderr, "mcp-gateway: serving MCP over streamable HTTP at http://%s/mcp\n", ln.Addr())
+		scheme := "http"
+		if certs != nil {
+			scheme, o.TLS = "https", certs.Config()
+		}
+		fmt.Fprintf(stderr, "mcp-gateway: serving MCP over streamable HTTP at %s://%s/mcp\n", scheme, ln.Addr())
 		o.HTTP = ln
 	}
 	return g.Run(ctx, o)
@@ -314,6 +342,14 @@ func check(ctx context.Context, nc *nats.Conn, cfg Config, log *zap.Logger, stdo
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	fmt.Fprintf(stdout, "config: ok, %d upstream(s)\n", len(cfg.Upstreams))
+	if cfg.TLS != (TLS{}) {
+		certs, err := httptls.Load(cfg.TLS.Files(), nil)
+		if err != nil {
+			return err
+		}
+		leaf := certs.Leaf()
+		fmt.Fprintf(stdout, "tls: certificate %s, valid until %s; client certificates required: %v\n", leaf.Subject, leaf.NotAfter.UTC().Format(time.RFC3339), cfg.TLS.ClientCAFile != "")
+	}
 	g, err := New(nc, cfg, log)
 	if err != nil {
 		return err

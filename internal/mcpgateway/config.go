@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/assent-dev/assent/internal/httptls"
 	"github.com/assent-dev/assent/internal/natsconn"
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -43,6 +44,8 @@ type Config struct {
 	// waiting its whole timeout for a broker that is not there. Zero means
 	// DefaultBrokerWait; negative, as long as the request's timeout.
 	BrokerWait time.Duration `yaml:"broker_wait"`
+	// TLS serves the clients over streamable HTTP (--http) with HTTPS.
+	TLS TLS `yaml:"tls"`
 
 	// File is the file the configuration was read from; messages about it
 	// carry file:line.
@@ -110,6 +113,21 @@ type NATS struct {
 // Settings are the NATS connection settings.
 func (n NATS) Settings() natsconn.Settings {
 	return natsconn.Settings{URL: n.URL, Creds: n.Creds, CAFile: n.CAFile, CertFile: n.CertFile, KeyFile: n.KeyFile}
+}
+
+// TLS is how the gateway serves HTTPS, PEM files all: CertFile (its chain
+// after it) and KeyFile, re-read when they change; with ClientCAFile, a
+// client must present a certificate signed by that CA (mutual TLS), or its
+// handshake fails.
+type TLS struct {
+	CertFile     string `yaml:"cert_file"`
+	KeyFile      string `yaml:"key_file"`
+	ClientCAFile string `yaml:"client_ca_file"`
+}
+
+// Files are t's files, as httptls takes them.
+func (t TLS) Files() httptls.Files {
+	return httptls.Files{CertFile: t.CertFile, KeyFile: t.KeyFile, ClientCAFile: t.ClientCAFile}
 }
 
 // Elicitation is the approval channel in the client itself.
@@ -333,8 +351,43 @@ func (c Config) Validate() error {
 	if c.Elicitation.OverHTTP && c.Elicitation.Principal == "" {
 		errs = append(errs, c.errorf("elicitation.over_http", "without elicitation.principal: name the principal the person at the client answers as"))
 	}
+	errs = append(errs, c.validateTLS()...)
 	return errors.Join(errs...)
 }
+
+// validateTLS reports the problems with c.TLS: a certificate without its
+// key or the other way round, a client CA without either, a file that is
+// not there.
+func (c Config) validateTLS() []error {
+	t := c.TLS
+	var errs []error
+	switch {
+	case t == TLS{}:
+		return nil
+	case t.CertFile == "" && t.KeyFile == "":
+		errs = append(errs, c.errorf("tls.client_ca_file", "asks HTTPS clients for a certificate: give the gateway's own too, tls.cert_file and tls.key_file (--tls-cert, --tls-key)"))
+	case t.CertFile == "":
+		errs = append(errs, c.errorf("tls.key_file", "without tls.cert_file (--tls-cert): give both, the certificate file and its key file"))
+	case t.KeyFile == "":
+		errs = append(errs, c.errorf("tls.cert_file", "without tls.key_file (--tls-key): give both, the certificate file and its key file"))
+	}
+	for _, f := range []struct{ setting, path string }{{"tls.cert_file", t.CertFile}, {"tls.key_file", t.KeyFile}, {"tls.client_ca_file", t.ClientCAFile}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			errs = append(errs, causeError{c.errorf(f.setting, "%v", err), err})
+		}
+	}
+	return errs
+}
+
+// causeError is a problem that says where (Config.errorf) and wraps what
+// caused it, for errors.Is: a missing file is os.ErrNotExist.
+type causeError struct{ where, cause error }
+
+func (e causeError) Error() string { return e.where.Error() }
+func (e causeError) Unwrap() error { return e.cause }
 
 // isToolNameChar reports whether r may stand in an MCP tool name.
 func isToolNameChar(r rune) bool {

@@ -100,7 +100,7 @@ colour: blue
 			"gw.yaml:13: nats.trusted_decision_keys:",
 			"gw.yaml:14: timeout: -1s: want 0",
 			"gw.yaml:16: elicitation.over_http: without elicitation.principal",
-			"gw.yaml:17: colour: unknown setting (known here: upstreams, identity, nats, timeout, elicitation, client_ping, broker_wait)",
+			"gw.yaml:17: colour: unknown setting (known here: upstreams, identity, nats, timeout, elicitation, client_ping, broker_wait, tls)",
 		}},
 		{"no upstream", "identity: {user: carol}\n", []string{"gw.yaml: upstreams: none: name at least one MCP server"}},
 		{"empty file", "", []string{"upstreams: none"}},

@@ -2,6 +2,7 @@ package mcpgateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/assent-dev/assent/internal/httptls"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
 )
@@ -402,6 +404,8 @@ type RunOptions struct {
 	// HTTP, when set, serves clients over streamable HTTP at /mcp on it.
 	// Run closes it.
 	HTTP net.Listener
+	// TLS, when set, serves HTTP over TLS with it only (httptls.Certs).
+	TLS *tls.Config
 }
 
 // Run starts the gateway, serves clients as o says until ctx ends, the stdio
@@ -429,8 +433,13 @@ func (g *Gateway) Run(ctx context.Context, o RunOptions) error {
 		mux := http.NewServeMux()
 		mux.Handle("/mcp", g.Handler())
 		srv = &http.Server{Handler: mux}
+		serve := func() error { return srv.Serve(o.HTTP) }
+		if o.TLS != nil {
+			srv.TLSConfig, srv.ErrorLog = o.TLS, httptls.ErrorLog(g.log.Named("http"))
+			serve = func() error { return srv.ServeTLS(o.HTTP, "", "") } // the certificate comes from TLSConfig
+		}
 		wg.Go(func() {
-			if err := srv.Serve(o.HTTP); !errors.Is(err, http.ErrServerClosed) {
+			if err := serve(); !errors.Is(err, http.ErrServerClosed) {
 				stop(fmt.Errorf("serve HTTP: %w", err))
 			}
 		})
