@@ -200,7 +200,8 @@ func TestOpenMissing(t *testing.T) {
 // copies of stored decisions (assent-decided.<id>) and who may publish there
 // (nobody, not even the broker: the server republishes on its own), who may
 // ask the broker about any request (assent-broker.lookup.<id>) and who about
-// agent coder's own (assent-private.coder.lookup.<id>). Older SDKs' stored
+// agent coder's own (assent-private.coder.lookup.<id>), and who may store a
+// checkpoint of the chained record (the broker alone). Older SDKs' stored
 // decision subject stays readable where the stream is.
 func TestDecidedAndLookupPermissions(t *testing.T) {
 	const (
@@ -211,8 +212,9 @@ func TestDecidedAndLookupPermissions(t *testing.T) {
 		pubOwn       = "pub assent-private.coder.lookup.R1"
 		pubOthers    = "pub assent-private.other.lookup.R1"
 		pubDecisions = "pub assent.decision.R1"
+		pubCheckpt   = "pub assent.audit.checkpoint"
 	)
-	all := []string{subDecided, pubDecided, subStored, pubLookup, pubOwn, pubOthers, pubDecisions}
+	all := []string{subDecided, pubDecided, subStored, pubLookup, pubOwn, pubOthers, pubDecisions, pubCheckpt}
 	for _, tc := range []struct {
 		name string
 		who  creds.Identity
@@ -224,7 +226,8 @@ func TestDecidedAndLookupPermissions(t *testing.T) {
 		{"bot", creds.Identity{Role: creds.RoleBot, Name: "bot", Principals: []string{"alice"}}, []string{subDecided, subStored, pubLookup}},
 		{"gateway", creds.Identity{Role: creds.RoleGateway, Name: "gw", Agent: "coder", Principal: "alice"}, []string{subDecided, subStored, pubOwn}},
 		{"private gateway", creds.Identity{Role: creds.RoleGateway, Name: "gw", Agent: "coder", Private: true}, []string{pubOwn}},
-		{"admin (broker)", creds.Identity{Role: creds.RoleBroker, Name: "admin-tool"}, []string{subDecided, subStored, pubLookup, pubOwn, pubOthers, pubDecisions}},
+		{"auditor", creds.Identity{Role: creds.RoleAuditor, Name: "witness"}, []string{subDecided, subStored}},
+		{"admin (broker)", creds.Identity{Role: creds.RoleBroker, Name: "admin-tool"}, []string{subDecided, subStored, pubLookup, pubOwn, pubOthers, pubDecisions, pubCheckpt}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := tc.who.Permissions()

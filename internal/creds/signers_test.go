@@ -247,6 +247,16 @@ func TestRevokeLive(t *testing.T) {
 		t.Fatalf("system user: %v", err)
 	}
 	defer sysNC.Close()
+	// A broker's credentials, which publish on everything of the ASSENT
+	// account, cannot change the account: the system account is another.
+	brokerNC, err := nats.Connect(ns.ClientURL(), nats.UserCredentials(credsFile(t, a, creds.Identity{Role: creds.RoleBroker, Name: "b1"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer brokerNC.Close()
+	if _, err := a.Push(testCtx(t), brokerNC); err == nil || !strings.Contains(err.Error(), "no server answered") {
+		t.Fatalf("pushing the account with a broker's credentials: %v", err)
+	}
 	said, err := a.Push(testCtx(t), sysNC)
 	if err != nil || !strings.Contains(said, "updated") {
 		t.Fatalf("push: %q %v", said, err)
