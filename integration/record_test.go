@@ -46,10 +46,11 @@ func TestChainedRecord(t *testing.T) {
 		witnessed <- fmt.Sprintf("%d %s", code, out.String())
 	}()
 
+	var lastDecision events.Decided
 	for range 5 {
 		rec := itest.Submit(t, e, events.Requested{Tool: "deploy", Args: []byte(`{"v":1}`)})
 		itest.AnswerNATS(t, e.JS, "alice", rec.ID, events.Responded{Decision: events.Approve})
-		itest.WaitDecision(t, e.JS, rec.ID)
+		lastDecision = itest.WaitDecision(t, e.JS, rec.ID)
 	}
 	s, err := e.JS.Stream(itest.TestCtx(t, itest.Patience), broker.StreamName)
 	if err != nil {
@@ -109,11 +110,17 @@ func TestChainedRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The decision links to its request's history: its pending event and
+	// the answer that decided it.
+	if len(lastDecision.Trail) != 2 || lastDecision.Trail[1] != answer.Sequence || lastDecision.RequestSeq >= lastDecision.Trail[0] {
+		t.Fatalf("the last decision's request_seq %d and trail %v; the answer is at %d", lastDecision.RequestSeq, lastDecision.Trail, answer.Sequence)
+	}
 	if err := s.DeleteMsg(itest.TestCtx(t, itest.Patience), answer.Sequence); err != nil {
 		t.Fatal(err)
 	}
 	code, out = cli("audit", "verify", "--nats-url", e.NS.ClientURL(), "--trust-decision-key", pub, "--witness", witness)
-	if code != 1 || !strings.Contains(out, "PROBLEM: the checkpoint at stream sequence") || !strings.Contains(out, "1 of the") {
+	if code != 1 || !strings.Contains(out, "PROBLEM: the checkpoint at stream sequence") || !strings.Contains(out, "1 of the") ||
+		!strings.Contains(out, fmt.Sprintf("followed stream sequence %d, which is gone: deleted", answer.Sequence)) {
 		t.Fatalf("verify after a deletion: %d\n%s", code, out)
 	}
 	t.Logf("broker audit verify after a deletion:\n%s", out)

@@ -906,6 +906,7 @@ func (l *ledger) propose(en *entry, next Record, seq uint64, at time.Time) {
 	next.DecisionEventID = decisionID(en.id, seq, at)
 	if next.Decision != nil {
 		next.Decision.RequestSeq = next.RequestSeq
+		next.Decision.Trail = next.trail()
 	}
 	if next.Grant != nil {
 		next.Grant.ID = decisionID(en.id+"/grant", seq, at)

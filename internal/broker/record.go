@@ -263,3 +263,17 @@ func decodeRecord(b []byte, rev uint64) (Record, error) {
 	r.revision = rev
 	return r, nil
 }
+
+// trail is what r's decision followed, besides its request: its pending
+// event, the answers counted and its trigger, in stream order, each once
+// (events.Decided.Trail).
+func (r *Record) trail() []uint64 {
+	var seqs []uint64
+	for _, s := range append([]uint64{r.pendSeq, r.Trigger}, r.Applied...) {
+		if s != 0 && s != r.RequestSeq && !slices.Contains(seqs, s) {
+			seqs = append(seqs, s)
+		}
+	}
+	slices.Sort(seqs)
+	return seqs
+}

@@ -183,10 +183,13 @@ func Verify(ctx context.Context, js jetstream.JetStream, stream string, o Option
 				before[cp.c.From] = 0
 			}
 		}
+		gone := map[uint64]bool{} // the sequences walked that hold no message
 		err = Walk(ctx, js, stream, first.c.From, r.Last, func(seq uint64, m *Msg) error {
 			head = Next(head, seq, m)
 			if m != nil {
 				present++
+			} else {
+				gone[seq] = true
 			}
 			if _, ok := before[seq+1]; ok {
 				before[seq+1] = present
@@ -205,7 +208,7 @@ func Verify(ctx context.Context, js jetstream.JetStream, stream string, o Option
 					cp.seq, cp.c.From, cp.c.Upto, what, head, cp.c.Head)
 			}
 			if m != nil && strings.HasPrefix(m.Subject, events.DecisionPrefix) {
-				r.checkDecision(m, o.Keys)
+				r.checkDecision(m, o.Keys, first.c.From, gone)
 			}
 			if o.Progress != nil && seq%10000 == 0 {
 				o.Progress(seq, r.Last)
@@ -316,18 +319,32 @@ func (r *Report) checkWitnessed(ws []stored, recomputed map[uint64]bool, keys *e
 	}
 }
 
-// checkDecision checks that a trusted key signed m, if a decided event.
-func (r *Report) checkDecision(m *Msg, keys *events.TrustedKeys) {
+// checkDecision checks m, if a decided event: that a trusted key signed
+// it, and that the messages it says it followed (its request, its trail)
+// are still there, as far as the walk from start has seen (gone).
+func (r *Report) checkDecision(m *Msg, keys *events.TrustedKeys, start uint64, gone map[uint64]bool) {
 	e, err := events.Decode(events.Header(m.Header), m.Data)
 	if err != nil || e.Type() != events.TypeDecided {
 		return
 	}
 	r.Decisions++
+	id := strings.TrimPrefix(m.Subject, events.DecisionPrefix)
+	if d, err := events.DecodeDecided(&e); err == nil {
+		for _, s := range append([]uint64{d.RequestSeq}, d.Trail...) {
+			switch {
+			case s == 0 || s < start:
+			case s >= m.Seq:
+				r.problem("the decision stored at stream sequence %d for request %s says it followed stream sequence %d, after itself", m.Seq, id, s)
+			case gone[s]:
+				r.problem("the decision stored at stream sequence %d for request %s followed stream sequence %d, which is gone: deleted", m.Seq, id, s)
+			}
+		}
+	}
 	if keys == nil {
 		return
 	}
 	if _, err := keys.Verify(&e); err != nil {
-		r.problem("the decision stored at stream sequence %d for request %s: %v", m.Seq, strings.TrimPrefix(m.Subject, events.DecisionPrefix), err)
+		r.problem("the decision stored at stream sequence %d for request %s: %v", m.Seq, id, err)
 		return
 	}
 	r.Signed++

@@ -233,6 +233,15 @@ type Decided struct {
 	// absent from brokers before it was added; a reader that no longer has
 	// the request finds it there.
 	RequestSeq uint64 `json:"request_seq,omitempty"`
+	// Trail lists, in order, the stream sequences of the other messages
+	// about the request that this decision followed: its pending event, the
+	// answers counted, and what ended it (an answer, a cancel, the broker's
+	// record of its deadline). With RequestSeq it links the decision to the
+	// request's stored history: a reader of the record finds each there,
+	// and one missing was deleted (broker audit verify). Absent from
+	// automatic decisions, which follow the request alone, and from brokers
+	// before it was added.
+	Trail []uint64 `json:"trail,omitempty"`
 }
 
 // Rejection codes: why the broker refused a request without deciding it.
