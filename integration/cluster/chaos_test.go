@@ -28,6 +28,7 @@ import (
 
 	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/chain"
 	"github.com/assent-dev/assent/internal/clustertest"
 	"github.com/assent-dev/assent/internal/httpapi"
 	"github.com/assent-dev/assent/internal/testenv"
@@ -326,6 +327,43 @@ func TestChaos(t *testing.T) {
 		kills, f.nodeStops.Load(), proxy.Counts(), f.approverRestarts.Load(), f.approverCrashes.Load(), failures)
 
 	ch.check(t, js, all)
+	checkRecord(t, js)
+}
+
+// checkRecord waits until a checkpoint of the chained record covers the
+// whole stream, and checks that the record proves itself: the replicas'
+// checkpoints, each stored while others were killed, agree with the chain
+// the stored messages make.
+func checkRecord(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	deadline := time.Now().Add(2 * broker.DefaultCheckpointInterval)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		s, err := js.Stream(ctx, broker.StreamName)
+		var last chain.Last
+		found := false
+		if err == nil {
+			last, found, err = chain.LastCheckpoint(ctx, s)
+		}
+		cancel()
+		if err == nil && found && last.Seq == s.CachedInfo().State.LastSeq {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("chaos: no checkpoint covers the stream (last %+v, found %v): %v", last.Checkpoint, found, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	r, err := chain.Verify(ctx, js, broker.StreamName, chain.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.OK() || r.ProvenFrom != r.First || r.ProvenTo == 0 {
+		t.Fatalf("chaos: the record does not prove itself: %d checkpoints, proven %d to %d of %d to %d; problems %q", r.Checkpoints, r.ProvenFrom, r.ProvenTo, r.First, r.Last, r.Problems)
+	}
+	t.Logf("chaos: the record proves itself: sequences %d to %d, %d checkpoints, %d decisions", r.ProvenFrom, r.ProvenTo, r.Checkpoints, r.Decisions)
 }
 
 // chaos is the load's shared state.

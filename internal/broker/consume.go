@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
@@ -55,6 +57,12 @@ func (b *Broker) consume(ctx context.Context, cons jetstream.Consumer, name stri
 				case msg = <-work:
 				case <-quit:
 					return
+				}
+				if scheduledBySomeone(msg.Subject(), msg.Headers()) {
+					log.Warn("a schedule, or a message the server stored for one, refused: NATS permissions do not check a schedule's target",
+						zap.String("subject", msg.Subject()), zap.String("scheduler", msg.Headers().Get(schedulerHeader)))
+					b.settle(log, msg, nil)
+					continue
 				}
 				hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handleTimeout)
 				stop := keepAlive(msg, ackWait)
@@ -321,4 +329,22 @@ func (b *Broker) handleTimeout(ctx context.Context, msg jetstream.Msg) error {
 		return permanent(err)
 	}
 	return b.expireOne(ctx, id, o)
+}
+
+// schedulerHeader is the header the server sets on a message it stores
+// when a schedule fires, naming the schedule's subject.
+const schedulerHeader = "Nats-Scheduler"
+
+// scheduledBySomeone reports whether a message on subject with headers h
+// was stored by the server for a schedule (or is a schedule) other than
+// the broker's own durable ticks. The server checks a publisher's
+// permissions on the schedule's subject, not on its target, so an agent
+// that may publish its requests could otherwise have the server store an
+// answer in any principal's name, a cancel, or a batch of expiries. The
+// broker takes none of them.
+func scheduledBySomeone(subject string, h nats.Header) bool {
+	if h.Get(schedulerHeader) == "" && h.Get(jetstream.ScheduleHeader) == "" {
+		return false
+	}
+	return !strings.HasPrefix(subject, TimerPrefix) && !strings.HasPrefix(h.Get(schedulerHeader), TimerPrefix)
 }

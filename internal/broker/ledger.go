@@ -398,6 +398,11 @@ func (l *ledger) applyStored(msg *jetstream.RawStreamMsg) {
 		return
 	}
 	switch {
+	case scheduledBySomeone(subj, nats.Header(msg.Header)) && !strings.HasPrefix(subj, events.DecisionPrefix):
+		// Stored for someone's schedule, not by its publisher: as the
+		// handlers, the ledger takes none (decisions go on: a decision
+		// stored first is read as it always was, a forgery for a
+		// broker that signs).
 	case strings.HasPrefix(subj, events.RequestPrefix):
 		l.applyRequest(seq, at, msg)
 	case strings.HasPrefix(subj, events.PendingPrefix):

@@ -116,8 +116,18 @@ func headerDigest(hd nats.Header) [sha256.Size]byte {
 	return [sha256.Size]byte(h.Sum(nil))
 }
 
+// Transient reports whether a message with headers h is one the server
+// removes on its own: a schedule (Nats-Schedule), which goes when it fires.
+// The chain takes such a message as no message, whether it is still there
+// or not, so that its going changes nothing. (A message with a time to
+// live is not transient: the broker stores none, and one that goes is
+// reported as gone.)
+func Transient(h nats.Header) bool {
+	return h.Get(jetstream.ScheduleHeader) != ""
+}
+
 // Walk calls f for each sequence of stream from from to upto, in order:
-// with its message, or nil where there is none. It reads the stream once,
+// with its message, or nil where there is none (or only a Transient one). It reads the stream once,
 // through an ordered consumer; f's error stops it.
 func Walk(ctx context.Context, js jetstream.JetStream, stream string, from, upto uint64, f func(seq uint64, m *Msg) error) error {
 	if from == 0 {
@@ -162,6 +172,9 @@ func Walk(ctx context.Context, js jetstream.JetStream, stream string, from, upto
 				return nil
 			}
 			m := &Msg{Seq: seq, Subject: msg.Subject(), Header: msg.Headers(), Data: msg.Data(), Time: md.Timestamp}
+			if Transient(m.Header) {
+				m = nil
+			}
 			if err := f(seq, m); err != nil {
 				return err
 			}
@@ -175,7 +188,17 @@ func Walk(ctx context.Context, js jetstream.JetStream, stream string, from, upto
 			return fmt.Errorf("read stream %s at %d: %w", stream, next, err)
 		}
 		if got == 0 {
-			// The stream holds nothing more: the rest is gone.
+			// Nothing came: either the stream holds nothing from next
+			// on (the rest is gone), or its leader did not answer in
+			// time (a busy or changing leader), which must not pass
+			// for messages gone.
+			info, err := cons.Info(ctx)
+			if err != nil {
+				return fmt.Errorf("read stream %s at %d: %w", stream, next, err)
+			}
+			if info.NumPending > 0 {
+				return fmt.Errorf("read stream %s at %d: no message came in time though %d are there: try again", stream, next, info.NumPending)
+			}
 			return absentTo(upto)
 		}
 	}

@@ -290,3 +290,30 @@ func ctx(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return c
 }
+
+// TestSchedulesComeAndGo: a schedule the broker stores (its durable ticks)
+// is removed by the server when it fires; the chain takes it as no message
+// from the start, so a checkpoint made while it waited still proves the
+// stream after it fired.
+func TestSchedulesComeAndGo(t *testing.T) {
+	r := newRecord(t, time.Hour)
+	if _, err := r.js.UpdateStream(ctx(t), jetstream.StreamConfig{Name: stream, Subjects: []string{"assent.>"}, MaxAge: time.Hour, AllowMsgSchedules: true}); err != nil {
+		t.Fatal(err)
+	}
+	r.requests(2)
+	sched := r.publish(&nats.Msg{Subject: "assent.timer.tick.1"}, jetstream.WithScheduleAt(time.Now().Add(time.Second)), jetstream.WithScheduleTarget("assent.tick.at.1"))
+	r.requests(1)
+	r.checkpoint(r.signer)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := r.s.GetMsg(ctx(t), sched); err != nil {
+			break // fired, and gone
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the schedule never fired")
+		}
+	}
+	r.checkpoint(r.signer)
+	if rep := r.verify(); !rep.OK() || rep.Checkpoints != 2 {
+		t.Fatalf("after the schedule fired: %+v", rep)
+	}
+}
