@@ -43,7 +43,8 @@ func (b *Broker) checkpoints(ctx context.Context) error {
 }
 
 // checkpoint stores the next checkpoint, unless one younger than fresh is
-// the last.
+// the last and covered the stream then; and goes on while each stops at
+// chain.MaxSpan, until ctx ends.
 func (b *Broker) checkpoint(ctx context.Context, fresh time.Duration) error {
 	s, err := b.js.Stream(ctx, StreamName)
 	if err != nil {
@@ -51,23 +52,28 @@ func (b *Broker) checkpoint(ctx context.Context, fresh time.Duration) error {
 	}
 	if last, found, err := chain.LastCheckpoint(ctx, s); err != nil {
 		return err
-	} else if found && time.Since(last.Event.Time()) < fresh {
+	} else if found && time.Since(last.Event.Time()) < fresh && !chain.Cut(last.Checkpoint) {
 		return nil
 	}
-	c, after, ok, err := chain.NextCheckpoint(ctx, b.js, StreamName)
-	if err != nil || !ok {
-		return err
+	for {
+		c, after, ok, err := chain.NextCheckpoint(ctx, b.js, StreamName)
+		if err != nil || !ok {
+			return err
+		}
+		msg, err := chain.Message(c, b.source, b.signer)
+		if err != nil {
+			return err
+		}
+		_, err = b.publish(ctx, msg, jetstream.WithExpectLastSequencePerSubject(after), jetstream.WithMsgID(events.CheckpointID(c.Upto)))
+		switch {
+		case isWrongLastSeq(err):
+			return nil // another replica stored it first
+		case err != nil:
+			return err
+		}
+		b.log.Debug("checkpoint stored", zap.Uint64("from", c.From), zap.Uint64("upto", c.Upto), zap.String("head", c.Head))
+		if !chain.Cut(c) {
+			return nil
+		}
 	}
-	msg, err := chain.Message(c, b.source, b.signer)
-	if err != nil {
-		return err
-	}
-	_, err = b.publish(ctx, msg, jetstream.WithExpectLastSequencePerSubject(after), jetstream.WithMsgID(events.CheckpointID(c.Upto)))
-	if isWrongLastSeq(err) {
-		return nil // another replica stored it first
-	}
-	if err == nil {
-		b.log.Debug("checkpoint stored", zap.Uint64("upto", c.Upto), zap.String("head", c.Head))
-	}
-	return err
 }

@@ -40,10 +40,20 @@ func LastCheckpoint(ctx context.Context, s jetstream.Stream) (last Last, found b
 	return Last{Seq: msg.Sequence, Checkpoint: c, Event: &e}, true, nil
 }
 
+// MaxSpan is the most sequences one checkpoint covers, so that a round
+// after a long time without one (an upgrade onto a stream of a month, a
+// broker that was down) reads a bounded part of the stream: the next
+// checkpoints cover the rest, one round each, and Cut tells a maker to go on.
+var MaxSpan uint64 = 100_000
+
+// Cut reports whether c stopped at MaxSpan, before the stream's end.
+func Cut(c events.Checkpoint) bool { return c.Upto-c.From+1 >= MaxSpan }
+
 // NextCheckpoint makes the checkpoint that follows stream's last one, up to
-// the stream's last message now; after is the stream sequence of the last
-// one (0 if none), which the new one must follow on its subject. ok is false
-// when nothing but the last checkpoint itself was stored since.
+// the stream's last message now, or MaxSpan sequences; after is the stream
+// sequence of the last one (0 if none), which the new one must follow on
+// its subject. ok is false when nothing but the last checkpoint itself was
+// stored since.
 func NextCheckpoint(ctx context.Context, js jetstream.JetStream, stream string) (c events.Checkpoint, after uint64, ok bool, err error) {
 	s, err := js.Stream(ctx, stream)
 	if err != nil {
@@ -69,6 +79,7 @@ func NextCheckpoint(ctx context.Context, js jetstream.JetStream, stream string) 
 	if upto < from || found && upto == last.Seq && from == last.Seq {
 		return c, after, false, nil
 	}
+	upto = min(upto, from+MaxSpan-1)
 	c.From, c.Upto, c.Prev = from, upto, prev.String()
 	head := prev
 	var lastTime time.Time
