@@ -220,6 +220,16 @@ func (w *traced) settle(t *testing.T, id string, want map[string]int) []span {
 				return false, fmt.Sprintf("trace %s has %d %s spans, want %d; it has %v", id, count[name], name, n, spans)
 			}
 		}
+		// A span linked to from the trace may still be running (the
+		// handler that stored the decision ends after the agent has it):
+		// wait for it too, as for the counted ones.
+		for _, s := range spans {
+			for _, l := range s.Links {
+				if hex.EncodeToString(l.TraceId) == id && !slices.ContainsFunc(spans, func(o span) bool { return o.id() == hex.EncodeToString(l.SpanId) }) {
+					return false, fmt.Sprintf("trace %s lacks span %x, which %v links to; it has %v", id, l.SpanId, s, spans)
+				}
+			}
+		}
 		return true, ""
 	})
 	return spans
