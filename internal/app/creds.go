@@ -227,32 +227,20 @@ as a system account user (made with DIR's sys.nk, or --nats-creds): the
 server closes the revoked users' connections and refuses new ones, and in a
 cluster tells the other nodes. A server started later loads the revocation
 from DIR (the embedded server) or keeps it in its resolver (server-config).`,
-			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
-				dir := fs.String("dir", "", "the credentials authority's `DIR`")
-				push := fs.Bool("push", true, "push the account to the server at --nats-url")
-				s := natsFlags(fs, "a system account user's credentials `file`; default: one made with DIR's sys.nk")
-				return func(ctx context.Context, c CLI, args []string) error {
-					a, err := creds.Open(*dir)
-					if err != nil {
-						return err
-					}
-					users, err := usersOf(a, args[0])
-					if err != nil {
-						return err
-					}
-					if err := a.Revoke(users...); err != nil {
-						return err
-					}
-					for _, u := range users {
-						fmt.Fprintf(c.Stdout, "revoked %s\n", u)
-					}
-					fmt.Fprintf(c.Stdout, "the account's JWT in %s lists the revocation\n", *dir)
-					if !*push {
-						return nil
-					}
-					return pushAccount(ctx, c, a, *s)
+			define: accountChange(func(c CLI, a *creds.Authority, who string) error {
+				users, err := usersOf(a, who)
+				if err != nil {
+					return err
 				}
-			},
+				if err := a.Revoke(users...); err != nil {
+					return err
+				}
+				for _, u := range users {
+					fmt.Fprintf(c.Stdout, "revoked %s\n", u)
+				}
+				_, err = fmt.Fprintf(c.Stdout, "the account's JWT in %s lists the revocation\n", a.Dir)
+				return err
+			}),
 		},
 		{
 			name: "creds rotate", synopsis: "KIND --dir DIR [--push=false] [--nats-url URL] [--nats-creds FILE]", args: []string{"KIND"},
@@ -263,25 +251,13 @@ approver, bot, gateway or auditor) with a new one, as when it leaked, and pushes
 account to the server at --nats-url: every user the old key signed is
 refused from then on and its connections closed. Issue that kind's
 credentials again afterwards. Needs the operator's seed, operator.nk.`,
-			define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
-				dir := fs.String("dir", "", "the credentials authority's `DIR`")
-				push := fs.Bool("push", true, "push the account to the server at --nats-url")
-				s := natsFlags(fs, "a system account user's credentials `file`; default: one made with DIR's sys.nk")
-				return func(ctx context.Context, c CLI, args []string) error {
-					a, err := creds.Open(*dir)
-					if err != nil {
-						return err
-					}
-					if err := a.RotateSigner(args[0]); err != nil {
-						return err
-					}
-					fmt.Fprintf(c.Stdout, "the %s signing key in %s is new; issue %s credentials again\n", args[0], *dir, args[0])
-					if !*push {
-						return nil
-					}
-					return pushAccount(ctx, c, a, *s)
+			define: accountChange(func(c CLI, a *creds.Authority, kind string) error {
+				if err := a.RotateSigner(kind); err != nil {
+					return err
 				}
-			},
+				_, err := fmt.Fprintf(c.Stdout, "the %s signing key in %s is new; issue %s credentials again\n", kind, a.Dir, kind)
+				return err
+			}),
 		},
 		{
 			name: "creds push", synopsis: "--dir DIR [--nats-url URL] [--nats-creds FILE]",
@@ -343,6 +319,30 @@ role, name, public key, and whether they are valid, expired or revoked.`,
 				}
 			},
 		},
+	}
+}
+
+// accountChange defines a command that changes the account of the
+// authority in --dir with change (given the command's argument), then
+// pushes it to the server at --nats-url unless --push=false.
+func accountChange(change func(c CLI, a *creds.Authority, arg string) error) func(*flag.FlagSet) func(context.Context, CLI, []string) error {
+	return func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
+		dir := fs.String("dir", "", "the credentials authority's `DIR`")
+		push := fs.Bool("push", true, "push the account to the server at --nats-url")
+		s := natsFlags(fs, "a system account user's credentials `file`; default: one made with DIR's sys.nk")
+		return func(ctx context.Context, c CLI, args []string) error {
+			a, err := creds.Open(*dir)
+			if err != nil {
+				return err
+			}
+			if err := change(c, a, args[0]); err != nil {
+				return err
+			}
+			if !*push {
+				return nil
+			}
+			return pushAccount(ctx, c, a, *s)
+		}
 	}
 }
 
