@@ -254,9 +254,19 @@ func TestWitness(t *testing.T) {
 	if err := r.js.DeleteStream(ctx(t), stream); err != nil {
 		t.Fatal(err)
 	}
-	s, err := r.js.CreateStream(ctx(t), jetstream.StreamConfig{Name: stream, Subjects: []string{"assent.>"}})
-	if err != nil {
-		t.Fatal(err)
+	// The server removes the old store's files after it answers the
+	// deletion; until it has, creating the stream again may be refused
+	// ("error creating store for stream"), so that is tried again.
+	var s jetstream.Stream
+	for try := 0; ; try++ {
+		s, err = r.js.CreateStream(ctx(t), jetstream.StreamConfig{Name: stream, Subjects: []string{"assent.>"}})
+		if err == nil {
+			break
+		}
+		if try == 50 {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	r.s = s
 	for range 2 {
