@@ -15,23 +15,60 @@ import (
 
 // TestScheduledForgeriesRefused: the server checks a publisher's
 // permissions on a schedule's subject, not on its target, so an agent that
-// may publish only its own requests can have the server store, a moment
-// later, a message on any subject of the stream. The broker takes none of
-// them: an approval in alice's name for the agent's own request does not
-// count, nor does a batch of expiries naming it; alice's real answer
-// decides it.
+// may publish only its own requests could have the server store, a moment
+// later, a message on any subject of a stream that takes schedules. The
+// stream a broker makes takes none: a scheduled decision, answer or batch
+// of expiries is refused when the agent publishes it, as is a message
+// with a TTL (which would leave the record early).
 func TestScheduledForgeriesRefused(t *testing.T) {
 	a, ns, b, brokerJS := operatorBroker(t, "b1")
 	agentNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleAgent, Name: "coder"})
 	id, _ := askPending(t, b, agentNC, "coder")
 	ajs := itest.NewJS(t, agentNC)
+	decision, _ := forgeries(t, id, "alice")
+	decision.Subject = events.RequestPrefix + "coder"
+	scheduled := scheduledForgeries(t, id)
+	scheduled[events.DecisionPrefix+id] = decision
+	for target, m := range scheduled {
+		if _, err := ajs.PublishMsg(itest.TestCtx(t, itest.Patience), m, jetstream.WithScheduleAt(time.Now().Add(time.Second)), jetstream.WithScheduleTarget(target)); err == nil {
+			t.Fatalf("a schedule onto %s stored", target)
+		}
+	}
+	if _, err := ajs.PublishMsg(itest.TestCtx(t, itest.Patience), eventMsg(t, events.TypeRequested, "agent/coder", events.Requested{Tool: "rm", Agent: "coder"}), jetstream.WithMsgTTL(time.Second)); err == nil {
+		t.Fatal("a request with a TTL stored")
+	}
+	untouched(t, b, brokerJS, id)
+}
 
-	// One schedule a subject: the agent's request subject and a cancel
-	// subject of its own.
-	answer := eventMsg(t, events.TypeResponded, "approver/alice", events.Responded{Decision: events.Approve})
+// scheduledForgeries are the scheduled messages an agent tries, by target:
+// an approval in alice's name for its own request id, and a batch of
+// expiries naming it, each on a subject the agent may publish on.
+func scheduledForgeries(t *testing.T, id string) map[string]*nats.Msg {
+	_, answer := forgeries(t, id, "alice")
 	answer.Subject = events.RequestPrefix + "coder"
 	due := &nats.Msg{Subject: events.CancelPrefix + "coder.x", Data: []byte(id)}
-	for target, m := range map[string]*nats.Msg{events.ResponsePrefix + "alice." + id: answer, "assent.tick.due": due} {
+	return map[string]*nats.Msg{events.ResponsePrefix + "alice." + id: answer, "assent.tick.due": due}
+}
+
+// TestScheduledForgeriesIgnored: a stream made by an earlier broker still
+// takes schedules (the server refuses to turn them off). The broker takes
+// none it did not schedule: an approval in alice's name for the agent's
+// own request does not count, nor does a batch of expiries naming it;
+// alice's real answer decides it.
+func TestScheduledForgeriesIgnored(t *testing.T) {
+	a, ns, brokerNC := operatorServer(t)
+	old := broker.StreamConfig(broker.Config{})
+	old.AllowMsgSchedules, old.AllowMsgTTL = true, true
+	brokerJS := itest.NewJS(t, brokerNC)
+	if _, err := brokerJS.CreateStream(itest.TestCtx(t, itest.Patience), old); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := itest.RunBroker(t, brokerNC, broker.Config{Name: "b1", Policy: itest.MustPolicy(t, permsPolicy, "perms.yaml")})
+	agentNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleAgent, Name: "coder"})
+	id, _ := askPending(t, b, agentNC, "coder")
+	ajs := itest.NewJS(t, agentNC)
+
+	for target, m := range scheduledForgeries(t, id) {
 		if _, err := ajs.PublishMsg(itest.TestCtx(t, itest.Patience), m, jetstream.WithScheduleAt(time.Now().Add(time.Second)), jetstream.WithScheduleTarget(target)); err != nil {
 			t.Fatalf("schedule onto %s: %v", target, err)
 		}

@@ -221,7 +221,7 @@ func TestScalePending(t *testing.T) {
 	restarted := sb.memory(t, rep, b2, "restarted")
 	js := itest.NewJS(t, nc)
 	ticks := scaleTicks(t, js)
-	rep.add("restart", "%d pending, %d local timers, %d durable ticks (assent.timer.tick.>) for their deadlines' seconds", n, n, len(ticks))
+	rep.add("restart", "%d pending, %d local timers, %d durable ticks (assent-timer.tick.>) for their deadlines' seconds", n, n, len(ticks))
 	// The deadline of every sampled request (one in every n/1000) falls in
 	// a second that has its durable tick: the first whole second not before
 	// the deadline.
@@ -919,7 +919,11 @@ func scaleTicks(t *testing.T, js jetstream.JetStream) map[int64]bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	info, err := itest.StreamOf(t, js).Info(ctx, jetstream.WithSubjectFilter(broker.TimerPrefix+"tick.>"))
+	s, err := js.Stream(ctx, broker.TimerStreamName)
+	if err != nil {
+		t.Fatalf("read the durable ticks: %v", err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(broker.TimerTicks))
 	if err != nil {
 		t.Fatalf("read the durable ticks: %v", err)
 	}

@@ -203,6 +203,9 @@ func (b *Broker) Run(ctx context.Context) error {
 		return fmt.Errorf("broker: provision: %w", err)
 	}
 	b.res = res
+	if res.legacy {
+		b.log.Warn("the ASSENT stream was made by an earlier broker and takes message schedules and per-message TTLs from every client that may publish into it (the server cannot turn them off): an agent could have the server store a decision, which readers take unless it must be signed; run brokers with --decision-key and readers with its public key (docs/security.md#streams-made-by-earlier-brokers)")
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	if err := b.migrate(ctx); err != nil {
@@ -237,6 +240,9 @@ func (b *Broker) Run(ctx context.Context) error {
 		stop := b.startExpiries()
 		defer stop()
 		return b.consume(gctx, res.ticks, "ticks", b.cfg.timeoutAckWait(), b.handleTick)
+	})
+	g.Go(func() error {
+		return b.consume(gctx, res.timerTick, "timer ticks", b.cfg.timeoutAckWait(), b.handleTick)
 	})
 	g.Go(func() error { return b.expiryLoop(gctx) })
 	g.Go(func() error { return b.runFeed(gctx) })

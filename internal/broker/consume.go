@@ -339,11 +339,16 @@ const schedulerHeader = "Nats-Scheduler"
 // was stored by the server for a schedule (or is a schedule) other than
 // the broker's own durable ticks. The server checks a publisher's
 // permissions on the schedule's subject, not on its target, so an agent
-// that may publish its requests could otherwise have the server store an
-// answer in any principal's name, a cancel, or a batch of expiries. The
-// broker takes none of them.
+// that may publish its requests into a stream that takes schedules (one an
+// earlier broker made) could otherwise have the server store an answer in
+// any principal's name, a cancel, or a batch of expiries. The broker takes
+// none of them. ASSENT_TIMERS holds the broker's alone: only the broker
+// may publish there, and a schedule elsewhere cannot target it.
 func scheduledBySomeone(subject string, h nats.Header) bool {
 	if h.Get(schedulerHeader) == "" && h.Get(jetstream.ScheduleHeader) == "" {
+		return false
+	}
+	if strings.HasPrefix(subject, timerSpace) {
 		return false
 	}
 	return !strings.HasPrefix(subject, TimerPrefix) && !strings.HasPrefix(h.Get(schedulerHeader), TimerPrefix)

@@ -16,10 +16,20 @@ const (
 	StreamName  = events.StreamName
 	StateBucket = events.StateBucket
 
-	// Internal subjects, in the same stream. TimerPrefix holds durable
-	// schedules (see ticks.go). TimeoutPrefix+id expires request id: brokers
-	// before durable ticks scheduled one per request onto it, and it is still
-	// handled for the schedules such a broker left behind.
+	// TimerStreamName is the stream of the broker's durable schedules
+	// (ticks.go), on TimerSubjects. It is apart from the ASSENT stream so
+	// that the stream everyone publishes into takes no schedules: the
+	// server checks a publisher's permissions on a schedule's subject, not
+	// on its target, and a client that could schedule into ASSENT could
+	// have the server store a message on any of its subjects.
+	TimerStreamName = "ASSENT_TIMERS"
+	TimerSubjects   = timerSpace + ">"
+
+	// Internal subjects of the ASSENT stream. TimerPrefix held the durable
+	// schedules of brokers before ASSENT_TIMERS; those a stream made then
+	// still holds fire as they always did. TimeoutPrefix+id expires request
+	// id: brokers before durable ticks scheduled one per request onto it,
+	// and it is still handled for the schedules such a broker left behind.
 	TimerPrefix   = "assent.timer."
 	TimeoutPrefix = "assent.timeout."
 
@@ -41,19 +51,22 @@ const (
 // streamConfig is the one stream: the log and the audit trail.
 func streamConfig(c Config) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
-		Name:              StreamName,
-		Description:       "Assent approval events: requests, answers, decisions (the audit trail)",
-		Subjects:          []string{events.AllSubjects},
-		Retention:         jetstream.LimitsPolicy,
-		Storage:           jetstream.FileStorage,
-		Discard:           jetstream.DiscardOld,
-		MaxAge:            c.Retention,
-		MaxMsgSize:        int32(c.MaxEventSize + eventHeadroom),
-		Duplicates:        dedupeWindow,
-		Replicas:          c.Replicas,
-		AllowDirect:       true,
-		AllowMsgSchedules: true,
-		AllowMsgTTL:       true,
+		Name:        StreamName,
+		Description: "Assent approval events: requests, answers, decisions (the audit trail)",
+		Subjects:    []string{events.AllSubjects},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      c.Retention,
+		MaxMsgSize:  int32(c.MaxEventSize + eventHeadroom),
+		Duplicates:  dedupeWindow,
+		Replicas:    c.Replicas,
+		AllowDirect: true,
+		// No schedules and no per-message TTLs: nobody may have the
+		// server store a message where it may not publish, nor have a
+		// message of the record removed before its time. A stream made by
+		// a broker before ASSENT_TIMERS keeps both (the server refuses to
+		// turn them off); see provision.
 		// The server tells of a decision only once it stored it: readers
 		// take assent-decided.<id>, never the stored subject, which a
 		// plain subscriber sees even when the stream refuses the message.
@@ -61,6 +74,24 @@ func streamConfig(c Config) jetstream.StreamConfig {
 			Source:      events.DecisionPrefix + "*",
 			Destination: events.DecidedPrefix + "{{wildcard(1)}}",
 		},
+	}
+}
+
+// timerStreamConfig is the stream of the broker's durable schedules. A
+// schedule is removed when it fires; what it stores where it fires (a
+// tick) lives timerTickTTL, long after the ticks consumer took it.
+func timerStreamConfig(c Config) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              TimerStreamName,
+		Description:       "Assent broker: durable schedules of the deadlines' seconds",
+		Subjects:          []string{TimerSubjects},
+		Retention:         jetstream.LimitsPolicy,
+		Storage:           jetstream.FileStorage,
+		Discard:           jetstream.DiscardOld,
+		MaxMsgSize:        1024,
+		Replicas:          c.Replicas,
+		AllowMsgSchedules: true,
+		AllowMsgTTL:       true,
 	}
 }
 
@@ -88,11 +119,17 @@ type resources struct {
 	grants    jetstream.KeyValue
 	presence  jetstream.KeyValue
 	limits    jetstream.KeyValue
+	timers    jetstream.Stream
 	requests  jetstream.Consumer
 	responses jetstream.Consumer
 	cancels   jetstream.Consumer
 	timeouts  jetstream.Consumer
 	ticks     jetstream.Consumer
+	timerTick jetstream.Consumer
+	// legacy: the ASSENT stream was made before ASSENT_TIMERS and still
+	// takes schedules and per-message TTLs from anyone who may publish
+	// into it.
+	legacy bool
 }
 
 // provision creates or updates every resource. It is idempotent and safe to run
@@ -100,8 +137,23 @@ type resources struct {
 func provision(ctx context.Context, js jetstream.JetStream, c Config) (*resources, error) {
 	var r resources
 	var err error
-	if r.stream, err = js.CreateOrUpdateStream(ctx, streamConfig(c)); err != nil {
+	cfg := streamConfig(c)
+	switch old, err := js.Stream(ctx, StreamName); {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+	case err != nil:
 		return nil, fmt.Errorf("stream %s: %w", StreamName, err)
+	default:
+		// The server refuses to turn schedules or TTLs off on a stream
+		// that has them: such a stream keeps them, and the broker says so.
+		oc := old.CachedInfo().Config
+		cfg.AllowMsgSchedules, cfg.AllowMsgTTL = oc.AllowMsgSchedules, oc.AllowMsgTTL
+		r.legacy = oc.AllowMsgSchedules || oc.AllowMsgTTL
+	}
+	if r.stream, err = js.CreateOrUpdateStream(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", StreamName, err)
+	}
+	if r.timers, err = js.CreateOrUpdateStream(ctx, timerStreamConfig(c)); err != nil {
+		return nil, fmt.Errorf("stream %s: %w", TimerStreamName, err)
 	}
 	// The state bucket of brokers before the stream decided: read once by
 	// the migration (migrate.go), never written.
@@ -137,6 +189,11 @@ func provision(ctx context.Context, js jetstream.JetStream, c Config) (*resource
 		if *cc.dst, err = r.stream.CreateOrUpdateConsumer(ctx, cfg); err != nil {
 			return nil, fmt.Errorf("consumer %s: %w", cc.name, err)
 		}
+	}
+	tc := consumerConfig(c, consumerTimerTicks, timerAt+">")
+	tc.AckWait = c.timeoutAckWait()
+	if r.timerTick, err = r.timers.CreateOrUpdateConsumer(ctx, tc); err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", consumerTimerTicks, err)
 	}
 	return &r, nil
 }

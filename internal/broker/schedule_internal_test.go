@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/assent-dev/assent/internal/testenv"
@@ -61,6 +62,92 @@ func TestDurableTickExpires(t *testing.T) {
 	}
 }
 
+// TestStreamTakesNoSchedules: the ASSENT stream a broker makes refuses
+// message schedules and per-message TTLs (a client could otherwise have
+// the server store a message where it may not publish, or have its own
+// removed early); the broker's own schedules live in ASSENT_TIMERS.
+func TestStreamTakesNoSchedules(t *testing.T) {
+	ns := testenv.Server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := runBroker(ctx, t, ns)
+	if b.res.legacy {
+		t.Fatal("a new stream taken for one made by an earlier broker")
+	}
+	js, err := jetstream.New(testenv.Conn(t, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, opts := range map[string][]jetstream.PublishOpt{
+		"a schedule":        {jetstream.WithScheduleAt(time.Now().Add(time.Second)), jetstream.WithScheduleTarget(events.DecisionPrefix + "x")},
+		"a per-message TTL": {jetstream.WithMsgTTL(time.Minute)},
+	} {
+		_, err := js.PublishMsg(ctx, &nats.Msg{Subject: events.RequestPrefix + "a1"}, opts...)
+		if err == nil {
+			t.Fatalf("%s stored in %s", name, StreamName)
+		}
+		t.Logf("%s refused: %v", name, err)
+	}
+}
+
+// TestStreamOfEarlierBroker: a stream made by a broker before
+// ASSENT_TIMERS keeps its schedules and TTLs (the server refuses to turn
+// them off), the broker says so, and a durable tick such a broker
+// scheduled in it still expires its request.
+func TestStreamOfEarlierBroker(t *testing.T) {
+	ns := testenv.Server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(testenv.Conn(t, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := StreamConfig(Config{})
+	old.AllowMsgSchedules, old.AllowMsgTTL = true, true
+	if _, err := js.CreateStream(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	b := runBroker(ctx, t, ns)
+	if !b.res.legacy {
+		t.Fatal("a stream made by an earlier broker not told apart")
+	}
+	info, err := b.res.stream.Info(ctx)
+	if err != nil || !info.Config.AllowMsgSchedules || !info.Config.AllowMsgTTL {
+		t.Fatalf("the earlier stream's settings changed: %+v, %v", info.Config, err)
+	}
+	// The new durable ticks of the next seconds taken as scheduled, and
+	// the request's own timer held back: the earlier broker's schedule
+	// alone expires it.
+	now := time.Now().Unix()
+	b.ticks.mu.Lock()
+	for sec := now; sec < now+10; sec++ {
+		c := &tickCall{done: make(chan struct{})}
+		close(c.done)
+		b.ticks.seconds[sec] = c
+	}
+	b.ticks.mu.Unlock()
+	rec := submit(ctx, t, b, events.Requested{Tool: "rm", Agent: "a1", Timeout: events.Duration(time.Second)})
+	b.ledger.retry([]string{rec.ID}, time.Now().Add(time.Hour))
+	if n, err := b.res.timers.Info(ctx); err != nil || n.State.Msgs != 0 {
+		t.Fatalf("durable ticks in %s: %+v, %v", TimerStreamName, n, err)
+	}
+	sec := strconv.FormatInt(tickSecond(rec.Deadline), 10)
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: TimerPrefix + "tick." + sec}, jetstream.WithScheduleAt(time.Unix(tickSecond(rec.Deadline), 0)), jetstream.WithScheduleTarget(tickAt+sec)); err != nil {
+		t.Fatal(err)
+	}
+	final, err := b.Wait(ctx, rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trigger, err := b.res.stream.GetMsg(ctx, final.Trigger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final.State != StateExpired || trigger.Subject != tickDue {
+		t.Fatalf("got %s on behalf of %s, want expired by a batch", final.State, trigger.Subject)
+	}
+}
+
 // TestOneDurableTickPerSecond checks that requests whose deadlines fall in
 // the same second share one durable schedule.
 func TestOneDurableTickPerSecond(t *testing.T) {
@@ -73,7 +160,7 @@ func TestOneDurableTickPerSecond(t *testing.T) {
 	for _, rec := range submitMany(ctx, t, b, n, time.Minute) {
 		deadlines[tickSecond(rec.Deadline)] = true
 	}
-	info, err := b.res.stream.Info(ctx, jetstream.WithSubjectFilter(tickTimer+">"))
+	info, err := b.res.timers.Info(ctx, jetstream.WithSubjectFilter(timerTick+">"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +168,7 @@ func TestOneDurableTickPerSecond(t *testing.T) {
 		t.Fatalf("%d durable schedules %v for %d requests whose deadlines fall in %d seconds", len(info.State.Subjects), info.State.Subjects, n, len(deadlines))
 	}
 	for sec := range deadlines {
-		subj := tickTimer + strconv.FormatInt(sec, 10)
+		subj := timerTick + strconv.FormatInt(sec, 10)
 		if count := info.State.Subjects[subj]; count != 1 {
 			t.Fatalf("%s holds %d schedules, want 1", subj, count)
 		}

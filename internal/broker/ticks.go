@@ -24,8 +24,9 @@ import (
 // stored message (assent.tick.due) naming many requests, so that expiring ten
 // thousand requests a second costs a few stored messages, not ten thousand.
 // And for every second in which some request's moment falls, a durable
-// JetStream schedule (assent.timer.tick.<unix second>) fires at the end of that
-// second onto assent.tick.at.<second>, whichever replicas are running then:
+// JetStream schedule (assent-timer.tick.<unix second>, in ASSENT_TIMERS) fires
+// at the end of that second onto assent-timer.at.<second>, whichever replicas
+// are running then:
 // the replica that takes it looks for pending requests whose moment passed
 // and that nothing handed over lately, and hands them over itself. A million pending
 // requests cost one schedule per distinct second, not one each.
@@ -34,12 +35,21 @@ const (
 	TickPrefix = "assent.tick."
 	// tickDue carries a batch of due request ids, one per line.
 	tickDue = TickPrefix + "due"
-	// tickAt+<second> is where the durable schedule of that second fires.
+	// tickAt+<second> is where the durable schedule of a broker before
+	// ASSENT_TIMERS fires, in the ASSENT stream.
 	tickAt = TickPrefix + "at."
-	// tickTimer+<second> is the schedule itself.
-	tickTimer = TimerPrefix + "tick."
+	// timerTick+<second> is the schedule of that second, in ASSENT_TIMERS;
+	// timerAt+<second> is where it fires.
+	timerSpace = "assent-timer."
+	timerTick  = timerSpace + "tick."
+	timerAt    = timerSpace + "at."
+	// TimerTicks are the subjects of the durable schedules in ASSENT_TIMERS.
+	TimerTicks = timerTick + ">"
+	// timerTickTTL is how long a fired tick stays in ASSENT_TIMERS.
+	timerTickTTL = time.Hour
 
-	consumerTicks = "assent-broker-ticks"
+	consumerTicks      = "assent-broker-ticks"
+	consumerTimerTicks = "assent-broker-timer-ticks"
 
 	// inFlight is how long a request handed over may take before a durable
 	// tick hands it over again: the ticks consumer's ack wait, after which
@@ -138,8 +148,8 @@ func (t *ticks) prune(now int64) {
 // scheduleTick stores the durable schedule of second sec.
 func (b *Broker) scheduleTick(ctx context.Context, sec int64) error {
 	s := strconv.FormatInt(sec, 10)
-	msg := &nats.Msg{Subject: tickTimer + s}
-	_, err := b.publish(ctx, msg, jetstream.WithScheduleAt(time.Unix(sec, 0)), jetstream.WithScheduleTarget(tickAt+s))
+	msg := &nats.Msg{Subject: timerTick + s}
+	_, err := b.publish(ctx, msg, jetstream.WithScheduleAt(time.Unix(sec, 0)), jetstream.WithScheduleTarget(timerAt+s), jetstream.WithScheduleTTL(timerTickTTL))
 	if err != nil {
 		return fmt.Errorf("schedule durable tick at %s: %w", time.Unix(sec, 0).UTC().Format(time.RFC3339), err)
 	}
@@ -242,8 +252,8 @@ func (b *Broker) handleTick(ctx context.Context, msg jetstream.Msg) error {
 	switch {
 	case subj == tickDue:
 		return b.expireBatch(ctx, dueIDs(msg.Data()), o)
-	case strings.HasPrefix(subj, tickAt):
-		sec, err := strconv.ParseInt(subj[len(tickAt):], 10, 64)
+	case strings.HasPrefix(subj, timerAt), strings.HasPrefix(subj, tickAt):
+		sec, err := strconv.ParseInt(subj[strings.LastIndexByte(subj, '.')+1:], 10, 64)
 		if err != nil {
 			return permanent(fmt.Errorf("%w: %q", events.ErrBadSubject, subj))
 		}
