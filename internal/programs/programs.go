@@ -15,6 +15,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/app"
 	"github.com/assent-dev/assent/internal/bot"
+	"github.com/assent-dev/assent/internal/hook"
 	"github.com/assent-dev/assent/internal/mcpgateway"
 	"github.com/assent-dev/assent/internal/worker"
 )
@@ -24,9 +25,13 @@ import (
 // Program is one of Assent's programs (a command under cmd/).
 type Program struct {
 	// Name is the program's: "broker", "approver-bot", "agent-worker",
-	// "mcp-gateway".
+	// "mcp-gateway", "assent-hook".
 	Name     string
 	Commands []Command
+	// Local says the program runs where its caller runs, started anew for
+	// each call (a coding agent runs assent-hook per tool call): it serves
+	// nothing, and has no image or health check in deploy/.
+	Local bool
 }
 
 // Command is one command of a program, with its flags.
@@ -50,7 +55,14 @@ func All() []Program {
 		program("approver-bot", bot.Commands(), bot.FlagSet),
 		program("agent-worker", worker.Commands(), worker.FlagSet),
 		program("mcp-gateway", mcpgateway.Commands(), mcpgateway.FlagSet),
+		local(program("assent-hook", hook.Commands(), hook.FlagSet)),
 	}
+}
+
+// local is p marked Local.
+func local(p Program) Program {
+	p.Local = true
+	return p
 }
 
 func program(name string, commands []string, flags func(string) *flag.FlagSet) Program {

@@ -15,6 +15,7 @@ import (
 	"github.com/assent-dev/assent/internal/bot"
 	"github.com/assent-dev/assent/internal/channels/email"
 	"github.com/assent-dev/assent/internal/envflag"
+	"github.com/assent-dev/assent/internal/hook"
 	"github.com/assent-dev/assent/internal/mcpgateway"
 	"github.com/assent-dev/assent/internal/programs"
 	"github.com/assent-dev/assent/internal/worker"
@@ -49,6 +50,10 @@ func help(t *testing.T, program, command string) string {
 		if _, err := mcpgateway.ParseArgs(args, envflag.Env{}, &out); err != flag.ErrHelp {
 			t.Errorf("mcp-gateway %s -h: %v", command, err)
 		}
+	case "assent-hook":
+		if _, err := hook.ParseArgs(args, envflag.Env{}, &out); err != flag.ErrHelp {
+			t.Errorf("assent-hook %s -h: %v", command, err)
+		}
 	default:
 		t.Fatalf("no way to run %s", program)
 	}
@@ -65,7 +70,7 @@ func TestAllMatchesHelp(t *testing.T) {
 	for _, p := range all {
 		names = append(names, p.Name)
 	}
-	if want := []string{"broker", "approver-bot", "agent-worker", "mcp-gateway"}; !slices.Equal(names, want) {
+	if want := []string{"broker", "approver-bot", "agent-worker", "mcp-gateway", "assent-hook"}; !slices.Equal(names, want) {
 		t.Fatalf("programs %v, want %v", names, want)
 	}
 	for _, p := range all {
