@@ -290,6 +290,48 @@ func TestBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("edit-args-breaks-input-schema", func(t *testing.T) {
+		// The broker refuses edited arguments that break the request's
+		// input_schema: the page says why next to the edit box, and the
+		// form stays open with the edit, to be fixed and sent again.
+		schema := json.RawMessage(`{"type":"object","properties":{"disk":{"type":"string"},"size_gb":{"type":"integer","minimum":1}},"required":["disk","size_gb"],"additionalProperties":false}`)
+		id, got := e.ask(t, events.Requested{Tool: "resize_disk", Args: json.RawMessage(`{"disk":"db-1","size_gb":100}`), InputSchema: schema})
+		bad := `{"disk": "db-1", "size_gb": "200"}`
+		edit := func(text string) chromedp.Tasks {
+			return chromedp.Tasks{
+				chromedp.SetValue(card(id)+` .args-edit`, text, chromedp.ByQuery),
+				chromedp.Evaluate(fmt.Sprintf(`document.querySelector(%q).dispatchEvent(new Event("input", {bubbles: true}))`, card(id)+" .args-edit"), nil),
+			}
+		}
+		e.run(t, "edit the arguments", chromedp.Navigate(e.url+"/"), chromedp.WaitVisible(card(id), chromedp.ByQuery),
+			chromedp.Click(card(id)+` [data-act="edit"]`, chromedp.ByQuery), chromedp.WaitVisible(card(id)+` .args-edit`, chromedp.ByQuery),
+			edit(bad), chromedp.WaitVisible(card(id)+` .diff .add`, chromedp.ByQuery))
+		var msg, kept, invalid string
+		var open bool
+		e.run(t, "approve with them, and be refused",
+			chromedp.Click(card(id)+` .edit-panel button[type="submit"]`, chromedp.ByQuery),
+			chromedp.WaitVisible(card(id)+` .edit-panel .error`, chromedp.ByQuery),
+			chromedp.Text(card(id)+` .edit-panel .error`, &msg, chromedp.ByQuery),
+			chromedp.Value(card(id)+` .args-edit`, &kept, chromedp.ByQuery),
+			chromedp.AttributeValue(card(id)+` .args-edit`, "aria-invalid", &invalid, nil, chromedp.ByQuery),
+			chromedp.Evaluate(fmt.Sprintf(`!document.querySelector(%q).hidden && !document.querySelector(%q)`, card(id)+" .edit-panel", card(id)+" .outcome"), &open))
+		if !strings.Contains(msg, "/size_gb: got string, want integer") || strings.Contains(msg, "invalid input") {
+			t.Fatalf("the form says %q; want the schema's words, without the broker's prefix", msg)
+		}
+		if kept != bad || invalid != "true" || !open {
+			t.Fatalf("after the refusal: edit %q (want %q kept), aria-invalid %q, form open and request pending: %v", kept, bad, invalid, open)
+		}
+		e.shot(t, "edit-args-schema")
+		e.run(t, "fix it and approve", edit(`{"disk": "db-1", "size_gb": 200}`),
+			chromedp.WaitNotVisible(card(id)+` .edit-panel .error`, chromedp.ByQuery),
+			chromedp.Click(card(id)+` .edit-panel button[type="submit"]`, chromedp.ByQuery),
+			chromedp.WaitVisible(card(id)+` .outcome.approved`, chromedp.ByQuery))
+		e.notUnsent(t, id)
+		if d := decided(t, got); !d.Approved() || !d.Edited || string(d.Args) != `{"disk":"db-1","size_gb":200}` {
+			t.Fatalf("the agent got %+v", d)
+		}
+	})
+
 	t.Run("deny-with-reason", func(t *testing.T) {
 		id, got := e.ask(t, events.Requested{Tool: "drop_table", Args: json.RawMessage(`{"table":"users"}`)})
 		e.run(t, "write why",

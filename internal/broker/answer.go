@@ -23,7 +23,8 @@ import (
 // If the request was already decided, ErrAlreadyDecided is returned; if its
 // deadline passed, ErrExpired; if the principal may not answer, ErrNotEligible;
 // if the answer is malformed (or its payload does not fit the request's
-// schema), an error wrapping ErrInvalid. Only the first valid answer decides.
+// response_schema, or its edited args its input_schema), an error wrapping
+// ErrInvalid. Only the first valid answer decides.
 //
 // The recorded answer carries the trace context of ctx or, when ctx has
 // none, the request's; applying it is a span (SpanAnswer) under it.
@@ -241,6 +242,13 @@ func (b *Broker) answerChange(principal, id string, resp events.Responded, seq u
 		edited := len(resp.Args) > 0 && string(resp.Args) != "null"
 		if edited && a.Quorum > 1 {
 			return fmt.Errorf("%w: args: edited arguments need a rule with quorum 1 (this one needs %d approvals of the same call)", ErrInvalid, a.Quorum)
+		}
+		if edited {
+			// The edit runs in place of the request's args, so it must
+			// fit the tool as the request's own had to.
+			if err := events.CheckArgs(r.Request.InputSchema, resp.Args); err != nil {
+				return fmt.Errorf("%w: %w", ErrInvalid, err)
+			}
 		}
 		votes := r.Votes
 		if !slices.ContainsFunc(votes, func(d events.DecidedBy) bool { return d.Principal == principal }) {

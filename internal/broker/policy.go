@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -47,10 +48,20 @@ func (b *Broker) approvalFor(r *Record) *policy.Approval {
 	return p.ModeApproval()
 }
 
+// RuleInputSchema is the rule of a decision that denied a request at once
+// because its args break its own input_schema (or the schema cannot check
+// them): nobody is asked to approve a call the tool would refuse.
+const RuleInputSchema = "input-schema"
+
 // evaluate applies the policy to a new record whose request's args have
 // argsDigest: it sets the record's rule and deadline, and decides it at once
-// when the policy says so.
+// when the policy says so. A request whose args break its input_schema is
+// denied before the policy is asked (RuleInputSchema).
 func (b *Broker) evaluate(ctx context.Context, r *Record, argsDigest string, now time.Time) error {
+	if err := events.CheckArgs(r.Request.InputSchema, r.Request.Args); err != nil {
+		r.Rule, r.Deadline = RuleInputSchema, r.ReceivedAt
+		return r.decide(verdict{outcome: events.Denied, reason: inputSchemaReason(err), rule: RuleInputSchema, auto: true, at: now, digest: argsDigest})
+	}
 	in := policy.InputWithDigest(r.Request, argsDigest)
 	rem := &grantReader{ctx: ctx, b: b}
 	res := b.Policy().Evaluate(in, now, rem)
@@ -104,6 +115,16 @@ func (b *Broker) evaluate(ctx context.Context, r *Record, argsDigest string, now
 		return r.decide(verdict{outcome: events.Denied, reason: reason, rule: res.Rule, auto: true, at: now, digest: in.ArgsDigest})
 	}
 	return nil
+}
+
+// inputSchemaReason is the reason of a denial by RuleInputSchema, err
+// being what events.CheckArgs found.
+func inputSchemaReason(err error) string {
+	var fe *events.FieldError
+	if errors.As(err, &fe) && fe.Field == "input_schema" {
+		return "input_schema cannot check the args: " + truncate(err.Error(), 512)
+	}
+	return "the args break the request's input_schema: " + truncate(err.Error(), 512)
 }
 
 // SetShadow replaces the shadow policy; nil turns shadow mode off.

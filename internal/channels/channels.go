@@ -271,3 +271,21 @@ func Who(d handler.Decision) string {
 	}
 	return ""
 }
+
+// ArgsProblem says, for an approver to read where they edit, why the broker
+// would refuse an approval with args, edited arguments, for a request whose
+// input_schema is inputSchema (events.CheckArgs, the broker's own check);
+// "" when it would not. Channels check before they answer, so that the
+// approver sees why at once and keeps the edit to fix, rather than an
+// answer the broker refuses with nobody looking.
+func ArgsProblem(inputSchema, args []byte) string {
+	err := events.CheckArgs(inputSchema, args)
+	if err == nil {
+		return ""
+	}
+	var fe *events.FieldError
+	if errors.As(err, &fe) && fe.Field == "input_schema" {
+		return "The request's input schema cannot check edited arguments (" + err.Error() + "); approve or deny the arguments as they are."
+	}
+	return "The tool's input schema refuses these arguments: " + strings.TrimPrefix(err.Error(), "args: ")
+}

@@ -3,6 +3,7 @@ package channels_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/assent-dev/assent/internal/channels"
@@ -109,6 +110,24 @@ func TestWho(t *testing.T) {
 	} {
 		if got := channels.Who(c.d); got != c.want {
 			t.Errorf("Who(%+v) = %q, want %q", c.d, got, c.want)
+		}
+	}
+}
+
+// TestArgsProblem: what a channel shows an approver whose edited arguments
+// the broker would refuse, in the schema's words; nothing for arguments
+// that fit, or without a schema.
+func TestArgsProblem(t *testing.T) {
+	const schema = `{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`
+	for _, c := range []struct{ schema, args, want string }{
+		{"", `{"anything":1}`, ""},
+		{schema, `{"path":"/a"}`, ""},
+		{schema, `{"path":1}`, "The tool's input schema refuses these arguments: /path: got number, want string"},
+		{schema, `{}`, "The tool's input schema refuses these arguments: missing property 'path'"},
+		{`{"type":5}`, `{"path":"/a"}`, "The request's input schema cannot check edited arguments (input_schema: input schema: "},
+	} {
+		if got := channels.ArgsProblem([]byte(c.schema), []byte(c.args)); c.want == "" && got != "" || !strings.HasPrefix(got, c.want) {
+			t.Errorf("ArgsProblem(%s, %s) = %q, want %q", c.schema, c.args, got, c.want)
 		}
 	}
 }

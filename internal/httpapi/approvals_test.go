@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,5 +99,63 @@ func TestInputSchemaRoundTrip(t *testing.T) {
 	}
 	if err := doc.CheckResponse("POST /v1/approvals", code, body); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestInputSchemaEnforced: an approval whose edited args break the request's
+// input_schema is refused with 400 and the schema's words, and the request
+// still waits; a request whose own args break it is denied at once, by
+// rule input-schema. The responses match openapi.json.
+func TestInputSchemaEnforced(t *testing.T) {
+	ns := testenv.Server(t)
+	b, _ := brokertest.Run(t, testenv.Conn(t, ns), broker.Config{})
+	srv := httptest.NewServer(httpapi.New(b, httpapi.Config{}, testenv.Logger(t)))
+	t.Cleanup(srv.Close)
+	_, doc := loadOpenAPI(t)
+	do := func(op, method, url, body string) (int, []byte) {
+		t.Helper()
+		req, err := http.NewRequest(method, srv.URL+url, bytes.NewBufferString(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		if err := doc.CheckResponse(op, resp.StatusCode, out); err != nil {
+			t.Error(err)
+		}
+		return resp.StatusCode, out
+	}
+	const schema = `{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`
+	code, body := do("POST /v1/approvals", http.MethodPost, "/v1/approvals", `{"agent":"doc","tool":"delete_file","args":{"path":"/a"},"input_schema":`+schema+`}`)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	var a httpapi.Approval
+	if err := json.Unmarshal(body, &a); err != nil {
+		t.Fatal(err)
+	}
+	const decide = "POST /v1/approvals/{id}/decision"
+	code, body = do(decide, http.MethodPost, "/v1/approvals/"+a.ID+"/decision", `{"decision":"approve","args":{"path":5},"principal":"alice"}`)
+	var e struct {
+		Error httpapi.Error `json:"error"`
+	}
+	if err := json.Unmarshal(body, &e); err != nil || code != http.StatusBadRequest || e.Error.Code != "invalid_request" ||
+		!strings.Contains(e.Error.Message, "args: /path: got number, want string") {
+		t.Fatalf("an edit that breaks the schema: %d %s", code, body)
+	}
+	code, body = do(decide, http.MethodPost, "/v1/approvals/"+a.ID+"/decision", `{"decision":"approve","args":{"path":"/b"},"principal":"alice"}`)
+	if code != http.StatusOK || !bytes.Contains(body, []byte(`"state":"approved"`)) || !bytes.Contains(body, []byte(`"edited":true`)) {
+		t.Fatalf("an edit that fits: %d %s", code, body)
+	}
+
+	code, body = do("POST /v1/approvals", http.MethodPost, "/v1/approvals", `{"agent":"doc","tool":"delete_file","args":{"path":7},"input_schema":`+schema+`}`)
+	if code != http.StatusCreated || !bytes.Contains(body, []byte(`"state":"denied"`)) || !bytes.Contains(body, []byte(`"rule":"input-schema"`)) ||
+		!bytes.Contains(body, []byte("/path: got number, want string")) {
+		t.Fatalf("a request whose args break its schema: %d %s", code, body)
 	}
 }

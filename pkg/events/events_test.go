@@ -280,7 +280,8 @@ func TestRequestedValidateSchema(t *testing.T) {
 }
 
 // TestRequestedValidateInputSchema: an input schema is context for
-// approvers, never compiled: any JSON object within MaxInputSchemaSize.
+// approvers and checked by the broker (CheckArgs), not compiled when a
+// request is validated: any JSON object within MaxInputSchemaSize.
 func TestRequestedValidateInputSchema(t *testing.T) {
 	big := `{"description":"` + strings.Repeat("d", events.MaxInputSchemaSize) + `"}`
 	atLimit := `{"description":"` + strings.Repeat("d", events.MaxInputSchemaSize-len(`{"description":""}`)) + `"}`

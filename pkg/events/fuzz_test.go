@@ -499,3 +499,69 @@ func FuzzCanonicalRequest(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCheckArgs: CheckArgs never panics, every error it returns matches
+// ErrInvalid and names args or input_schema, a failure's message is
+// readable and bounded, and args it accepts are judged the same in their
+// canonical form, the one a decision carries.
+func FuzzCheckArgs(f *testing.F) {
+	for _, s := range [][2]string{
+		{`{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`, `{"path":"/srv/a"}`},
+		{`{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`, `{"path":5}`},
+		{`{"properties":{"n":{"type":"integer","minimum":1}}}`, `{"n":1.0}`},
+		{`{"properties":{"n":{"type":"integer","minimum":1}}}`, `{"n":1e400}`},
+		{`{"properties":{"v":{"anyOf":[{"type":"string"},{"type":"boolean"}]}}}`, `{"v":null}`},
+		{`{"properties":{"p":{"pattern":"^/srv/"}}}`, `{"p":"\u202e\u0007\n"}`},
+		{`{"$defs":{"p":{"type":"string"}},"properties":{"a":{"$ref":"#/$defs/p"}}}`, `{"a":1,"a":"x"}`},
+		{`{"$ref":"https://example.com/s.json"}`, `{}`},
+		{`{"type":5}`, `{}`},
+		{`{"properties":{"a":false},"additionalProperties":false}`, `{"a":1,"b":2}`},
+		{`{"uniqueItems":true,"properties":{"l":{"type":"array","uniqueItems":true}}}`, `{"l":[1,1.0]}`},
+		{``, `[]`}, {`null`, `{}`}, {`{}`, ``}, {`{}`, `null`}, {`{}`, `[1]`}, {`{}`, `{"s":"\ud800"}`}, {`[]`, `{}`}, {`true`, `{}`},
+		{"{\"description\":\"\xff\"}", `{}`}, {`{"type":"object"}`, "{\"s\":\"\xff\"}"},
+		// Schemas whose checks could run for ever: CheckArgs must refuse
+		// them at once, whatever the fuzzer makes of them.
+		{`{"$defs":{"a":{"anyOf":[{"type":"array","items":{"$ref":"#/$defs/a"}},{"type":"array","items":{"$ref":"#/$defs/a"}}]}},"properties":{"x":{"$ref":"#/$defs/a"}}}`, `{"x":[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]}`},
+		{`{"$defs":{"a":{"allOf":[{"$ref":"#/$defs/b"},{"$ref":"#/$defs/b"}]},"b":{"allOf":[{"$ref":"#/$defs/c"},{"$ref":"#/$defs/c"}]},"c":{"oneOf":[{"$ref":"#/$defs/d"},{"$ref":"#/$defs/d"}]},"d":{"not":{"$ref":"#/$defs/a"}}},"$ref":"#/$defs/a"}`, `{"a":[1,[2,[3]]]}`},
+		{`{"$dynamicAnchor":"n","properties":{"a":{"$dynamicRef":"#n"}}}`, `{"a":{"a":{}}}`},
+		{`{"$schema":"https://json-schema.org/draft/2019-09/schema","$recursiveAnchor":true,"properties":{"a":{"$recursiveRef":"#"}}}`, `{"a":{}}`},
+		{`{"$schema":"http://json-schema.org/draft-04/schema#","items":[{"type":"string"}],"additionalItems":{"$ref":"#"},"dependencies":{"a":{"required":["b"]}}}`, `{"a":1}`},
+	} {
+		f.Add([]byte(s[0]), []byte(s[1]))
+	}
+	f.Fuzz(func(t *testing.T, schema, args []byte) {
+		err := events.CheckArgs(schema, args)
+		if err == nil {
+			if events.EmptyJSON(schema) {
+				return
+			}
+			c, cerr := events.CanonicalArgs(args)
+			if cerr != nil {
+				t.Fatalf("CheckArgs accepted args CanonicalArgs refuses (%v): %q", cerr, args)
+			}
+			if err := events.CheckArgs(schema, c); err != nil {
+				t.Fatalf("CheckArgs accepted %q but refuses its canonical form %q: %v", args, c, err)
+			}
+			return
+		}
+		if !errors.Is(err, events.ErrInvalid) {
+			t.Fatalf("error does not match ErrInvalid: %v", err)
+		}
+		var fe *events.FieldError
+		if !errors.As(err, &fe) || fe.Field != "args" && fe.Field != "input_schema" {
+			t.Fatalf("error names no field args or input_schema: %v", err)
+		}
+		if fe.Field == "args" && errors.Is(err, events.ErrSchema) {
+			msg := err.Error()
+			if !utf8.ValidString(msg) || strings.ContainsFunc(msg, func(r rune) bool { return unicode.Is(unicode.Cc, r) || unicode.Is(unicode.Cf, r) }) || len(msg) > 500 {
+				t.Fatalf("message not one readable bounded line: %q", msg)
+			}
+			// Args the schema refuses, in their canonical form too.
+			if c, cerr := events.CanonicalArgs(args); cerr == nil {
+				if err := events.CheckArgs(schema, c); err == nil {
+					t.Fatalf("CheckArgs refused %q (%v) but accepts its canonical form %q", args, fe, c)
+				}
+			}
+		}
+	})
+}

@@ -109,10 +109,13 @@ type Requested struct {
 	ResponseSchema json.RawMessage   `json:"response_schema,omitempty"`
 	Timeout        Duration          `json:"timeout,omitempty"`
 	Labels         map[string]string `json:"labels,omitempty"`
-	// InputSchema is the JSON Schema of the tool's arguments, as context
-	// for approvers (for example an MCP tool's inputSchema). It is shown,
-	// not enforced, and not part of the request digest. Absent from
-	// requests by clients before it was added.
+	// InputSchema is the JSON Schema of the tool's arguments (for example
+	// an MCP tool's inputSchema), shown to approvers and enforced by the
+	// broker with CheckArgs: a request whose own Args break it is denied
+	// at once (rule "input-schema"), and an approver's edited args that
+	// break it are refused. Validate checks only that it is a JSON object
+	// within MaxInputSchemaSize; it is not part of the request digest.
+	// Absent from requests by clients before it was added.
 	InputSchema json.RawMessage `json:"input_schema,omitempty"`
 }
 

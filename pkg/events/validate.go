@@ -69,8 +69,10 @@ func (r *Requested) Validate() error {
 			errs = append(errs, err) // names response_schema; ErrBadText or ErrSchema
 		}
 	}
-	// The input schema is only shown, never compiled: it needs to be an
-	// object of bounded size, not a schema that compiles.
+	// The input schema is not compiled here: it needs to be an object of
+	// bounded size. The broker checks args against it (CheckArgs), and
+	// decides a request whose schema does not compile there, so that
+	// channels and older peers keep reading such requests.
 	if len(r.InputSchema) > 0 && !isJSONNull(r.InputSchema) {
 		switch {
 		case len(r.InputSchema) > MaxInputSchemaSize:

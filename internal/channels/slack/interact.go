@@ -181,6 +181,9 @@ func (a *Adapter) onSubmit(ctx context.Context, cb *slack.InteractionCallback) *
 		resp.Decision = events.Deny
 	case viewEdit:
 		args, problem := parseEditedArgs(value(inputArgs).Value)
+		if problem == "" {
+			problem = channels.ArgsProblem(t.notice.InputSchema, args)
+		}
 		if problem != "" {
 			return fail(problem)
 		}

@@ -535,6 +535,43 @@ func TestEditArgs(t *testing.T) {
 	}
 }
 
+// TestEditArgsBreaksInputSchema: edited arguments that break the request's
+// input_schema are refused in the modal, with the schema's words on the
+// arguments' block and nothing answered, as the broker would refuse them;
+// arguments that fit approve.
+func TestEditArgsBreaksInputSchema(t *testing.T) {
+	h := start(t, setup{})
+	schema := json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"},"replicas":{"type":"integer","minimum":1}},"required":["path"],"additionalProperties":false}`)
+	id, ch := h.ask(t, events.Requested{Tool: "deploy", Args: json.RawMessage(`{"path":"/srv/app","replicas":3}`), InputSchema: schema, User: "dan"})
+	m := h.message(t, id)
+	h.interact(t, slacktest.Click("UALICE", "assent.edit", id, m))
+	views := h.slack.Views()
+	if len(views) != 1 || views[0].CallbackID != "assent.edit" {
+		t.Fatalf("views %+v", views)
+	}
+	for _, c := range []struct{ typed, want string }{
+		{`{"path": "/srv/app", "replicas": "two"}`, "The tool's input schema refuses these arguments: /replicas: got string, want integer"},
+		{`{"path": "/srv/app", "replicas": 0}`, "/replicas: minimum: got 0, want 1"},
+		{`{"replicas": 2}`, "missing property 'path'"},
+		{`{"path": "/srv/app", "force": true}`, "additional properties 'force' not allowed"},
+		{`{"path": "/srv/app"`, "Not valid JSON"}, // JSON first, then the schema
+	} {
+		errs := modalErrors(t, h.interact(t, slacktest.Submit("UALICE", views[0], map[string]any{"args": slacktest.Text(c.typed)})))
+		if !strings.Contains(errs["args"], c.want) || len(errs) != 1 {
+			t.Errorf("args %q: errors %v, want %q on args alone", c.typed, errs, c.want)
+		}
+	}
+	h.answers.none(t, "arguments the input schema refuses")
+
+	resp := h.interact(t, slacktest.Submit("UALICE", views[0], map[string]any{"args": slacktest.Text(`{"path": "/srv/app", "replicas": 1}`)}))
+	if errs := modalErrors(t, resp); errs != nil {
+		t.Fatalf("arguments that fit refused: %v", errs)
+	}
+	if d := brokertest.Decision(t, ch); !d.Approved() || !d.Edited || string(d.Args) != `{"path":"/srv/app","replicas":1}` {
+		t.Fatalf("decision %+v args %s", d, d.Args)
+	}
+}
+
 // TestRemember: the Remember button is offered where the rule lets answers
 // be remembered, with the scopes the rule allows and the request has; the
 // approval is remembered for the rule's max_remember, and the next request

@@ -11,6 +11,7 @@ import (
 
 	tea "github.com/charmbracelet/bubbletea"
 
+	"github.com/assent-dev/assent/internal/channels"
 	"github.com/assent-dev/assent/internal/textsafe"
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -96,7 +97,9 @@ func (m *model) edited(e editedMsg) tea.Cmd {
 	}
 	it.edit = text
 	m.diff = lineDiff(lines(pretty(it.Args)), lines(pretty(edited)))
-	m.draft = draft{id: it.ID, verdict: events.Approve, args: edited}
+	// Checked as the broker will check them, so that a refusal shows here,
+	// with the edit, rather than after it was sent.
+	m.draft = draft{id: it.ID, verdict: events.Approve, args: edited, refused: channels.ArgsProblem(it.InputSchema, edited)}
 	m.mode, m.focus, m.top = modeConfirm, it.ID, 0
 	return nil
 }

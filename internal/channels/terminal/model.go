@@ -165,6 +165,9 @@ type draft struct {
 	remember *events.Remember
 	reason   string
 	asked    bool // the reason was asked for
+	// refused says why the broker would refuse args (they break the
+	// request's input_schema): the edit is shown, and cannot be sent.
+	refused string
 }
 
 // notice is a line about something that happened.
@@ -810,6 +813,10 @@ func (m *model) rememberKey(k tea.KeyMsg) tea.Cmd {
 func (m *model) confirmKey(k tea.KeyMsg) tea.Cmd {
 	switch k.String() {
 	case "y", "enter":
+		if m.draft.refused != "" {
+			m.fail("These arguments cannot be sent (%s). Press e to fix them, or n to discard them.", m.draft.refused)
+			return nil
+		}
 		return m.proceed(m.draft)
 	case "n", "esc", "q":
 		m.mode, m.focus = modeList, ""

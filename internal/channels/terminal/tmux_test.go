@@ -3,6 +3,7 @@ package terminal
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
@@ -57,14 +59,15 @@ func helperMain() int {
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // tmuxPane is the terminal approver running as a process of its own in a
-// real terminal, tmux, sized 80x24, for principal alice.
+// real terminal, tmux, sized 80x24, for principal alice; startTmux starts
+// it with environ (KEY=value) added to its environment.
 type tmuxPane struct {
 	t       *testing.T
 	run     func(args ...string) (string, error)
 	errFile string
 }
 
-func startTmux(t *testing.T, e *env) *tmuxPane {
+func startTmux(t *testing.T, e *env, environ ...string) *tmuxPane {
 	t.Helper()
 	tmux := testenv.Program(t, "tmux", "tmux")
 	exe, err := os.Executable()
@@ -77,8 +80,12 @@ func startTmux(t *testing.T, e *env) *tmuxPane {
 		out, err := exec.Command(tmux, append([]string{"-S", sock, "-f", os.DevNull}, args...)...).CombinedOutput()
 		return string(out), err
 	}
-	cmdline := fmt.Sprintf("env %s=1 %s=%s %s=alice %s=%s TERM=xterm-256color %s",
-		helperEnv, helperNATS, shellQuote(e.ns.ClientURL()), helperPrincipal, helperErr, shellQuote(errFile), shellQuote(exe))
+	extra := ""
+	for _, kv := range environ {
+		extra += shellQuote(kv) + " "
+	}
+	cmdline := fmt.Sprintf("env %s=1 %s=%s %s=alice %s=%s TERM=xterm-256color %s%s",
+		helperEnv, helperNATS, shellQuote(e.ns.ClientURL()), helperPrincipal, helperErr, shellQuote(errFile), extra, shellQuote(exe))
 	if out, err := run("new-session", "-d", "-s", "assent", "-x", "80", "-y", "24", cmdline); err != nil {
 		t.Fatalf("start tmux: %v: %s", err, out)
 	}
@@ -205,5 +212,53 @@ func TestTmuxLongArgs(t *testing.T) {
 	if d := decision(t, ch); !d.Approved() {
 		t.Fatalf("decision %+v", d)
 	}
+	p.quit()
+}
+
+// TestTmuxEditBreaksInputSchema: edited arguments that break the request's
+// input_schema are checked before anything is sent, as the broker checks
+// them: the edit view says why, with the diff, and y sends nothing; the
+// edit is kept for e, and arguments that fit approve.
+func TestTmuxEditBreaksInputSchema(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	typed, editor := filepath.Join(dir, "typed.json"), filepath.Join(dir, "editor.sh")
+	// The editor writes what the test typed in it.
+	if err := os.WriteFile(editor, []byte("#!/bin/sh\ncp "+shellQuote(typed)+" \"$1\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	typeArgs := func(text string) {
+		t.Helper()
+		if err := os.WriteFile(typed, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := startTmux(t, e, "VISUAL="+editor)
+	p.wait("Pending approvals for alice")
+	schema := json.RawMessage(`{"type":"object","properties":{"disk":{"type":"string"},"size_gb":{"type":"integer","minimum":1}},"required":["disk","size_gb"],"additionalProperties":false}`)
+	id, ch := e.ask(t, events.Requested{Tool: "resize_disk", Agent: "coder", Args: json.RawMessage(`{"disk":"db-1","size_gb":100}`), InputSchema: schema})
+	p.wait("> resize_disk", "1 pending")
+
+	typeArgs(`{"disk": "db-1", "size_gb": "200"}`)
+	p.keys("e")
+	screen := p.wait("Edited arguments refused by the input schema", "/size_gb: got string, want", `+   "size_gb": "200"`, "e edit again")
+	if strings.Contains(screen, "y approve") {
+		t.Fatalf("the refused edit offers to approve:\n%s", screen)
+	}
+	p.keys("y")
+	p.wait("These arguments cannot be sent")
+	if _, err := e.stream.GetLastMsgForSubject(testCtx(t), "assent.response.alice."+id); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("an answer was sent for an edit the schema refuses: %v", err)
+	}
+
+	typeArgs(`{"disk": "db-1", "size_gb": 200}`)
+	p.keys("e")
+	p.wait("Approve with edited arguments?", `+   "size_gb": 200`, "y approve these arguments")
+	p.keys("y")
+	r := decision(t, ch)
+	if !r.Approved() || !r.Edited || string(r.Args) != `{"disk":"db-1","size_gb":200}` {
+		t.Fatalf("decision %+v", r)
+	}
+	p.wait("resize_disk approved with edited arguments by alice via cli")
 	p.quit()
 }

@@ -62,7 +62,11 @@ func (m *model) View() string {
 	case modeDetail:
 		body = m.scrolled(m.detailLines(), room, m.title("Request details"))
 	case modeConfirm:
-		body = m.scrolled(m.confirmLines(), room, m.title("Approve with edited arguments?"))
+		title := "Approve with edited arguments?"
+		if m.draft.refused != "" {
+			title = "Edited arguments refused by the input schema"
+		}
+		body = m.scrolled(m.confirmLines(), room, m.title(title))
 	case modeReason, modePayload, modeRemember:
 		body = m.promptLines(room)
 	case modeEditing:
@@ -163,6 +167,9 @@ func (m *model) keysLine() string {
 	case modeRemember:
 		return "up/down scope  a approve and remember  d deny and remember  esc cancel"
 	case modeConfirm:
+		if m.draft.refused != "" {
+			return "e edit again (your text is kept)  n discard  up/down scroll"
+		}
 		return "y approve these arguments  n discard  e edit again  up/down scroll"
 	case modeEditing:
 		return "save and quit the editor to come back"
@@ -571,9 +578,16 @@ func (m *model) confirmLines() []string {
 	}
 	out := []string{
 		"Approve " + m.st.bold.Render(textsafe.Line(it.Tool)) + from + " with your edit of its arguments?",
-		m.st.dim.Render("(- as the agent asked, + as you edited)"),
-		"",
 	}
+	if m.draft.refused != "" {
+		// Above the diff, so that it is in sight however long the diff.
+		out[0] = "Your edit of the arguments of " + m.st.bold.Render(textsafe.Line(it.Tool)) + from + " cannot be sent:"
+		for _, l := range wrap("! "+textsafe.Line(m.draft.refused), m.width, 6) {
+			out = append(out, m.st.err.Render(l))
+		}
+		out = append(out, m.st.dim.Render("Nothing was sent. Press e to fix them (your text is kept), or n to discard them."))
+	}
+	out = append(out, m.st.dim.Render("(- as the agent asked, + as you edited)"), "")
 	for _, l := range m.diff {
 		switch {
 		case strings.HasPrefix(l, "- "):

@@ -182,11 +182,19 @@ func (a *Adapter) answer(ctx context.Context, in *inbound, d Decision, webhookID
 	} else if !found {
 		return nil, refuse(http.StatusNotFound, CodeNotFound, "no request has id %s", id)
 	}
-	// Judge eligibility here when the notice is known, so that the sender
-	// hears why at once; otherwise the broker judges (it checks every answer).
-	if n, _, ok, err := a.rt.Lookup(ctx, id); err == nil && ok && a.env.Directory != nil {
-		if err := a.env.Directory.MayAnswer(in.principal, n); err != nil {
-			return nil, refuse(http.StatusForbidden, CodeNotEligible, "%s may not answer request %s: %v", in.principal, id, err)
+	// Judge eligibility, and edited args against the request's
+	// input_schema, here when the notice is known, so that the sender hears
+	// why at once; otherwise the broker judges (it checks every answer).
+	if n, _, ok, err := a.rt.Lookup(ctx, id); err == nil && ok {
+		if a.env.Directory != nil {
+			if err := a.env.Directory.MayAnswer(in.principal, n); err != nil {
+				return nil, refuse(http.StatusForbidden, CodeNotEligible, "%s may not answer request %s: %v", in.principal, id, err)
+			}
+		}
+		if d.Decision == events.Approve && !events.EmptyJSON(d.Args) {
+			if problem := channels.ArgsProblem(n.InputSchema, d.Args); problem != "" {
+				return nil, refuse(http.StatusBadRequest, CodeInvalid, "%s", problem)
+			}
 		}
 	}
 	err := a.rt.Answer(ctx, in.principal, id, handler.Response{

@@ -845,6 +845,46 @@ func TestInbound(t *testing.T) {
 	}
 }
 
+// TestInboundArgsBreakInputSchema: a decision whose edited args break the
+// request's input_schema is refused with 400 invalid_request and the
+// schema's words, and puts nothing on the stream; args that fit decide.
+func TestInboundArgsBreakInputSchema(t *testing.T) {
+	ns := testenv.Server(t)
+	nc := testenv.Conn(t, ns)
+	brokertest.Run(t, nc, broker.Config{Policy: testPolicy(t)})
+	secret, key := newSecret(t)
+	t.Setenv("WH_CI", secret)
+	b := startBot(t, ns, webhook.Config{Inbound: []webhook.Inbound{{Name: "ci", SecretEnv: "WH_CI", Principal: "ci-bot"}}}, channels.NewDirectory(testPolicy(t)))
+	client, _ := handler.NewClient(nc, handler.Config{Agent: "coder"})
+	id := events.NewID()
+	schema := json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}},"required":["path"],"additionalProperties":false}`)
+	decided := ask(t, client, id, events.Requested{Tool: "write_file", Args: json.RawMessage(`{"path":"/tmp/a"}`), InputSchema: schema})
+	waitFor(t, "the channel showed the request", func() bool {
+		_, _, ok, _ := b.ch.Lookup(testCtx(t), id)
+		return ok
+	})
+	for i, c := range []struct{ args, want string }{
+		{`{"path":5}`, "/path: got number, want string"},
+		{`{"path":"/tmp/b","mode":"0777"}`, "additional properties 'mode' not allowed"},
+	} {
+		body := []byte(`{"request_id":"` + id + `","decision":"approve","args":` + c.args + `}`)
+		status, out := post(t, b, "ci", signed(key, fmt.Sprintf("bad-%d", i), time.Now(), body), body)
+		if status != http.StatusBadRequest || code(out) != "invalid_request" || !strings.Contains(message(out), c.want) {
+			t.Fatalf("args %s: %d %v; want 400 invalid_request saying %q", c.args, status, out, c.want)
+		}
+	}
+	if n := responses(t, nc, id); n != 0 {
+		t.Fatalf("refused messages put %d answers on the stream", n)
+	}
+	body := []byte(`{"request_id":"` + id + `","decision":"approve","args":{"path":"/tmp/b"}}`)
+	if status, out := post(t, b, "ci", signed(key, "good", time.Now(), body), body); status != http.StatusAccepted {
+		t.Fatalf("args that fit: %d %v", status, out)
+	}
+	if d := brokertest.Decision(t, decided); !d.Approved() || !d.Edited || string(d.Args) != `{"path":"/tmp/b"}` {
+		t.Fatalf("decision %+v", d)
+	}
+}
+
 // TestInboundRefusedThenResent: a message refused for a reason that passes
 // (its request did not exist yet) is not a replay when sent again.
 func TestInboundRefusedThenResent(t *testing.T) {

@@ -322,7 +322,11 @@
     return out ? out.textContent.replace(/\s+/g, " ").trim() : "";
   }
 
-  async function answer(card, data) {
+  // answer sends data as the answer to card's request; form, if given, is
+  // the form it came from, which shows why the broker refused it (edited
+  // arguments that break the request's input_schema, a payload that breaks
+  // its response_schema) and stays open with what was written.
+  async function answer(card, data, form) {
     const p = who();
     if (p === null) return;
     if (p !== undefined) data.principal = p;
@@ -358,6 +362,17 @@
         say("Already decided: " + (fresh ? describeOutcome(fresh) : e.message), true);
         resolved(fresh);
         return;
+      }
+      const inForm = form && !form.hidden && e.code === "invalid_request" ? form.querySelector(".error") : null;
+      if (inForm) {
+        // Next to what was written, which stays as it was: the approver
+        // fixes it and sends again.
+        inForm.textContent = "Not accepted: " + e.message.replace(/^invalid input: /, "");
+        inForm.hidden = false;
+        const box = form.querySelector("textarea, input, select");
+        if (box) { box.setAttribute("aria-invalid", "true"); box.focus(); }
+        if (err) err.hidden = true;
+        return; // the form's error is an alert already
       }
       if (err) { err.textContent = e.message; err.hidden = false; }
       say(e.message, true);
@@ -554,10 +569,10 @@
     } else if (form.classList.contains("edit-panel")) {
       const r = checkEdit(form);
       if (!r) return;
-      answer(card, r.changed ? { decision: "approve", args: r.args } : { decision: "approve" });
+      answer(card, r.changed ? { decision: "approve", args: r.args } : { decision: "approve" }, form);
     } else if (form.classList.contains("answer-panel")) {
       const payload = payloadOf(form);
-      if (payload !== undefined) answer(card, { decision: "approve", payload });
+      if (payload !== undefined) answer(card, { decision: "approve", payload }, form);
     }
   });
 
