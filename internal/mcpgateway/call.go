@@ -41,84 +41,137 @@ type Verdict struct {
 // recorded under.
 const ElicitChannel = "mcp"
 
-// call is one tools/call: ask Assent, then run the decided call upstream or
-// say why it did not run.
-func (g *Gateway) call(ctx context.Context, req *mcp.CallToolRequest, u *upstream, t *mcp.Tool) (*mcp.CallToolResult, error) {
-	ctx, done, ok := g.track(ctx, req.Session, rpcOf(req))
+// callTool answers tools/call: arguments that break the tool's input
+// schema fail at once; the rest are put to Assent, and the call runs
+// upstream, with the decided arguments, only once approved. Everything
+// else the client sent with the call (its _meta, a task) goes with it.
+func (s *session) callTool(ctx context.Context, req *jsonrpc.Request) {
+	done, ok := s.g.trackCall()
 	defer done()
-	offered := req.Params.Name
-	if !ok {
-		return notRun(t, offered, Verdict{Error: ErrStopped.Error()}, "Not run: the gateway is stopping."), nil
+	if token := progressToken(req.Params); token != "" {
+		defer func() {
+			s.mu.Lock()
+			delete(s.waited, token)
+			s.mu.Unlock()
+		}()
 	}
-	r, err := g.request(req, u, t)
+	p, err := objectOf(req.Params)
 	if err != nil {
-		return notRun(t, offered, Verdict{Error: err.Error()}, fmt.Sprintf("Not run: the call to %s cannot be put to Assent for approval: %v", offered, err)), nil
+		s.answer(req.ID, nil, wireError(codeInvalidParams, "tools/call: params: %v", err))
+		return
 	}
-	log := g.log.With(zap.String("request_id", r.ID), zap.String("tool", offered), zap.String("agent", r.Agent))
-	d, err := g.ask(ctx, req, r, log)
+	offered := p.str("name")
+	if !ok {
+		s.result(req.ID, notRun(&mcp.Tool{}, offered, Verdict{Error: ErrStopped.Error()}, "Not run: the gateway is stopping."))
+		return
+	}
+	t, err := s.lookup(ctx, offered)
+	switch {
+	case err != nil:
+		s.result(req.ID, notRun(&mcp.Tool{}, offered, Verdict{Error: err.Error()}, fmt.Sprintf("Not run: the tools of the gateway's servers could not be listed: %v", err)))
+		return
+	case t == nil:
+		s.result(req.ID, notRun(&mcp.Tool{}, offered, Verdict{Error: "unknown tool"},
+			fmt.Sprintf("Unknown tool: %s. No server behind this gateway offers a tool by that name; list the tools again.", offered)))
+		return
+	}
+	args := json.RawMessage(events.TrimJSONSpace(p["arguments"]))
+	if string(args) == "null" {
+		args = nil
+	}
+	if err := events.CheckArgs(inputSchema(&t.t), args); err != nil {
+		s.result(req.ID, notRun(&t.t, offered, Verdict{Error: err.Error()},
+			fmt.Sprintf("Not run, and nobody was asked: the arguments do not fit the input schema of %s: %v. Fix them and call again.", offered, err)))
+		return
+	}
+	r, err := s.approvalRequest(req, t, offered, args)
+	if err != nil {
+		s.result(req.ID, notRun(&t.t, offered, Verdict{Error: err.Error()}, fmt.Sprintf("Not run: the call to %s cannot be put to Assent for approval: %v", offered, err)))
+		return
+	}
+	log := s.log.With(zap.String("request_id", r.ID), zap.String("tool", offered), zap.String("agent", r.Agent))
+	d, err := s.ask(ctx, req, r, log)
 	if err != nil {
 		if errors.Is(err, errEnded) {
 			// The client cancelled the call or went away, or the gateway
 			// stops: the request is withdrawn, and nobody waits for a
 			// result.
 			log.Info("call ended before its decision", zap.Error(err))
-			return nil, err
+			return
 		}
 		log.Warn("no decision", zap.Error(err))
 		if errors.Is(err, ErrNoBroker) {
-			return notRun(t, offered, Verdict{RequestID: r.ID, Error: err.Error()},
-				fmt.Sprintf("Not run: %v, so the call to %s could not be approved, and did not run. Tell the user; it can be called again once Assent is back. (Assent request %s.)", err, offered, r.ID)), nil
+			s.result(req.ID, notRun(&t.t, offered, Verdict{RequestID: r.ID, Error: err.Error()},
+				fmt.Sprintf("Not run: %v, so the call to %s could not be approved, and did not run. Tell the user; it can be called again once Assent is back. (Assent request %s.)", err, offered, r.ID)))
+			return
 		}
-		return notRun(t, offered, Verdict{RequestID: r.ID, Error: err.Error()},
-			fmt.Sprintf("Not run: Assent did not decide the call to %s (%v). Request %s.", offered, err, r.ID)), nil
+		s.result(req.ID, notRun(&t.t, offered, Verdict{RequestID: r.ID, Error: err.Error()},
+			fmt.Sprintf("Not run: Assent did not decide the call to %s (%v). Request %s.", offered, err, r.ID)))
+		return
 	}
 	v := verdictOf(d)
 	if !d.Approved() {
 		log.Info("not approved", zap.String("outcome", string(d.Outcome)))
-		return notRun(t, offered, v, refusal(offered, d)), nil
+		s.result(req.ID, notRun(&t.t, offered, v, refusal(offered, d)))
+		return
 	}
-	args := d.Args
-	if events.EmptyJSON(args) {
-		args = json.RawMessage(`{}`)
+	decided := d.Args
+	if events.EmptyJSON(decided) {
+		decided = json.RawMessage(`{}`)
 	}
 	// Always the decided args: an approver may have edited them.
-	res, err := u.session.CallTool(ctx, &mcp.CallToolParams{Name: t.Name, Arguments: args})
-	var rpcErr *jsonrpc.Error
+	p.set("name", t.name)
+	p["arguments"] = decided
+	resp, err := t.link.call(ctx, req.Method, p.bytes(), &forwarded{client: req.ID, token: progressToken(req.Params)})
 	switch {
-	case errors.As(err, &rpcErr):
-		return nil, rpcErr // the upstream's own answer: pass it on
+	case err != nil && ctx.Err() != nil:
+		return
 	case err != nil:
-		log.Warn("approved call failed upstream", zap.String("upstream", u.cfg.Name), zap.Error(err))
-		return notRun(t, offered, v, fmt.Sprintf("Approved, but the call to %s could not reach its server %s: %v. It may not have run. Request %s.", offered, u.cfg.Name, err, r.ID)), nil
+		log.Warn("approved call failed upstream", zap.String("upstream", t.link.cfg.Name), zap.Error(err))
+		s.result(req.ID, notRun(&t.t, offered, v, fmt.Sprintf("Approved, but the call to %s could not reach its server %s: %v. It may not have run. Request %s.", offered, t.link.cfg.Name, err, r.ID)))
+		return
+	case resp.Error != nil:
+		s.answer(req.ID, nil, resp.Error) // the upstream's own answer: pass it on
+		return
 	}
-	if res.Meta == nil {
-		res.Meta = mcp.Meta{}
+	res, err := objectOf(resp.Result)
+	if err != nil {
+		s.answer(req.ID, resp.Result, nil)
+		return
 	}
-	res.Meta[MetaKey] = v
-	return res, nil
+	meta := res.obj("_meta")
+	meta.set(MetaKey, v)
+	res["_meta"] = meta.bytes()
+	if id := res.obj("task").str("taskId"); id != "" {
+		s.mu.Lock()
+		s.tasks[id] = t.link
+		s.mu.Unlock()
+	}
+	s.answer(req.ID, res.bytes(), nil)
 }
 
-// request is the approval request for a call: the tool as the upstream
+// result answers the client's call with a result of the gateway's own.
+func (s *session) result(id jsonrpc.ID, res *mcp.CallToolResult) {
+	raw, err := json.Marshal(res)
+	if err != nil {
+		s.answer(id, nil, wireError(codeInternal, "%v", err))
+		return
+	}
+	s.answer(id, raw, nil)
+}
+
+// approvalRequest is the approval request for a call: the tool as the upstream
 // names it, the call's arguments, who asks, and what an approver needs to
 // know about the tool.
-func (g *Gateway) request(req *mcp.CallToolRequest, u *upstream, t *mcp.Tool) (handler.Request, error) {
-	agent := g.cfg.Identity.Agent
+func (s *session) approvalRequest(req *jsonrpc.Request, t *tool, offered string, args json.RawMessage) (handler.Request, error) {
+	agent := s.g.cfg.Identity.Agent
 	if agent == "" {
-		var name string
-		if p := req.Session.InitializeParams(); p != nil && p.ClientInfo != nil {
-			name = p.ClientInfo.Name
-		}
-		agent = AgentName(name)
+		agent = AgentName(s.clientName())
 	}
-	labels := labelsOf(u.cfg.Name, t.Annotations)
-	args := json.RawMessage(events.TrimJSONSpace(req.Params.Arguments))
-	if string(args) == "null" {
-		args = nil
-	}
-	schema := inputSchema(t)
+	schema := inputSchema(&t.t)
 	r := handler.Request{ID: events.NewID(), Requested: events.Requested{
-		Tool: t.Name, Args: args, Agent: agent, Session: g.sessionOf(req.Session), User: g.cfg.Identity.User,
-		Hint: hint(req.Params.Name, u.cfg.Name, t, schema != nil), InputSchema: schema, Labels: labels,
+		Tool: t.name, Args: args, Agent: agent, Session: s.sessionID(), User: s.g.cfg.Identity.User,
+		Hint: hint(offered, t.link.cfg.Name, &t.t, schema != nil), InputSchema: schema, Labels: labelsOf(t.link.cfg.Name, t.t.Annotations),
 	}}
 	return r, r.Validate()
 }
@@ -215,7 +268,8 @@ func cut(s string, n int) string {
 // When no broker takes r up (see broker.go), the error wraps ErrNoBroker
 // and ask returns at once: the request's withdrawal, which may wait for
 // NATS, goes on in the background, which Close waits for.
-func (g *Gateway) ask(ctx context.Context, req *mcp.CallToolRequest, r handler.Request, log *zap.Logger) (handler.Decision, error) {
+func (s *session) ask(ctx context.Context, req *jsonrpc.Request, r handler.Request, log *zap.Logger) (handler.Decision, error) {
+	g := s.g
 	noDecision := handler.Decision{RequestID: r.ID}
 	up, err := g.brokerReady(ctx, r.Agent, r.ID)
 	if err != nil {
@@ -228,11 +282,11 @@ func (g *Gateway) ask(ctx context.Context, req *mcp.CallToolRequest, r handler.R
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel(nil)
-	if pending := g.watchPending(req.Session, r, log); pending != nil {
-		wg.Go(func() { g.elicit(ctx, req.Session, r, pending, log) })
+	if pending := s.watchPending(r, log); pending != nil {
+		wg.Go(func() { s.elicit(ctx, req.ID, r, pending, log) })
 	}
 	if g.cfg.ClientPing > 0 {
-		wg.Go(func() { g.watch(ctx, req, r.ID, cancel, log) })
+		wg.Go(func() { s.watch(ctx, req, r.ID, cancel, log) })
 	}
 	if g.cfg.BrokerWait > 0 {
 		wg.Go(func() { g.awaitBroker(ctx, r.ID, up, cancel) })
@@ -269,28 +323,32 @@ func (g *Gateway) ask(ctx context.Context, req *mcp.CallToolRequest, r handler.R
 // withdrawn.
 var errEnded = errors.New("call ended before its decision")
 
-// watch pings the client of a waiting call, and tells it the call waits
-// when it asked for progress, every ClientPing; a client that does not
-// answer in time is gone, and cancel is called with ErrClientGone.
-func (g *Gateway) watch(ctx context.Context, req *mcp.CallToolRequest, id string, cancel context.CancelCauseFunc, log *zap.Logger) {
-	tick := time.NewTicker(g.cfg.ClientPing)
+// watch pings the client of a waiting call every ClientPing, and tells it
+// the call waits when it asked for progress; a client that does not answer
+// in time is gone, and cancel is called with ErrClientGone. A call decided
+// within ClientPing (by policy, say) sees nothing of it.
+func (s *session) watch(ctx context.Context, req *jsonrpc.Request, id string, cancel context.CancelCauseFunc, log *zap.Logger) {
+	every := s.g.cfg.ClientPing
+	tick := time.NewTicker(every)
 	defer tick.Stop()
-	token := req.Params.GetProgressToken()
+	token := progressToken(req.Params)
 	for n := 1.0; ; n++ {
-		if token != nil {
-			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: n,
-				Message: "waiting for approval (Assent request " + id + ")"})
-			if err != nil && ctx.Err() == nil {
-				log.Debug("notify progress", zap.Error(err))
-			}
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		pctx, stop := context.WithTimeout(ctx, g.cfg.ClientPing)
-		err := req.Session.Ping(pctx, nil)
+		if token != "" {
+			p := object{"progressToken": json.RawMessage(token)}
+			p.set("progress", n)
+			p.set("message", "waiting for approval (Assent request "+id+")")
+			s.progressed(token, n)
+			if err := s.notify("notifications/progress", p, req.ID); err != nil && ctx.Err() == nil {
+				log.Debug("notify progress", zap.Error(err))
+			}
+		}
+		pctx, stop := context.WithTimeout(ctx, every)
+		_, err := s.request(pctx, "ping", struct{}{}, req.ID)
 		stop()
 		if err != nil && ctx.Err() == nil {
 			log.Info("the client does not answer pings: cancelling its call", zap.Error(err))
@@ -304,21 +362,16 @@ func (g *Gateway) watch(ctx context.Context, req *mcp.CallToolRequest, id string
 // client's user is to be asked too (elicitation configured, the client able
 // to elicit, over stdio or allowed over HTTP); else it returns nil. It
 // subscribes before r is published, so the event cannot slip by.
-func (g *Gateway) watchPending(ss *mcp.ServerSession, r handler.Request, log *zap.Logger) *nats.Subscription {
-	e := g.cfg.Elicitation
-	if e.Principal == "" || ss.ID() != "" && !e.OverHTTP {
-		return nil
-	}
-	p := ss.InitializeParams()
-	if p == nil || p.Capabilities == nil || p.Capabilities.Elicitation == nil ||
-		p.Capabilities.Elicitation.Form == nil && p.Capabilities.Elicitation.URL != nil {
+func (s *session) watchPending(r handler.Request, log *zap.Logger) *nats.Subscription {
+	e := s.g.cfg.Elicitation
+	if e.Principal == "" || s.http && !e.OverHTTP || !s.canElicit() {
 		return nil
 	}
 	subj, err := events.PendingSubject(r.Agent)
 	if err != nil {
 		return nil
 	}
-	sub, err := g.nc.SubscribeSync(subj)
+	sub, err := s.g.nc.SubscribeSync(subj)
 	if err != nil {
 		log.Warn("cannot watch for the request's pending event: not asking the client's user", zap.Error(err))
 		return nil
@@ -330,10 +383,10 @@ func (g *Gateway) watchPending(ss *mcp.ServerSession, r handler.Request, log *za
 // waits for people, and publishes the answer as the configured principal.
 // The broker decides whether it counts; ctx ends when r is decided, which
 // withdraws the question from the client.
-func (g *Gateway) elicit(ctx context.Context, ss *mcp.ServerSession, r handler.Request, sub *nats.Subscription, log *zap.Logger) {
+func (s *session) elicit(ctx context.Context, call jsonrpc.ID, r handler.Request, sub *nats.Subscription, log *zap.Logger) {
 	p, ok := awaitPending(ctx, sub, r.ID)
 	_ = sub.Unsubscribe()
-	principal := g.cfg.Elicitation.Principal
+	principal := s.g.cfg.Elicitation.Principal
 	if !ok {
 		return
 	}
@@ -341,43 +394,77 @@ func (g *Gateway) elicit(ctx context.Context, ss *mcp.ServerSession, r handler.R
 		log.Debug("not asking the client's user: the policy does not let them answer", zap.String("principal", principal))
 		return
 	}
-	res, err := ss.Elicit(ctx, &mcp.ElicitParams{Message: question(r, principal), RequestedSchema: json.RawMessage(elicitSchema)})
-	if err != nil {
-		if ctx.Err() == nil {
-			log.Warn("ask the client's user", zap.Error(err))
+	form := newApprovalForm(r, p)
+	message := question(r, principal)
+	for try := 0; ; try++ {
+		raw, err := s.request(ctx, "elicitation/create", &mcp.ElicitParams{Message: message, RequestedSchema: form.schema}, call)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("ask the client's user", zap.Error(err))
+			}
+			return
+		}
+		var res mcp.ElicitResult
+		if err := json.Unmarshal(raw, &res); err != nil {
+			log.Warn("the client's answer to the question", zap.Error(err))
+			return
+		}
+		answer := events.Responded{Channel: ElicitChannel}
+		switch res.Action {
+		case "accept":
+			answer.Decision = events.Approve
+		case "decline":
+			answer.Decision = events.Deny
+		default: // dismissed: leave it to the other approvers
+			log.Info("the client's user dismissed the question")
+			return
+		}
+		if reason, _ := res.Content[reasonKey].(string); reason != "" {
+			answer.Reason = reason
+		}
+		if answer.Decision == events.Approve {
+			args, err := form.edited(res.Content)
+			if err == nil && args != nil {
+				err = events.CheckArgs(r.InputSchema, args)
+			}
+			if err != nil {
+				if try == 2 {
+					log.Info("the client's user's edits do not fit the tool's input schema; leaving it to the other approvers", zap.Error(err))
+					return
+				}
+				message = fmt.Sprintf("Your changes were not used: %s. Change them, or accept without changes.\n\n%s", cut(err.Error(), 512), question(r, principal))
+				continue
+			}
+			answer.Args = args
+			if remember, _ := res.Content[rememberKey].(bool); remember {
+				answer.Remember = &events.Remember{Scope: "session"}
+			}
+		}
+		if err := handler.Answer(ctx, s.g.js, principal, r.ID, answer); err != nil && ctx.Err() == nil {
+			log.Warn("publish the client's user's answer", zap.String("principal", principal), zap.Error(err))
 		}
 		return
 	}
-	answer := events.Responded{Channel: ElicitChannel}
-	switch res.Action {
-	case "accept":
-		answer.Decision = events.Approve
-	case "decline":
-		answer.Decision = events.Deny
-	default: // dismissed: leave it to the other approvers
-		log.Info("the client's user dismissed the question")
-		return
-	}
-	if reason, _ := res.Content["reason"].(string); reason != "" {
-		answer.Reason = reason
-	}
-	if err := handler.Answer(ctx, g.js, principal, r.ID, answer); err != nil && ctx.Err() == nil {
-		log.Warn("publish the client's user's answer", zap.String("principal", principal), zap.Error(err))
-	}
 }
 
-// elicitSchema is the form of the question: an optional reason.
-const elicitSchema = `{"type":"object","properties":{"reason":{"type":"string","title":"Reason","description":"Why (optional); recorded with the decision, and the agent sees it"}}}`
-
-// question is what the client's user is asked about r.
+// question is what the client's user is asked about r: the whole call,
+// unless it is too long for a question, when it says how much is shown and
+// where to read the rest.
 func question(r handler.Request, principal string) string {
 	args := string(r.Args)
 	if args == "" {
 		args = "{}"
 	}
-	return cut(fmt.Sprintf("Approve this tool call? Accept approves it, decline denies it; you answer as %s.\n\nAgent %s wants to call %s with:\n%s\n\n(Assent request %s)",
-		principal, r.Agent, r.Tool, args, r.ID), 8192)
+	if len(args) > maxQuestionArgs {
+		args = fmt.Sprintf("%s\n(only the first %d of the arguments' %d bytes are shown here: read them whole in Assent's web page, request %s, before you accept)",
+			cut(args, maxQuestionArgs), maxQuestionArgs, len(r.Args), r.ID)
+	}
+	return fmt.Sprintf("Approve this tool call? Accept approves it (with your changes to the arguments below, if any), decline denies it; you answer as %s.\n\nAgent %s wants to call %s with:\n%s\n\n(Assent request %s)",
+		principal, r.Agent, r.Tool, args, r.ID)
 }
+
+// maxQuestionArgs bounds the arguments shown in a question.
+const maxQuestionArgs = 6000
 
 // awaitPending waits on sub for the pending event of request id.
 func awaitPending(ctx context.Context, sub *nats.Subscription, id string) (events.Pending, bool) {
@@ -469,4 +556,61 @@ func deciders(d handler.Decision) string {
 		by += ", under rule " + d.Rule
 	}
 	return by
+}
+
+// The tools a guarded resource read and prompt are asked as: no MCP tool
+// is called so (a tool's name has no ":"), and the glob "*" matches them.
+const (
+	ToolReadResource = "resource:read"
+	ToolGetPrompt    = "prompt:get"
+)
+
+// codeNotApproved is the JSON-RPC error of a guarded read (a resource, a
+// prompt) that Assent did not approve; its data is the Verdict.
+const codeNotApproved = -32042
+
+// guard puts what the client asks of upstream l other than a tool call (a
+// resource read, a prompt) to Assent, as a request for tool what
+// (ToolReadResource, ToolGetPrompt) with args. Approved, it returns the decided args (an
+// approver may have edited them) and true; otherwise the client was
+// answered with an error saying why, and it returns false.
+func (s *session) guard(ctx context.Context, req *jsonrpc.Request, l *link, what string, args json.RawMessage) (json.RawMessage, bool) {
+	done, ok := s.g.trackCall()
+	defer done()
+	fail := func(v Verdict, text string) (json.RawMessage, bool) {
+		data, _ := json.Marshal(v)
+		s.answer(req.ID, nil, &jsonrpc.Error{Code: codeNotApproved, Message: text, Data: data})
+		return nil, false
+	}
+	if !ok {
+		return fail(Verdict{Error: ErrStopped.Error()}, "Not read: the gateway is stopping.")
+	}
+	agent := s.g.cfg.Identity.Agent
+	if agent == "" {
+		agent = AgentName(s.clientName())
+	}
+	kind := map[string]string{ToolReadResource: "resource", ToolGetPrompt: "prompt"}[what]
+	r := handler.Request{ID: events.NewID(), Requested: events.Requested{
+		Tool: what, Args: args, Agent: agent, Session: s.sessionID(), User: s.g.cfg.Identity.User,
+		Hint:   fmt.Sprintf("MCP %s of server %s: the client reads a %s, which the gateway guards.", req.Method, l.cfg.Name, kind),
+		Labels: map[string]string{"mcp_server": l.cfg.Name, "mcp_kind": kind},
+	}}
+	if err := r.Validate(); err != nil {
+		return fail(Verdict{Error: err.Error()}, fmt.Sprintf("Not read: the %s cannot be put to Assent for approval: %v", kind, err))
+	}
+	log := s.log.With(zap.String("request_id", r.ID), zap.String("tool", what), zap.String("agent", r.Agent))
+	d, err := s.ask(ctx, req, r, log)
+	switch {
+	case err != nil && errors.Is(err, errEnded):
+		log.Info("read ended before its decision", zap.Error(err))
+		return nil, false
+	case err != nil:
+		return fail(Verdict{RequestID: r.ID, Error: err.Error()}, fmt.Sprintf("Not read: Assent did not decide (%v). Request %s.", err, r.ID))
+	case !d.Approved():
+		return fail(verdictOf(d), refusal(what, d))
+	}
+	if events.EmptyJSON(d.Args) {
+		return args, true
+	}
+	return d.Args, true
 }

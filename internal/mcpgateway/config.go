@@ -76,6 +76,13 @@ type Upstream struct {
 	// sees them ("fs__" offers delete_file as fs__delete_file). Requests to
 	// Assent name the tool as the server does, without it.
 	Prefix string `yaml:"prefix"`
+	// Guard lists what else of the server's, besides its tool calls, is
+	// put to Assent before the client gets it: "resources" (each
+	// resources/read, asked as tool resource:read with args {"uri": ...})
+	// and "prompts" (each prompts/get, asked as tool prompt:get with args
+	// {"name": ..., "arguments": {...}}). None by default: the policy's
+	// rules then decide them as they decide tool calls.
+	Guard []string `yaml:"guard"`
 	// AutoName says Name was not given but made up (ParseArgs, for the
 	// upstream on the command line, by CommandName or from the URL's
 	// host): once connected, the upstream is named as the server names
@@ -83,6 +90,15 @@ type Upstream struct {
 	// token), unless another upstream has that name.
 	AutoName bool `yaml:"-"`
 }
+
+// What an upstream's Guard may name.
+const (
+	GuardResources = "resources"
+	GuardPrompts   = "prompts"
+)
+
+// guards reports whether u's Guard names kind.
+func (u Upstream) guards(kind string) bool { return slices.Contains(u.Guard, kind) }
 
 // Identity is who the gateway asks as. Empty fields are taken from the
 // client (see the package documentation).
@@ -316,6 +332,11 @@ func (c Config) Validate() error {
 		default:
 			if len(u.Headers) > 0 {
 				at("headers", "headers go to a url server: a command takes args, env and dir")
+			}
+		}
+		for _, g := range u.Guard {
+			if g != GuardResources && g != GuardPrompts {
+				at("guard", "%q: want %s or %s (tool calls are always guarded)", g, GuardResources, GuardPrompts)
 			}
 		}
 		if len(u.Prefix) > 64 || strings.IndexFunc(u.Prefix, func(r rune) bool { return !isToolNameChar(r) }) >= 0 {

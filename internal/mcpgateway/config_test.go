@@ -81,6 +81,7 @@ func TestConfigProblems(t *testing.T) {
     headers: {"bad header": x}
   - command: x
     prefix: "a b"
+    guard: [resources, tools]
 identity:
   agent: a.b
 nats:
@@ -96,16 +97,17 @@ colour: blue
 			`gw.yaml:7: upstreams[1] (fs).headers: "bad header": not an HTTP header name`,
 			"gw.yaml:8: upstreams[2].name: missing",
 			`gw.yaml:9: upstreams[2].prefix: "a b": want at most 64 characters`,
-			`gw.yaml:11: identity.agent: "a.b": want 1-128 characters`,
-			"gw.yaml:13: nats.trusted_decision_keys:",
-			"gw.yaml:14: timeout: -1s: want 0",
-			"gw.yaml:16: elicitation.over_http: without elicitation.principal",
-			"gw.yaml:17: colour: unknown setting (known here: upstreams, identity, nats, timeout, elicitation, client_ping, broker_wait, tls)",
+			`gw.yaml:10: upstreams[2].guard: "tools": want resources or prompts (tool calls are always guarded)`,
+			`gw.yaml:12: identity.agent: "a.b": want 1-128 characters`,
+			"gw.yaml:14: nats.trusted_decision_keys:",
+			"gw.yaml:15: timeout: -1s: want 0",
+			"gw.yaml:17: elicitation.over_http: without elicitation.principal",
+			"gw.yaml:18: colour: unknown setting (known here: upstreams, identity, nats, timeout, elicitation, client_ping, broker_wait, tls)",
 		}},
 		{"no upstream", "identity: {user: carol}\n", []string{"gw.yaml: upstreams: none: name at least one MCP server"}},
 		{"empty file", "", []string{"upstreams: none"}},
 		{"unknown upstream setting", "upstreams:\n  - name: fs\n    cmd: x\n", []string{
-			"gw.yaml:3: upstreams[0].cmd: unknown setting (known here: name, command, args, env, dir, url, headers, prefix)",
+			"gw.yaml:3: upstreams[0].cmd: unknown setting (known here: name, command, args, env, dir, url, headers, prefix, guard)",
 			"gw.yaml:2: upstreams[0] (fs).command: neither command nor url"}},
 		{"wrong type", "upstreams:\n  - name: fs\n    command: x\ntimeout: soon\n", []string{"gw.yaml:4: cannot unmarshal !!str `soon` into time.Duration"}},
 		{"not YAML", "upstreams: [\n", []string{"gw.yaml:"}},

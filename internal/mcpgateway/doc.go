@@ -1,24 +1,40 @@
 // Package mcpgateway is cmd/mcp-gateway: an MCP server that stands in front
-// of other MCP servers (upstreams), offers their tools unchanged, and asks
-// Assent before each call runs, so that an agent needs no change to be
-// guarded: its MCP client talks to the gateway instead of the server.
+// of other MCP servers (upstreams), passes everything they offer through
+// unchanged, and asks Assent before each tool call runs, so that an agent
+// needs no change to be guarded: its MCP client talks to the gateway instead
+// of the server.
 //
 //	nc, _ := natsconn.Connect(cfg.NATS.Settings())
 //	g, _ := mcpgateway.New(nc, cfg, log)
 //	err := g.Run(ctx, mcpgateway.RunOptions{Stdin: os.Stdin, Stdout: os.Stdout})
 //
-// # Upstreams and tools
+// # A proxy of messages
 //
-// An upstream is a command the gateway starts and talks to over stdio, or a
-// streamable HTTP URL. Its tools are offered with the same name (after the
-// upstream's Prefix, if any), description, title, input and output schemas
-// and annotations. When an upstream says its tools changed, the gateway lists
-// them again and tells its own clients. Only tools are passed on, not
-// resources or prompts. What a stdio upstream writes on its stderr is
-// logged, a warning a line, and its last lines end the error when it fails
-// to start or exits. An upstream whose name was made up (Upstream.AutoName:
-// the command line's, without --name) takes the name the server gives
-// itself.
+// The gateway speaks JSON-RPC with both sides, not the SDK's typed
+// requests, so that what it does not know (a tool's execution, a newer
+// capability) passes as it came (wire.go). Each client session (session.go)
+// opens a session of its own with every upstream (upstream.go), with the
+// client's initialize: the servers see the client's name, capabilities,
+// roots and protocol version, and their sampling, elicitation and roots
+// requests reach the client and its answers come back. Resources,
+// templates, subscriptions, prompts, completions, logging, progress,
+// cancellation, _meta, list changes and tasks pass through; with several
+// upstreams the lists are merged, tools and prompts behind each upstream's
+// Prefix, and requests go to whose their tool, prompt, resource or task is
+// (lists.go). Only tools/call waits for Assent (call.go), and, when an
+// upstream's Guard says so, resources/read and prompts/get (asked as tools
+// ToolReadResource and ToolGetPrompt).
+//
+// Clients reach it over stdio (Serve) or MCP's streamable HTTP
+// (Handler, httpserver.go), whose streams carry what an upstream sends
+// about a request on that request's stream. A stdio upstream is a command
+// the gateway starts (once per client session); a URL upstream is reached
+// over streamable HTTP (httpclient.go). What a stdio upstream writes on its
+// stderr is logged, a warning a line, and its last lines end the error when
+// it fails to start or exits. Start looks at every upstream once, to check
+// it answers and that no two offer a tool under the same name; an upstream
+// whose name was made up (Upstream.AutoName: the command line's, without
+// --name) takes the name the server gives itself.
 //
 // # What each call asks
 //
@@ -80,7 +96,10 @@
 // asked too, once the broker says the request waits for people and the
 // policy could let that principal answer: accept approves, decline denies,
 // both with an optional reason, and the answer is published as the
-// principal's on assent.response.<principal>.<id>, channel "mcp". The first
+// principal's on assent.response.<principal>.<id>, channel "mcp". The form
+// (elicit.go) also offers to approve for the session (a remembered choice,
+// where the rule allows it) and the call's arguments as fields, filled in:
+// changed, they are an edit, checked against the tool's input schema. The first
 // answer to count decides, from whichever channel; when another decides
 // first, the question is withdrawn from the client. The user is usually the
 // request's user too: the policy must then allow self-approval

@@ -3,6 +3,7 @@ package mcpgateway
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -53,58 +55,39 @@ var (
 // about the call (a Verdict).
 const MetaKey = "dev.assent/decision"
 
-// instructions tell the model, through the client, what to expect.
-const instructions = "Calls to these tools are approved through Assent before they run: a call may wait until a person decides, " +
+// Instructions are what the gateway adds to its servers' instructions: they
+// tell the model, through the client, what to expect.
+const Instructions = "Calls to these tools are approved through Assent before they run: a call may wait until a person decides, " +
 	"and may come back not run, denied, expired or cancelled, with the reason. Do not retry a denied call unchanged; " +
 	"tell the user, or ask how to proceed."
 
-// Gateway is an MCP server that offers the tools of its upstream MCP servers
-// unchanged and asks Assent before each call: New, then Run (or Start,
-// Serve and Handler, then Close).
+// Gateway is an MCP server that offers what its upstream MCP servers offer,
+// passed through unchanged, and asks Assent before each tool call: New,
+// then Run (or Start, Serve and Handler, then Close).
 type Gateway struct {
 	cfg    Config
 	nc     *nats.Conn
 	client *handler.Client
 	js     jetstream.JetStream
 	log    *zap.Logger
-	server *mcp.Server
 
-	bg     context.Context // ends with Close: refreshes and watches
+	bg     context.Context // ends with Close: sessions and calls
 	stopBg context.CancelFunc
 	wg     sync.WaitGroup // background goroutines
-	ended  chan error     // upstream sessions that ended
 
-	mu        sync.Mutex // guards upstreams, offered
-	upstreams []*upstream
-	offered   map[string]offer // by the name clients see
+	mu      sync.Mutex // guards named, offered
+	named   []Upstream // the upstreams, as Start named them
+	offered map[string]string
 
-	smu      sync.Mutex // guards clients, closed
-	clients  map[*mcp.ServerSession]*clientState
+	smu      sync.Mutex // guards sessions, closed
+	sessions map[*session]bool
 	closed   bool
 	inFlight sync.WaitGroup // calls
 	once     sync.Once
 }
 
-// clientState is what the gateway keeps of one client session.
-type clientState struct {
-	// session is the id made for a session its transport names none (stdio).
-	session string
-	// served: the session is Serve's, which forgets it when it ends; others
-	// (HTTP) are forgotten when they have no call left.
-	served bool
-	calls  map[*int]tracked
-}
-
-// tracked is a call in flight.
-type tracked struct {
-	cancel context.CancelCauseFunc
-	// rpc is the key (rpcKey) of the call's JSON-RPC id, when known: a
-	// notifications/cancelled names the call by it.
-	rpc string
-}
-
 // New returns a gateway that asks through nc, which stays the caller's.
-// cfg is checked (after WithDefaults); upstreams are connected by Start.
+// cfg is checked (after WithDefaults); upstreams are looked at by Start.
 func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Gateway, error) {
 	if nc == nil {
 		return nil, errors.New("mcpgateway: nil NATS connection")
@@ -126,26 +109,9 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Gateway, error) {
 		return nil, err
 	}
 	g := &Gateway{cfg: cfg, nc: nc, client: client, js: js, log: log.Named("mcp-gateway"),
-		ended: make(chan error, len(cfg.Upstreams)), offered: map[string]offer{}, clients: map[*mcp.ServerSession]*clientState{}}
+		offered: map[string]string{}, sessions: map[*session]bool{}}
 	g.bg, g.stopBg = context.WithCancel(context.Background())
-	g.server = mcp.NewServer(&mcp.Implementation{Name: "assent-mcp-gateway", Title: "Assent MCP gateway", Version: version()},
-		&mcp.ServerOptions{Instructions: instructions, Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}}})
-	g.server.AddReceivingMiddleware(sessionsOnly)
 	return g, nil
-}
-
-// sessionsOnly refuses server/discover, the start of the sessionless MCP
-// protocol (2026-07-28), so that clients fall back to the initialize
-// handshake and a session: the gateway asks its client's user during a call
-// and withdraws the question when the call is decided elsewhere, which the
-// sessionless protocol has no way to do.
-func sessionsOnly(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		if method == "server/discover" {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "server/discover: this server speaks MCP with sessions (initialize)"}
-		}
-		return next(ctx, method, req)
-	}
 }
 
 // version is the module's version, as the build recorded it.
@@ -156,42 +122,68 @@ func version() string {
 	return "(devel)"
 }
 
-// Start connects to every upstream and offers their tools. If two of them
-// offer a tool under the same name, an error wrapping ErrToolConflict is
-// returned. Upstreams that change their tools later are followed until
-// Close.
+// probe is the gateway's own client identity, when it looks at its
+// upstreams at Start.
+const probe = `{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"assent-mcp-gateway","version":"%s"}}`
+
+// Start looks at every upstream once: it starts (or reaches) it, opens a
+// session, lists its tools, and ends the session. An upstream that cannot
+// be reached is an error, as are two upstreams offering a tool under the
+// same name (wrapping ErrToolConflict). Each client's session later opens
+// sessions of its own with every upstream.
 func (g *Gateway) Start(ctx context.Context) error {
 	var errs []error
+	var named []Upstream
+	offered := map[string]string{}
 	for _, cfg := range g.cfg.Upstreams {
-		u, err := connect(ctx, cfg, g.log)
+		l, err := dial(ctx, cfg, g.log)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		g.mu.Lock()
-		if name := u.serverName(); cfg.AutoName && name != "" && name != cfg.Name && !g.named(name) {
-			g.log.Info("upstream named as it names itself", zap.String("upstream", name), zap.String("instead_of", cfg.Name))
-			u.cfg.Name = name
+		lctx, stop := context.WithCancel(ctx)
+		go l.run(lctx, func(jsonrpc.Message) {})
+		err = l.initialize(lctx, json.RawMessage(fmt.Sprintf(probe, version())))
+		if err == nil {
+			_ = l.notify(lctx, "notifications/initialized", nil)
+			if name := l.serverName(); cfg.AutoName && name != "" && name != cfg.Name && !isNamed(named, g.cfg.Upstreams, name) {
+				g.log.Info("upstream named as it names itself", zap.String("upstream", name), zap.String("instead_of", cfg.Name))
+				cfg.Name = name
+				l.cfg.Name = name
+			}
+			var items []object
+			if l.capable("tools") {
+				items, err = l.list(lctx, "tools/list", "tools")
+				if err != nil {
+					err = fmt.Errorf("upstream %s: list tools: %w", cfg.Name, err)
+				}
+			}
+			for _, t := range items {
+				name := cfg.Prefix + t.str("name")
+				if other, taken := offered[name]; taken {
+					errs = append(errs, fmt.Errorf("%w: %s is offered by upstreams %s and %s: give one of them a prefix", ErrToolConflict, name, other, cfg.Name))
+					continue
+				}
+				offered[name] = cfg.Name
+			}
 		}
-		g.upstreams = append(g.upstreams, u)
-		g.mu.Unlock()
-		if err := g.sync(ctx, u, true); err != nil {
+		stop()
+		_ = l.close()
+		if err != nil {
 			errs = append(errs, err)
+			continue
 		}
-		g.wg.Go(func() { g.follow(u) })
+		named = append(named, cfg)
 	}
+	g.mu.Lock()
+	g.named, g.offered = named, offered
+	g.mu.Unlock()
 	return errors.Join(errs...)
 }
 
-// named reports whether an upstream is, or is to be, called name; g.mu is
-// held.
-func (g *Gateway) named(name string) bool {
-	for _, u := range g.upstreams {
-		if u.cfg.Name == name {
-			return true
-		}
-	}
-	for _, c := range g.cfg.Upstreams {
+// isNamed reports whether an upstream is, or is to be, called name.
+func isNamed(named, configured []Upstream, name string) bool {
+	for _, c := range append(slices.Clone(named), configured...) {
 		if c.Name == name {
 			return true
 		}
@@ -199,200 +191,106 @@ func (g *Gateway) named(name string) bool {
 	return false
 }
 
-// Upstreams lists the names of the upstreams connected, in the order of
-// the configuration.
+// Upstreams lists the names of the upstreams, in the order of the
+// configuration.
 func (g *Gateway) Upstreams() []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	names := make([]string, len(g.upstreams))
-	for i, u := range g.upstreams {
-		names[i] = u.cfg.Name
+	names := make([]string, len(g.named))
+	for i, u := range g.named {
+		names[i] = u.Name
 	}
 	return names
 }
 
-// follow offers u's tools anew each time u says they changed, and reports
-// u's end, until Close.
-func (g *Gateway) follow(u *upstream) {
-	ended := make(chan error, 1)
-	go func() { ended <- u.session.Wait() }() // returns when Close closes the session, at the latest
-	for {
-		select {
-		case <-u.changed:
-			if err := g.sync(g.bg, u, false); err != nil && g.bg.Err() == nil {
-				g.log.Warn("list the tools of an upstream again", zap.String("upstream", u.cfg.Name), zap.Error(err))
-			}
-		case err := <-ended:
-			if g.bg.Err() == nil {
-				u.stderr.settle()
-				g.ended <- fmt.Errorf("%w: %s: %v%s", ErrUpstreamEnded, u.cfg.Name, err, u.stderr.tail())
-			}
-			return
-		case <-g.bg.Done():
-			<-ended
-			return
-		}
-	}
-}
-
-// Tools lists the tools the gateway offers, by the names clients see.
+// Tools lists the tools the gateway offers, by the names clients see, as
+// Start found them (a client that can sample or elicit may see more: an
+// upstream offers what its client can use).
 func (g *Gateway) Tools() map[string]string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make(map[string]string, len(g.offered))
-	for name, o := range g.offered {
-		out[name] = o.upstream.cfg.Name
-	}
-	return out
+	return maps.Clone(g.offered)
 }
 
 // Serve serves one client over t (stdio, say) until it goes away, which is
-// a clean end, or ctx ends, which cancels its calls in flight.
+// a clean end, or ctx ends, which cancels its calls in flight. When one of
+// its upstreams ends, so does the session, with an error wrapping
+// ErrUpstreamEnded.
 func (g *Gateway) Serve(ctx context.Context, t mcp.Transport) error {
-	st := &clientState{session: events.NewID(), served: true, calls: map[*int]tracked{}}
-	ss, err := g.server.Connect(ctx, &noting{Transport: t, g: g, st: st}, nil)
+	conn, err := t.Connect(ctx)
 	if err != nil {
 		return err
 	}
-	g.smu.Lock()
-	if early := g.clients[ss]; early != nil { // a call came before Connect returned
-		maps.Copy(st.calls, early.calls)
+	s := g.newSession(conn, events.NewID(), false, true)
+	if !g.register(s) {
+		_ = conn.Close()
+		return ErrStopped
 	}
-	g.clients[ss] = st
-	g.smu.Unlock()
-	defer func() {
-		g.smu.Lock()
-		delete(g.clients, ss)
-		g.smu.Unlock()
-	}()
-	waited := make(chan error, 1)
-	go func() { waited <- ss.Wait() }()
+	defer g.unregister(s)
+	done := make(chan error, 1)
+	go func() { done <- s.run() }()
 	select {
-	case err := <-waited:
-		// The client closing its side is how a session ends; the SDK
-		// reports even that as an error ("server is closing: EOF").
+	case err := <-done:
 		g.log.Debug("client session ended", zap.Error(err))
+		if errors.Is(err, ErrUpstreamEnded) {
+			return err
+		}
 		return nil
 	case <-ctx.Done():
-		g.cancel(func(s *mcp.ServerSession) bool { return s == ss }, ErrStopped)
-		_ = ss.Close()
-		<-waited
+		s.stop(ErrStopped)
+		_ = conn.Close()
+		<-done
 		return nil
 	}
+}
+
+// register adds a session, unless the gateway is closing.
+func (g *Gateway) register(s *session) bool {
+	g.smu.Lock()
+	defer g.smu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.sessions[s] = true
+	return true
+}
+
+func (g *Gateway) unregister(s *session) {
+	g.smu.Lock()
+	defer g.smu.Unlock()
+	delete(g.sessions, s)
 }
 
 // Handler serves clients over streamable HTTP. A client that ends its
 // session (HTTP DELETE) cancels its calls in flight.
-func (g *Gateway) Handler() http.Handler {
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return g.server }, nil)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := r.Header.Get("Mcp-Session-Id")
-		switch {
-		case r.Method == http.MethodDelete && id != "":
-			// The SDK closes the session only once its calls return: end
-			// them first.
-			g.cancel(func(s *mcp.ServerSession) bool { return s.ID() == id }, fmt.Errorf("%w: the client ended its session", ErrClientGone))
-		case r.Method == http.MethodPost:
-			if !g.noteHTTP(w, r, id) {
-				return
-			}
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-// track registers a call of ss, whose JSON-RPC id has the key rpc (or ""):
-// the returned context ends when ctx does, when ss goes away, when the client
-// cancels the call, or when the gateway stops; done unregisters it. ok is
-// false once the gateway is closed.
-func (g *Gateway) track(ctx context.Context, ss *mcp.ServerSession, rpc string) (_ context.Context, done func(), ok bool) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	key := new(int)
-	g.smu.Lock()
-	defer g.smu.Unlock()
-	if g.closed {
-		cancel(ErrStopped)
-		return ctx, func() {}, false
-	}
-	st := g.state(ss)
-	st.calls[key] = tracked{cancel: cancel, rpc: rpc}
-	g.inFlight.Add(1)
-	return ctx, func() {
-		cancel(nil)
-		g.smu.Lock()
-		delete(st.calls, key)
-		switch cur := g.clients[ss]; {
-		case cur != nil && cur != st: // Serve registered the session after the call began, and took it over
-			delete(cur.calls, key)
-		case cur == st && len(st.calls) == 0 && !st.served:
-			delete(g.clients, ss)
-		}
-		g.smu.Unlock()
-		g.inFlight.Done()
-	}, true
-}
-
-// state is ss's state, made on first use; g.smu is held.
-func (g *Gateway) state(ss *mcp.ServerSession) *clientState {
-	st := g.clients[ss]
-	if st == nil {
-		st = &clientState{calls: map[*int]tracked{}}
-		g.clients[ss] = st
-	}
-	return st
-}
-
-// sessionOf is the session id a call of ss asks under: the configured one,
-// else the MCP session id, else the one Serve made for ss.
-func (g *Gateway) sessionOf(ss *mcp.ServerSession) string {
-	if s := g.cfg.Identity.Session; s != "" {
-		return s
-	}
-	if id := ss.ID(); id != "" {
-		return id
-	}
-	g.smu.Lock()
-	defer g.smu.Unlock()
-	return g.state(ss).session
-}
-
-// cancel ends the calls in flight of the sessions that match, with cause.
-func (g *Gateway) cancel(match func(*mcp.ServerSession) bool, cause error) {
-	g.smu.Lock()
-	defer g.smu.Unlock()
-	for ss, st := range g.clients {
-		if match(ss) {
-			for _, c := range st.calls {
-				c.cancel(cause)
-			}
-		}
-	}
-}
+func (g *Gateway) Handler() http.Handler { return newHTTPServer(g) }
 
 // Close cancels the calls in flight (their requests are withdrawn) and
-// waits for them, then closes the upstreams. It is safe to call twice.
+// waits for them, then ends every session and its upstreams. It is safe to
+// call twice.
 func (g *Gateway) Close() error {
-	var err error
 	g.once.Do(func() {
 		g.smu.Lock()
 		g.closed = true
+		sessions := make([]*session, 0, len(g.sessions))
+		for s := range g.sessions {
+			sessions = append(sessions, s)
+		}
 		g.smu.Unlock()
-		g.cancel(func(*mcp.ServerSession) bool { return true }, ErrStopped)
+		for _, s := range sessions {
+			s.stop(ErrStopped)
+		}
 		g.inFlight.Wait()
+		for _, s := range sessions {
+			_ = s.conn.Close()
+		}
 		g.stopBg()
-		g.mu.Lock()
-		ups := g.upstreams
-		g.mu.Unlock()
-		var errs []error
-		for _, u := range ups {
-			if e := u.close(); e != nil && !errors.Is(e, io.EOF) {
-				errs = append(errs, fmt.Errorf("close upstream %s: %w", u.cfg.Name, e))
-			}
+		for _, s := range sessions {
+			<-s.finished
 		}
 		g.wg.Wait()
-		err = errors.Join(errs...)
 	})
-	return err
+	return nil
 }
 
 // RunOptions say how Run serves clients.
@@ -409,8 +307,9 @@ type RunOptions struct {
 }
 
 // Run starts the gateway, serves clients as o says until ctx ends, the stdio
-// client goes away, or an upstream ends (an error wrapping
-// ErrUpstreamEnded), then closes the gateway.
+// client goes away, or an upstream of the stdio client ends (an error
+// wrapping ErrUpstreamEnded), then closes the gateway. An upstream of an
+// HTTP client that ends ends that client's session only.
 func (g *Gateway) Run(ctx context.Context, o RunOptions) error {
 	defer g.Close() //nolint:errcheck // closing upstreams at the end: logged below when it matters
 	if err := g.Start(ctx); err != nil {
@@ -422,6 +321,10 @@ func (g *Gateway) Run(ctx context.Context, o RunOptions) error {
 	if o.Stdin != nil {
 		wg.Go(func() {
 			if err := g.Serve(ctx, &mcp.IOTransport{Reader: o.Stdin, Writer: o.Stdout}); err != nil {
+				if errors.Is(err, ErrUpstreamEnded) {
+					stop(err)
+					return
+				}
 				stop(fmt.Errorf("serve stdio: %w", err))
 				return
 			}
@@ -444,11 +347,7 @@ func (g *Gateway) Run(ctx context.Context, o RunOptions) error {
 			}
 		})
 	}
-	select {
-	case err := <-g.ended:
-		stop(err)
-	case <-ctx.Done():
-	}
+	<-ctx.Done()
 	// Calls in flight end first (their requests withdrawn), then the
 	// connections they would have answered on.
 	err := g.Close()

@@ -247,6 +247,66 @@ var scenarios = []struct {
 			t.Error("the declined call ran")
 		}
 	}},
+	{"elicitation approves with edited arguments", func(t *testing.T, f *fixture) {
+		var schema atomic.Value
+		cs := f.client(t, "elicit-edit", &mcp.ClientOptions{ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			raw, _ := json.Marshal(req.Params.RequestedSchema)
+			schema.Store(string(raw))
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"arg:path": "edb.txt"}}, nil
+		}})
+		f.files.seed(t, "eda.txt", "edb.txt")
+		res := call(t, cs, f.prefix+"delete_file", `{"path":"eda.txt"}`)
+		if v := verdict(t, res); res.IsError || v.Outcome != events.Approved || !v.Edited {
+			t.Errorf("IsError %v, verdict %+v", res.IsError, v)
+		}
+		// The form offered the path, filled in with the call's.
+		if got, _ := schema.Load().(string); !strings.Contains(got, `"arg:path":{`) || !strings.Contains(got, `"default":"eda.txt"`) {
+			t.Errorf("the form: %s", got)
+		}
+		if !f.files.exists(t, "eda.txt") || f.files.exists(t, "edb.txt") {
+			t.Error("the call did not run with the user's arguments")
+		}
+	}},
+	{"elicitation asks again when the edit does not fit", func(t *testing.T, f *fixture) {
+		var asked atomic.Int32
+		var second atomic.Value
+		// The SDK's client checks the form's answer against the form; a
+		// client that does not sends what the form does not allow, as
+		// the wrapped transport below does.
+		cs, _ := f.front.connect(t, f.gw, "elicit-bad-edit", &mcp.ClientOptions{ElicitationHandler: func(_ context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			if asked.Add(1) == 1 {
+				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"arg:path": "NOT-A-STRING"}}, nil
+			}
+			second.Store(req.Params.Message)
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{}}, nil
+		}}, nil, func(tr mcp.Transport) mcp.Transport { return rewriteTransport{tr, `"NOT-A-STRING"`, `42`} })
+		f.files.seed(t, "bad.txt")
+		res := call(t, cs, f.prefix+"delete_file", `{"path":"bad.txt"}`)
+		if v := verdict(t, res); res.IsError || v.Outcome != events.Approved || v.Edited {
+			t.Errorf("IsError %v, verdict %+v", res.IsError, v)
+		}
+		if msg, _ := second.Load().(string); asked.Load() != 2 || !strings.Contains(msg, "Your changes were not used: path: 42 is not a string") {
+			t.Errorf("asked %d times; the second time %q", asked.Load(), msg)
+		}
+	}},
+	{"elicitation approves for the session", func(t *testing.T, f *fixture) {
+		var asked atomic.Int32
+		cs := f.client(t, "elicit-session", &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked.Add(1)
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"remember": true}}, nil
+		}})
+		f.files.seed(t, "s1.txt", "s2.txt")
+		if v := verdict(t, call(t, cs, f.prefix+"delete_file", `{"path":"s1.txt"}`)); v.Outcome != events.Approved || v.Auto {
+			t.Errorf("the first call: %+v", v)
+		}
+		v := verdict(t, call(t, cs, f.prefix+"delete_file", `{"path":"s2.txt"}`))
+		if v.Outcome != events.Approved || !v.Auto || !strings.HasPrefix(v.Rule, "remembered:") || asked.Load() != 1 {
+			t.Errorf("the second call: %+v, the user asked %d times", v, asked.Load())
+		}
+		if f.files.exists(t, "s1.txt") || f.files.exists(t, "s2.txt") {
+			t.Error("an approved call did not run")
+		}
+	}},
 	{"elicitation withdrawn when another approver decides", func(t *testing.T, f *fixture) {
 		asked := make(chan struct{})
 		withdrawn := make(chan error, 1)
@@ -381,8 +441,8 @@ func TestToolListChanges(t *testing.T) {
 			waitFor("n.archive", true)
 			ns.server.RemoveTools("delete_file")
 			waitFor("n.delete_file", false)
-			if names := f.gw.Tools(); len(names) != 2 || names["n.archive"] != "notes" || names["n.list_files"] != "notes" {
-				t.Errorf("the gateway offers %v", names)
+			if !offered()["n.archive"] || !offered()["n.list_files"] {
+				t.Errorf("the gateway offers %v", offered())
 			}
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -323,6 +324,33 @@ func (c *reasonConn) Write(ctx context.Context, m jsonrpc.Message) error {
 			return err
 		}
 		req.Params = raw
+	}
+	return c.Connection.Write(ctx, m)
+}
+
+// rewriteTransport is a client transport that replaces old with new in the
+// answers the client sends (a client that answers what it was not asked).
+type rewriteTransport struct {
+	mcp.Transport
+	old, new string
+}
+
+func (r rewriteTransport) Connect(ctx context.Context) (mcp.Connection, error) {
+	c, err := r.Transport.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &rewriteConn{Connection: c, old: r.old, new: r.new}, nil
+}
+
+type rewriteConn struct {
+	mcp.Connection
+	old, new string
+}
+
+func (c *rewriteConn) Write(ctx context.Context, m jsonrpc.Message) error {
+	if resp, ok := m.(*jsonrpc.Response); ok && resp.Result != nil {
+		resp.Result = json.RawMessage(strings.ReplaceAll(string(resp.Result), c.old, c.new))
 	}
 	return c.Connection.Write(ctx, m)
 }

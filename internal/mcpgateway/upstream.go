@@ -12,168 +12,276 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
 )
 
-// upstream is a connected upstream server.
-type upstream struct {
-	cfg     Upstream
-	session *mcp.ClientSession
-	// changed is signalled when the server says its tools changed.
-	changed chan struct{}
+// link is one MCP session with an upstream server, on behalf of one client
+// session (or of the gateway itself, to look at the server at start): the
+// gateway speaks to it in JSON-RPC messages, with ids of its own.
+type link struct {
+	cfg  Upstream
+	conn mcp.Connection
 	// stderr is what a stdio server writes on its stderr; nil for a URL.
 	stderr *stderrLog
+	where  string // the command line, or the URL, for messages
+
+	// init is the server's answer to initialize.
+	init object
+
+	next    atomic.Int64
+	mu      sync.Mutex
+	waiting map[string]chan *jsonrpc.Response // by idKey of the gateway's id
+	// calls are the requests forwarded to the server and not answered:
+	// by the gateway's id, the progress token and the client's request
+	// they came with (for telling which request a message relates to).
+	calls map[string]forwarded
+	done  chan struct{} // closed when the connection ended
+	err   error         // why, once done
 }
 
-// close ends the session with u (a stdio server is stopped) and stops
-// reading its stderr.
-func (u *upstream) close() error {
-	err := u.session.Close()
-	u.stderr.close()
+// forwarded is a request forwarded to an upstream.
+type forwarded struct {
+	client jsonrpc.ID // the client's id of it
+	token  string     // its progress token, or ""
+}
+
+// errLinkEnded: the upstream's connection ended before it answered.
+var errLinkEnded = errors.New("the upstream's connection ended")
+
+// dial starts or reaches the upstream server of cfg.
+func dial(ctx context.Context, cfg Upstream, log *zap.Logger) (*link, error) {
+	l := &link{cfg: cfg, waiting: map[string]chan *jsonrpc.Response{}, calls: map[string]forwarded{}, done: make(chan struct{}), where: cfg.URL}
+	if cfg.Command == "" {
+		c, err := dialHTTP(ctx, cfg.URL, &http.Client{Transport: headers{cfg.Headers, http.DefaultTransport}})
+		if err != nil {
+			return nil, fmt.Errorf("upstream %s (%s): connect: %w", cfg.Name, cfg.URL, err)
+		}
+		l.conn = c
+		return l, nil
+	}
+	cmd := exec.Command(cfg.Command, cfg.Args...)
+	cmd.Dir = cfg.Dir
+	cmd.Env = os.Environ()
+	for k, v := range cfg.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	// A pipe of our own, not a writer exec copies into, so that the end of
+	// the server's stderr is known: EOF once it exits.
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("upstream %s: %w", cfg.Name, err)
+	}
+	cmd.Stderr = w
+	l.stderr = readStderr(r, log.With(zap.String("upstream", cfg.Name)))
+	l.where = strings.Join(append([]string{cfg.Command}, cfg.Args...), " ")
+	conn, err := (&mcp.CommandTransport{Command: cmd}).Connect(ctx)
+	// The server has its own copy once started (or none, if it could not
+	// be): its stderr ends when it does.
+	_ = w.Close()
+	if err != nil {
+		l.stderr.close()
+		return nil, fmt.Errorf("upstream %s (%s): start: %w%s", cfg.Name, l.where, err, l.stderr.tail())
+	}
+	l.conn = conn
+	return l, nil
+}
+
+// run reads the upstream's messages until its connection ends: answers to
+// the gateway's requests go to their waiters, the rest to handle.
+func (l *link) run(ctx context.Context, handle func(jsonrpc.Message)) {
+	defer func() {
+		l.mu.Lock()
+		for _, ch := range l.waiting {
+			close(ch)
+		}
+		l.waiting = map[string]chan *jsonrpc.Response{}
+		l.mu.Unlock()
+		close(l.done)
+	}()
+	for {
+		m, err := l.conn.Read(ctx)
+		if err != nil {
+			l.mu.Lock()
+			l.err = err
+			l.mu.Unlock()
+			return
+		}
+		if resp, ok := m.(*jsonrpc.Response); ok {
+			l.mu.Lock()
+			ch := l.waiting[idKey(resp.ID)]
+			delete(l.waiting, idKey(resp.ID))
+			l.mu.Unlock()
+			if ch != nil {
+				ch <- resp
+			}
+			continue
+		}
+		handle(m)
+	}
+}
+
+// ended is why the link's connection ended, with the server's last words.
+func (l *link) ended() error {
+	l.stderr.settle()
+	l.mu.Lock()
+	err := l.err
+	l.mu.Unlock()
+	return fmt.Errorf("%w: %s: %v%s", ErrUpstreamEnded, l.cfg.Name, err, l.stderr.tail())
+}
+
+// call sends the upstream a request and waits for its answer. f, when
+// set, is what the request forwards for a client. When ctx ends first,
+// the server is told the request is cancelled, with ctx's cause.
+func (l *link) call(ctx context.Context, method string, params json.RawMessage, f *forwarded) (*jsonrpc.Response, error) {
+	id, _ := jsonrpc.MakeID(float64(l.next.Add(1)))
+	key := idKey(id)
+	ch := make(chan *jsonrpc.Response, 1)
+	l.mu.Lock()
+	select {
+	case <-l.done:
+		l.mu.Unlock()
+		return nil, errLinkEnded
+	default:
+	}
+	l.waiting[key] = ch
+	if f != nil {
+		l.calls[key] = *f
+	}
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		delete(l.waiting, key)
+		delete(l.calls, key)
+		l.mu.Unlock()
+	}()
+	if err := l.conn.Write(ctx, &jsonrpc.Request{ID: id, Method: method, Params: params}); err != nil {
+		return nil, fmt.Errorf("%w: %v", errLinkEnded, err)
+	}
+	select {
+	case resp, ok := <-ch:
+		if !ok {
+			return nil, errLinkEnded
+		}
+		return resp, nil
+	case <-ctx.Done():
+		p := object{}
+		p["requestId"] = rawID(id)
+		if cause := context.Cause(ctx); cause != nil {
+			p.set("reason", cut(cause.Error(), maxCancelReason))
+		}
+		_ = l.notify(context.WithoutCancel(ctx), "notifications/cancelled", p.bytes())
+		return nil, context.Cause(ctx)
+	}
+}
+
+// notify sends the upstream a notification.
+func (l *link) notify(ctx context.Context, method string, params json.RawMessage) error {
+	return l.conn.Write(ctx, &jsonrpc.Request{Method: method, Params: params})
+}
+
+// reply answers a request the upstream sent.
+func (l *link) reply(ctx context.Context, resp *jsonrpc.Response) error {
+	return l.conn.Write(ctx, resp)
+}
+
+// relatedTo is the client's request a message of the upstream relates to:
+// the forwarded request whose progress token it names, else the one
+// request forwarded and not yet answered; an invalid id if none is known.
+func (l *link) relatedTo(token string) jsonrpc.ID {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var only jsonrpc.ID
+	n := 0
+	for _, f := range l.calls {
+		if token != "" && f.token == token {
+			return f.client
+		}
+		only = f.client
+		n++
+	}
+	if token == "" && n == 1 {
+		return only
+	}
+	return jsonrpc.ID{}
+}
+
+// close ends the session with the server (a stdio server is stopped) and
+// stops reading its stderr.
+func (l *link) close() error {
+	err := l.conn.Close()
+	l.stderr.close()
 	return err
 }
 
-// offer is a tool the gateway offers: whose it is, and the JSON the
-// upstream listed it as (to tell a change from a repeat).
-type offer struct {
-	upstream *upstream
-	raw      []byte
-}
-
-// connect starts or reaches the upstream server of cfg and opens an MCP
-// session with it.
-func connect(ctx context.Context, cfg Upstream, log *zap.Logger) (*upstream, error) {
-	u := &upstream{cfg: cfg, changed: make(chan struct{}, 1)}
-	client := mcp.NewClient(&mcp.Implementation{Name: "assent-mcp-gateway", Version: version()}, &mcp.ClientOptions{
-		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
-			select { // one pending refresh covers any number of changes
-			case u.changed <- struct{}{}:
-			default:
-			}
-		},
-	})
-	var t mcp.Transport
-	var stderr *os.File // the server's end of its stderr pipe
-	where := cfg.URL
-	if cfg.Command != "" {
-		cmd := exec.Command(cfg.Command, cfg.Args...)
-		cmd.Dir = cfg.Dir
-		cmd.Env = os.Environ()
-		for k, v := range cfg.Env {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
-		// A pipe of our own, not a writer exec copies into, so that the
-		// end of the server's stderr is known: EOF once it exits.
-		r, w, err := os.Pipe()
-		if err != nil {
-			return nil, fmt.Errorf("upstream %s: %w", cfg.Name, err)
-		}
-		cmd.Stderr, stderr = w, w
-		u.stderr = readStderr(r, log.With(zap.String("upstream", cfg.Name)))
-		t = &mcp.CommandTransport{Command: cmd}
-		where = strings.Join(append([]string{cfg.Command}, cfg.Args...), " ")
-	} else {
-		t = &mcp.StreamableClientTransport{Endpoint: cfg.URL, HTTPClient: &http.Client{Transport: headers{cfg.Headers, http.DefaultTransport}}}
-	}
-	cs, err := client.Connect(ctx, t, nil)
-	if stderr != nil {
-		// The server has its own copy once started (or none, if it could
-		// not be): its stderr ends when it does.
-		_ = stderr.Close()
-	}
+// initialize opens the MCP session: params are the client's initialize
+// params (the gateway's own when it looks at the server alone), so that
+// the server sees the client's name, capabilities and protocol version.
+func (l *link) initialize(ctx context.Context, params json.RawMessage) error {
+	resp, err := l.call(ctx, "initialize", params, nil)
 	if err != nil {
-		err = fmt.Errorf("upstream %s (%s): connect: %w", cfg.Name, where, err)
-		if u.stderr != nil {
-			// The SDK has stopped the server.
-			u.stderr.close()
-			err = fmt.Errorf("%w%s", err, u.stderr.tail())
-		}
-		return nil, err
+		return fmt.Errorf("upstream %s (%s): connect: initialize: %w%s", l.cfg.Name, l.where, err, l.stderr.tail())
 	}
-	u.session = cs
-	return u, nil
+	if resp.Error != nil {
+		return fmt.Errorf("upstream %s (%s): connect: initialize: %w", l.cfg.Name, l.where, resp.Error)
+	}
+	init, err := objectOf(resp.Result)
+	if err != nil {
+		return fmt.Errorf("upstream %s (%s): initialize: the answer is not an object: %w", l.cfg.Name, l.where, err)
+	}
+	l.init = init
+	return nil
 }
 
 // serverName is the name the server gives itself (serverInfo.name), as a
 // subject token; "" if it gives none.
-func (u *upstream) serverName() string {
-	if r := u.session.InitializeResult(); r != nil && r.ServerInfo != nil {
-		return tokenOf(r.ServerInfo.Name, "")
-	}
-	return ""
+func (l *link) serverName() string {
+	return tokenOf(l.init.obj("serverInfo").str("name"), "")
 }
 
-// sync offers u's tools as u lists them now: new and changed ones are
-// offered, gone ones withdrawn. A tool whose name another upstream offers
-// already is an error wrapping ErrToolConflict when strict (at start), else
-// it is left out with a warning.
-func (g *Gateway) sync(ctx context.Context, u *upstream, strict bool) error {
-	var tools []*mcp.Tool
-	for t, err := range u.session.Tools(ctx, nil) {
+// capable reports whether the server declared capability c (tools,
+// resources, prompts, logging, completions, tasks).
+func (l *link) capable(c string) bool {
+	v := bytes.TrimSpace(l.init.obj("capabilities")[c])
+	return len(v) > 0 && string(v) != "null"
+}
+
+// list asks for every page of a list method (tools/list, prompts/list,
+// resources/list, resources/templates/list) and returns the items under
+// key, in the server's order.
+func (l *link) list(ctx context.Context, method, key string) ([]object, error) {
+	var items []object
+	cursor := ""
+	for page := 0; ; page++ {
+		p := object{}
+		if cursor != "" {
+			p.set("cursor", cursor)
+		}
+		resp, err := l.call(ctx, method, p.bytes(), nil)
 		if err != nil {
-			return fmt.Errorf("upstream %s: list tools: %w", u.cfg.Name, err)
+			return nil, err
 		}
-		tools = append(tools, t)
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var errs []error
-	want := map[string]bool{}
-	for _, t := range tools {
-		name := u.cfg.Prefix + t.Name
-		if o, taken := g.offered[name]; taken && o.upstream != u {
-			err := fmt.Errorf("%w: %s is offered by upstreams %s and %s: give one of them a prefix", ErrToolConflict, name, o.upstream.cfg.Name, u.cfg.Name)
-			if strict {
-				errs = append(errs, err)
-			} else {
-				g.log.Warn("tool left out", zap.Error(err))
-			}
-			continue
+		if resp.Error != nil {
+			return nil, resp.Error
 		}
-		want[name] = true
-		raw, _ := json.Marshal(t)
-		if o, ok := g.offered[name]; ok && bytes.Equal(o.raw, raw) {
-			continue
+		res, err := objectOf(resp.Result)
+		if err != nil {
+			return nil, err
 		}
-		if err := g.add(name, u, t); err != nil {
-			g.log.Warn("tool left out", zap.String("upstream", u.cfg.Name), zap.String("tool", t.Name), zap.Error(err))
-			delete(want, name)
-			continue
+		var got []object
+		if err := json.Unmarshal(res[key], &got); err != nil && len(res[key]) > 0 {
+			return nil, fmt.Errorf("%s: %s: %w", method, key, err)
 		}
-		g.offered[name] = offer{upstream: u, raw: raw}
-	}
-	var gone []string
-	for name, o := range g.offered {
-		if o.upstream == u && !want[name] {
-			gone = append(gone, name)
-			delete(g.offered, name)
+		items = append(items, got...)
+		cursor = res.str("nextCursor")
+		if cursor == "" || page > 1000 {
+			return items, nil
 		}
 	}
-	g.server.RemoveTools(gone...)
-	return errors.Join(errs...)
-}
-
-// add offers t of u as name: the upstream's tool, renamed only. The SDK
-// panics on a tool it cannot offer (an input schema that is not an object);
-// that is an error here, the upstream's data being no reason to stop.
-func (g *Gateway) add(name string, u *upstream, t *mcp.Tool) (err error) {
-	if s, ok := t.InputSchema.(map[string]any); !ok || s["type"] != "object" {
-		return fmt.Errorf("input schema %v: MCP wants a JSON Schema of type object", t.InputSchema)
-	}
-	offered := *t
-	offered.Name = name
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%v", r)
-		}
-	}()
-	g.server.AddTool(&offered, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return g.call(ctx, req, u, t)
-	})
-	return nil
 }
 
 // headers is an HTTP transport that adds an upstream's headers to each
