@@ -79,7 +79,7 @@ func (s *session) callTool(ctx context.Context, req *jsonrpc.Request) {
 	if string(args) == "null" {
 		args = nil
 	}
-	if err := events.CheckArgs(inputSchema(&t.t), args); err != nil {
+	if err := t.check.Check(args); err != nil {
 		s.result(req.ID, notRun(&t.t, offered, Verdict{Error: err.Error()},
 			fmt.Sprintf("Not run, and nobody was asked: the arguments do not fit the input schema of %s: %v. Fix them and call again.", offered, err)))
 		return
@@ -168,7 +168,7 @@ func (s *session) approvalRequest(req *jsonrpc.Request, t *tool, offered string,
 	if agent == "" {
 		agent = AgentName(s.clientName())
 	}
-	schema := inputSchema(&t.t)
+	schema := t.schema
 	r := handler.Request{ID: events.NewID(), Requested: events.Requested{
 		Tool: t.name, Args: args, Agent: agent, Session: s.sessionID(), User: s.g.cfg.Identity.User,
 		Hint: hint(offered, t.link.cfg.Name, &t.t, schema != nil), InputSchema: schema, Labels: labelsOf(t.link.cfg.Name, t.t.Annotations),

@@ -8,6 +8,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"go.uber.org/zap"
+
+	"github.com/assent-dev/assent/pkg/events"
 )
 
 // listTools answers tools/list: one upstream's answer as it gave it (names
@@ -88,6 +90,8 @@ func (s *session) storeTools(l *link, items []object, reset, done bool) []object
 			s.log.Warn("tool left out: not a tool", zap.String("upstream", l.cfg.Name), zap.String("tool", name), zap.Error(err))
 			continue
 		}
+		t.schema = inputSchema(&t.t)
+		t.check = events.NewArgsChecker(t.schema)
 		s.tools[as] = t
 		c := clone(item)
 		c.set("name", as)

@@ -13,6 +13,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
+
+	"github.com/assent-dev/assent/pkg/events"
 )
 
 // session is one client's MCP session with the gateway, and the sessions
@@ -63,6 +65,10 @@ type tool struct {
 	name string   // the upstream's name for it
 	def  object   // as the upstream listed it
 	t    mcp.Tool // the same, read for what the gateway needs of it
+	// schema is its input schema as requests carry it, and check its
+	// checker, compiled once.
+	schema json.RawMessage
+	check  events.ArgsChecker
 }
 
 // named is an upstream's prompt: whose, and its name there.

@@ -145,12 +145,33 @@ func CheckPayload(schema, payload []byte) error {
 // field args, and say where, as JSON pointers into the args, each problem
 // once, in at most about 400 bytes: "args: /path: got number, want string".
 func CheckArgs(inputSchema, args []byte) error {
+	return NewArgsChecker(inputSchema).Check(args)
+}
+
+// ArgsChecker checks args against one input schema, compiled once:
+// CheckArgs for a schema that checks many calls (a tool's).
+type ArgsChecker struct {
+	sch *jsonschema.Schema // nil: anything goes, unless err
+	err error              // the schema's own problem
+}
+
+// NewArgsChecker compiles inputSchema for Check.
+func NewArgsChecker(inputSchema []byte) ArgsChecker {
 	if EmptyJSON(inputSchema) {
-		return nil
+		return ArgsChecker{}
 	}
 	sch, err := compileSchema("input_schema", errInputSchema, inputSchema)
-	if err != nil {
-		return err
+	return ArgsChecker{sch: sch, err: err}
+}
+
+// Check is CheckArgs(the checker's schema, args).
+func (c ArgsChecker) Check(args []byte) error {
+	if c.err != nil {
+		return c.err
+	}
+	sch := c.sch
+	if sch == nil {
+		return nil
 	}
 	if EmptyJSON(args) {
 		args = []byte("{}")
