@@ -44,6 +44,12 @@ type Config struct {
 	// waiting its whole timeout for a broker that is not there. Zero means
 	// DefaultBrokerWait; negative, as long as the request's timeout.
 	BrokerWait time.Duration `yaml:"broker_wait"`
+	// SessionIdle is how long a client's session over HTTP may go without
+	// a request or an open stream before the gateway ends it, with its
+	// upstream sessions (a stdio upstream runs once per client session), so
+	// that a client that vanished without ending its session leaves nothing
+	// running. Zero means DefaultSessionIdle.
+	SessionIdle time.Duration `yaml:"session_idle"`
 	// TLS serves the clients over streamable HTTP (--http) with HTTPS.
 	TLS TLS `yaml:"tls"`
 
@@ -163,6 +169,8 @@ const (
 	DefaultNATSURL    = "nats://127.0.0.1:4222"
 	DefaultClientPing = 15 * time.Second
 	DefaultBrokerWait = 5 * time.Second
+	// DefaultSessionIdle is Config.SessionIdle's default.
+	DefaultSessionIdle = 30 * time.Minute
 )
 
 // WithDefaults returns c with every unset field at its default.
@@ -175,6 +183,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.BrokerWait == 0 {
 		c.BrokerWait = DefaultBrokerWait
+	}
+	if c.SessionIdle == 0 {
+		c.SessionIdle = DefaultSessionIdle
 	}
 	return c
 }
@@ -365,6 +376,9 @@ func (c Config) Validate() error {
 	}
 	if c.Timeout < 0 || c.Timeout > events.MaxTimeout {
 		errs = append(errs, c.errorf("timeout", "%s: want 0 (the broker's default) up to %s", c.Timeout, events.MaxTimeout))
+	}
+	if c.SessionIdle < 0 {
+		errs = append(errs, c.errorf("session_idle", "%s: want a duration above 0, such as 30m (the default)", c.SessionIdle))
 	}
 	if p := c.Elicitation.Principal; p != "" && !events.ValidToken(p) {
 		errs = append(errs, c.errorf("elicitation.principal", "%q: want a principal of the policy (A-Z a-z 0-9 _ -)", p))

@@ -102,7 +102,7 @@ colour: blue
 			"gw.yaml:14: nats.trusted_decision_keys:",
 			"gw.yaml:15: timeout: -1s: want 0",
 			"gw.yaml:17: elicitation.over_http: without elicitation.principal",
-			"gw.yaml:18: colour: unknown setting (known here: upstreams, identity, nats, timeout, elicitation, client_ping, broker_wait, tls)",
+			"gw.yaml:18: colour: unknown setting (known here: upstreams, identity, nats, timeout, elicitation, client_ping, broker_wait, session_idle, tls)",
 		}},
 		{"no upstream", "identity: {user: carol}\n", []string{"gw.yaml: upstreams: none: name at least one MCP server"}},
 		{"empty file", "", []string{"upstreams: none"}},

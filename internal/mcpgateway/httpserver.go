@@ -28,6 +28,7 @@ type httpServer struct {
 
 	mu       sync.Mutex
 	sessions map[string]*httpSession
+	janitor  sync.Once
 }
 
 // maxHTTPBody bounds a client's POST.
@@ -51,8 +52,11 @@ type httpSession struct {
 	session  *session
 	finished chan struct{}
 
+	seen    time.Time // the last request
+	streams int       // open responses
+
 	mu      sync.Mutex
-	streams map[string]*sseStream // by idKey of the request whose POST it answers
+	open    map[string]*sseStream // by idKey of the request whose POST it answers
 	listen  *sseStream            // the GET stream
 	backlog [][]byte              // for the GET stream, until there is one
 }
@@ -118,7 +122,59 @@ func (h *httpServer) session(w http.ResponseWriter, r *http.Request) *httpSessio
 		http.Error(w, "Not Found: no such session (it ended, or the gateway restarted): initialize again", http.StatusNotFound)
 		return nil
 	}
+	hs.touch()
 	return hs
+}
+
+// touch notes a request of the client's.
+func (hs *httpSession) touch() {
+	hs.mu.Lock()
+	hs.seen = time.Now()
+	hs.mu.Unlock()
+}
+
+// opened notes a response that stays open (+1) or ended (-1).
+func (hs *httpSession) opened(n int) {
+	hs.mu.Lock()
+	hs.streams += n
+	hs.seen = time.Now()
+	hs.mu.Unlock()
+}
+
+// idle reports whether the session had no request and no open response
+// for d.
+func (hs *httpSession) idle(now time.Time, d time.Duration) bool {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	return hs.streams == 0 && now.Sub(hs.seen) > d
+}
+
+// sweep ends the sessions idle for Config.SessionIdle, looking every tenth
+// of it, until the gateway closes.
+func (h *httpServer) sweep() {
+	d := h.g.cfg.SessionIdle
+	tick := time.NewTicker(max(d/10, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-h.g.bg.Done():
+			return
+		case now := <-tick.C:
+			h.mu.Lock()
+			var idle []*httpSession
+			for _, hs := range h.sessions {
+				if hs.idle(now, d) {
+					idle = append(idle, hs)
+				}
+			}
+			h.mu.Unlock()
+			for _, hs := range idle {
+				h.g.log.Info("client session idle: ending it", zap.String("mcp_session", hs.id), zap.Duration("idle", d))
+				hs.session.stop(fmt.Errorf("%w: idle for %s", ErrClientGone, d))
+				_ = hs.Close()
+			}
+		}
+	}
 }
 
 func (h *httpServer) post(w http.ResponseWriter, r *http.Request) {
@@ -160,14 +216,14 @@ func (h *httpServer) post(w http.ResponseWriter, r *http.Request) {
 	}
 	hs.mu.Lock()
 	for _, k := range calls {
-		hs.streams[k] = s
+		hs.open[k] = s
 	}
 	hs.mu.Unlock()
 	defer func() {
 		hs.mu.Lock()
 		for _, k := range calls {
-			if hs.streams[k] == s {
-				delete(hs.streams, k)
+			if hs.open[k] == s {
+				delete(hs.open, k)
 			}
 		}
 		hs.mu.Unlock()
@@ -190,6 +246,8 @@ func (h *httpServer) post(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	flush(w)
+	hs.opened(1)
+	defer hs.opened(-1)
 	answered := 0
 	tick := time.NewTicker(keepAlive)
 	defer tick.Stop()
@@ -239,11 +297,12 @@ func flush(w http.ResponseWriter) {
 // closing.
 func (h *httpServer) open() *httpSession {
 	hs := &httpSession{id: rand.Text(), in: make(chan jsonrpc.Message, 16), closed: make(chan struct{}),
-		streams: map[string]*sseStream{}, finished: make(chan struct{})}
+		open: map[string]*sseStream{}, finished: make(chan struct{}), seen: time.Now()}
 	s := h.g.newSession(hs, hs.id, true, false)
 	if !h.g.register(s) {
 		return nil
 	}
+	h.janitor.Do(func() { h.g.wg.Go(h.sweep) })
 	hs.session = s
 	h.mu.Lock()
 	h.sessions[hs.id] = hs
@@ -292,6 +351,8 @@ func (h *httpServer) get(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("Mcp-Session-Id", hs.id)
 	w.WriteHeader(http.StatusOK)
+	hs.opened(1)
+	defer hs.opened(-1)
 	for _, ev := range backlog {
 		if _, err := w.Write(ev); err != nil {
 			return
@@ -367,7 +428,7 @@ func (hs *httpSession) Write(ctx context.Context, m jsonrpc.Message) error {
 	hs.mu.Lock()
 	var s *sseStream
 	if about.IsValid() {
-		s = hs.streams[idKey(about)]
+		s = hs.open[idKey(about)]
 	}
 	if s == nil {
 		s = hs.listen

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -293,4 +295,59 @@ func connectClientTo(t *testing.T, g *mcpgateway.Gateway, fe frontend, client *m
 	}
 	t.Cleanup(func() { _ = cs.Close() })
 	return cs
+}
+
+// TestIdleHTTPSession: a client's HTTP session with no request and no open
+// stream for session_idle is ended, with its upstream sessions; its next
+// request is answered 404, and a new session works.
+func TestIdleHTTPSession(t *testing.T) {
+	ns := testenv.Server(t)
+	brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Name: "idle"})
+	_, notesURL := newNotes(t)
+	gw := runGateway(t, testenv.Conn(t, ns), mcpgateway.Config{
+		Upstreams:   []mcpgateway.Upstream{{Name: "notes", URL: notesURL}},
+		NATS:        mcpgateway.NATS{URL: ns.ClientURL()},
+		SessionIdle: 200 * time.Millisecond,
+	})
+	srv := httptest.NewServer(gw.Handler())
+	t.Cleanup(srv.Close)
+	post := func(session, body string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	const initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"idle","version":"v0"}}}`
+	resp := post("", initialize)
+	session := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode != http.StatusOK || session == "" {
+		t.Fatalf("initialize: %s, session %q", resp.Status, session)
+	}
+	const ping = `{"jsonrpc":"2.0","id":2,"method":"ping"}`
+	if resp := post(session, ping); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a ping at once: %s", resp.Status)
+	}
+	deadline := time.Now().Add(patience)
+	for post(session, ping).StatusCode != http.StatusNotFound {
+		if time.Now().After(deadline) {
+			t.Fatal("the idle session was not ended")
+		}
+		time.Sleep(300 * time.Millisecond) // longer than session_idle: each ping finds it idle
+	}
+	if resp := post("", initialize); resp.StatusCode != http.StatusOK || resp.Header.Get("Mcp-Session-Id") == session {
+		t.Fatalf("a new session: %s", resp.Status)
+	}
 }
