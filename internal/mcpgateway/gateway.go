@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -265,6 +266,9 @@ func (g *Gateway) unregister(s *session) {
 // session (HTTP DELETE) cancels its calls in flight.
 func (g *Gateway) Handler() http.Handler { return newHTTPServer(g) }
 
+// closeWait bounds how long Close waits for the sessions to end.
+const closeWait = 10 * time.Second
+
 // Close cancels the calls in flight (their requests are withdrawn) and
 // waits for them, then ends every session and its upstreams. It is safe to
 // call twice.
@@ -285,8 +289,16 @@ func (g *Gateway) Close() error {
 			_ = s.conn.Close()
 		}
 		g.stopBg()
+		// Every session ends once its context does; one that does not
+		// within closeWait (a client or server that stopped reading, say)
+		// is left behind with a warning rather than holding Close.
+		deadline := time.Now().Add(closeWait)
 		for _, s := range sessions {
-			<-s.finished
+			select {
+			case <-s.finished:
+			case <-time.After(time.Until(deadline)):
+				g.log.Warn("a client session did not end in time; closing without it", zap.String("mcp_session", s.id), zap.Duration("waited", closeWait))
+			}
 		}
 		g.wg.Wait()
 	})
