@@ -17,26 +17,15 @@ import (
 // configuration's order and each in its own.
 func (s *session) listTools(ctx context.Context, req *jsonrpc.Request) {
 	if l := s.only(); l != nil {
-		resp, err := s.call(ctx, req, l, req.Params)
-		if err != nil {
+		raw, res, items, ok := s.listOne(ctx, req, l, "tools")
+		if !ok {
 			return
 		}
-		if resp.Error != nil {
-			s.answer(req.ID, nil, resp.Error)
-			return
-		}
-		res, err := objectOf(resp.Result)
-		if err != nil {
-			s.answer(req.ID, resp.Result, nil)
-			return
-		}
-		var items []object
-		_ = json.Unmarshal(res["tools"], &items)
 		p, _ := objectOf(req.Params)
 		first := p.str("cursor") == ""
 		s.storeTools(l, items, first, res.str("nextCursor") == "")
 		if l.cfg.Prefix == "" {
-			s.answer(req.ID, resp.Result, nil)
+			s.answer(req.ID, raw, nil) // byte for byte as the server gave it
 			return
 		}
 		res.set("tools", renamed(items, l.cfg.Prefix))
@@ -62,6 +51,27 @@ func (s *session) listTools(ctx context.Context, req *jsonrpc.Request) {
 	res := object{}
 	res.set("tools", nonNil(all))
 	s.answer(req.ID, res.bytes(), nil)
+}
+
+// listOne forwards a list request to the one upstream l and reads its
+// answer: the result as it came and read, and its items under key. ok is false when the client
+// was answered already (an error, or a result that is not an object, passed
+// on as it came) or is not to be (cancelled).
+func (s *session) listOne(ctx context.Context, req *jsonrpc.Request, l *link, key string) (raw json.RawMessage, res object, items []object, ok bool) {
+	resp, err := s.call(ctx, req, l, req.Params)
+	if err != nil {
+		return nil, nil, nil, false
+	}
+	if resp.Error != nil {
+		s.answer(req.ID, nil, resp.Error)
+		return nil, nil, nil, false
+	}
+	if res, err = objectOf(resp.Result); err != nil {
+		s.answer(req.ID, resp.Result, nil)
+		return nil, nil, nil, false
+	}
+	_ = json.Unmarshal(res[key], &items)
+	return resp.Result, res, items, true
 }
 
 // storeTools notes the tools l listed (a page of them; reset for the
@@ -167,24 +177,13 @@ func capabilityOf(key string) string {
 // other. What is listed is noted, to send later requests to whose it is.
 func (s *session) listMerged(ctx context.Context, req *jsonrpc.Request, key string, rename bool) {
 	if l := s.only(); l != nil {
-		resp, err := s.call(ctx, req, l, req.Params)
-		if err != nil {
+		raw, res, items, ok := s.listOne(ctx, req, l, key)
+		if !ok {
 			return
 		}
-		if resp.Error != nil {
-			s.answer(req.ID, nil, resp.Error)
-			return
-		}
-		res, err := objectOf(resp.Result)
-		if err != nil {
-			s.answer(req.ID, resp.Result, nil)
-			return
-		}
-		var items []object
-		_ = json.Unmarshal(res[key], &items)
 		s.note(l, key, items)
 		if !rename || l.cfg.Prefix == "" {
-			s.answer(req.ID, resp.Result, nil)
+			s.answer(req.ID, raw, nil) // byte for byte as the server gave it
 			return
 		}
 		res.set(key, renamed(items, l.cfg.Prefix))
