@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -98,4 +99,41 @@ func TestScheduledForgeriesIgnored(t *testing.T) {
 	if d := itest.WaitDecision(t, brokerJS, id); d.Outcome != events.Denied || d.Reason != "not now" {
 		t.Fatalf("decision %+v, want alice's denial", d)
 	}
+}
+
+// TestTimerStreamIsBrokers: the broker's own ticks (ASSENT_TIMERS,
+// assent-timer.>) fire the deadlines, so a tick that someone else put
+// there would expire requests early. The server refuses every other role a
+// publish on those subjects, a schedule onto them and a read of the
+// broker's consumer of them; without credentials nobody connects at all
+// (TestServerEnforcesRoles).
+func TestTimerStreamIsBrokers(t *testing.T) {
+	a, ns, b, brokerJS := operatorBroker(t, "b1")
+	agentNC, _ := connectAs(t, ns, a, creds.Identity{Role: creds.RoleAgent, Name: "coder"})
+	id, _ := askPending(t, b, agentNC, "coder")
+	now := time.Now().Unix()
+	due := &nats.Msg{Data: []byte(id)}
+	for _, who := range []creds.Identity{
+		{Role: creds.RoleAgent, Name: "coder"},
+		{Role: creds.RoleApprover, Name: "alice"},
+		{Role: creds.RoleBot, Name: "bot", Principals: []string{"alice"}},
+		{Role: creds.RoleGateway, Name: "gw", Agent: "coder", Principal: "alice"},
+		{Role: creds.RoleAuditor, Name: "witness"},
+	} {
+		t.Run(string(who.Role), func(t *testing.T) {
+			nc, v := connectAs(t, ns, a, who)
+			for _, subj := range []string{
+				fmt.Sprintf("assent-timer.at.%d", now),
+				fmt.Sprintf("assent-timer.tick.%d", now+1),
+				"$JS.API.CONSUMER.MSG.NEXT." + broker.TimerStreamName + ".assent-broker-timer-ticks",
+			} {
+				v.refused(t, nc, subj, due)
+			}
+		})
+	}
+	// The broker's own publish there is stored: the role that may.
+	if _, err := brokerJS.Publish(itest.TestCtx(t, itest.Patience), fmt.Sprintf("assent-timer.at.%d", now-3600), nil); err != nil {
+		t.Fatalf("the broker's tick: %v", err)
+	}
+	untouched(t, b, brokerJS, id)
 }

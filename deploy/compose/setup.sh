@@ -24,9 +24,11 @@
 #   auth/auth.yaml         the brokers' API tokens, hashed; auth/ops.token the token itself
 #   bot.env                CI_WEBHOOK_SECRET, the bot's inbound webhook secret
 #   data/nats-1..3         the nodes' JetStream stores
+#   backups/               where `broker backup` run in a broker container writes
+#                          (docs/deploy.md, "Upgrading the compose stack")
 #
-# Run as root, it gives what the containers read (nats/, tls/ but the CA's
-# key, creds/, auth/, data/) to the images' user 65532, and Compose runs
+# Run as root, it gives what the containers read or write (nats/, tls/ but
+# the CA's key, creds/, auth/, data/, backups/) to the images' user 65532, and Compose runs
 # every container as 65532; run as anyone else, as that user.
 set -euo pipefail
 
@@ -56,7 +58,7 @@ command -v openssl >/dev/null 2>&1 || {
 umask 077
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
-mkdir -p "$out/nats" "$out/tls" "$out/creds" "$out/auth" "$out/data/nats-1" "$out/data/nats-2" "$out/data/nats-3"
+mkdir -p "$out/nats" "$out/tls" "$out/creds" "$out/auth" "$out/data/nats-1" "$out/data/nats-2" "$out/data/nats-3" "$out/backups"
 
 if [ -z "$broker" ]; then
   command -v go >/dev/null 2>&1 || {
@@ -133,8 +135,12 @@ if [ "$(id -u)" = 0 ]; then
   say "running as root: the files the containers read go to user $user"
   chown "$user" "$out/nats/accounts.conf" "$out/tls/ca.pem" "$out/tls/nats.pem" "$out/tls/nats-key.pem"
   chown -R "$user" "$out/creds" "$out/auth" "$out/data"
+  chown "$user" "$out/backups"
 fi
 if [ "$out" = "$here/generated" ]; then
-  echo "HOST_USER=$user" >"$here/.env"
+  # Compose's .env: HOST_USER, and whatever else is there (IMAGE_TAG) kept.
+  env="$here/.env"
+  { [ -f "$env" ] && grep -v '^HOST_USER=' "$env" || true; echo "HOST_USER=$user"; } >"$env.new"
+  mv "$env.new" "$env"
 fi
 say "done: $out"

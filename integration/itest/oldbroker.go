@@ -28,18 +28,7 @@ func BrokerAt(t testing.TB, rev string) string {
 	if err != nil {
 		t.Skip("go is not on PATH; cannot build the broker of " + rev)
 	}
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not on PATH; cannot read the broker of " + rev + " from the repository's history")
-	}
-	root := RepoRoot()
-	commit, err := gitOutput(root, "rev-parse", "--verify", "--quiet", rev+"^{commit}")
-	if err != nil {
-		how := "fetch it (git fetch origin " + rev + ")"
-		if shallow, _ := gitOutput(root, "rev-parse", "--is-shallow-repository"); shallow == "true" {
-			how = "this is a shallow clone: run `git fetch --unshallow` to get the whole history"
-		}
-		t.Skipf("commit %s is not in the repository at %s; %s", rev, root, how)
-	}
+	commit := commitOf(t, rev)
 
 	built.mu.Lock()
 	defer built.mu.Unlock()
@@ -59,10 +48,7 @@ func BrokerAt(t testing.TB, rev string) string {
 		return path
 	}
 
-	src := t.TempDir()
-	if err := extractCommit(root, commit, src); err != nil {
-		t.Fatalf("extract %s: %v", rev, err)
-	}
+	src := TreeAt(t, commit)
 	tmp, err := os.CreateTemp(cache, name+".*.tmp")
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +68,39 @@ func BrokerAt(t testing.TB, rev string) string {
 	}
 	t.Logf("built the broker of %s into %s", rev, path)
 	return path
+}
+
+// TreeAt returns a directory, removed when the test ends, holding the tree
+// of this repository's commit rev, as git archive gives it: a previous
+// release to build or run. It skips the test as BrokerAt does when git or
+// the commit is missing.
+func TreeAt(t testing.TB, rev string) string {
+	t.Helper()
+	commit := commitOf(t, rev)
+	dir := t.TempDir()
+	if err := extractCommit(RepoRoot(), commit, dir); err != nil {
+		t.Fatalf("extract %s: %v", rev, err)
+	}
+	return dir
+}
+
+// commitOf resolves rev to a commit of this repository, or skips the test
+// saying how to get it.
+func commitOf(t testing.TB, rev string) string {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not on PATH; cannot read " + rev + " from the repository's history")
+	}
+	root := RepoRoot()
+	commit, err := gitOutput(root, "rev-parse", "--verify", "--quiet", rev+"^{commit}")
+	if err != nil {
+		how := "fetch it (git fetch origin " + rev + ")"
+		if shallow, _ := gitOutput(root, "rev-parse", "--is-shallow-repository"); shallow == "true" {
+			how = "this is a shallow clone: run `git fetch --unshallow` to get the whole history"
+		}
+		t.Skipf("commit %s is not in the repository at %s; %s", rev, root, how)
+	}
+	return commit
 }
 
 func gitOutput(dir string, args ...string) (string, error) {

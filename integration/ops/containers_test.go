@@ -122,3 +122,56 @@ func TestContainersBuildContext(t *testing.T) {
 		}
 	}
 }
+
+// previousRelease is the release TestUpgrade rolls from: the tip of the
+// last landed stop before this one's, whose broker made the ASSENT stream
+// taking message schedules and kept its durable ticks there (before
+// ASSENT_TIMERS). Move it forward with each release.
+const previousRelease = "61ddd16"
+
+// runbook is the upgrade of the compose stack as docs/deploy.md
+// ("Upgrading the compose stack") gives it, command by command, NEW
+// standing for the new release's tag and SERVICE for each of broker-1,
+// broker-2 and approver-bot in turn. TestUpgrade runs these lines as they
+// are (with its own Compose and project), and TestUpgradeRunbook checks
+// that the page shows each.
+var runbook = struct {
+	setup, build, backup, roll, keep, verify string // the upgrade
+	down, empty, nats, restore, start        string // the backup restored into an emptied cluster
+}{
+	setup:   "deploy/compose/setup.sh",
+	build:   "IMAGE_TAG=NEW docker compose -f deploy/compose/compose.yaml build",
+	backup:  `docker compose -f deploy/compose/compose.yaml run --rm --no-deps -v "$PWD/deploy/compose/generated/backups:/backups" broker-1 backup --nats-creds /etc/assent/creds/broker.creds --out /backups/before-NEW`,
+	roll:    "IMAGE_TAG=NEW docker compose -f deploy/compose/compose.yaml up --detach --no-deps --wait SERVICE",
+	keep:    "sed -i '/^IMAGE_TAG=/d' deploy/compose/.env && echo IMAGE_TAG=NEW >>deploy/compose/.env",
+	verify:  "docker compose -f deploy/compose/compose.yaml run --rm --no-deps broker-1 audit verify --nats-creds /etc/assent/creds/broker.creds",
+	down:    "docker compose -f deploy/compose/compose.yaml down",
+	empty:   "rm -rf deploy/compose/generated/data/nats-*/*",
+	nats:    "docker compose -f deploy/compose/compose.yaml up --detach --wait nats-1 nats-2 nats-3",
+	restore: `docker compose -f deploy/compose/compose.yaml run --rm --no-deps -v "$PWD/deploy/compose/generated/backups:/backups" broker-1 restore --nats-creds /etc/assent/creds/broker.creds --from /backups/before-NEW`,
+	start:   "docker compose -f deploy/compose/compose.yaml up --detach --wait",
+}
+
+// TestUpgradeRunbook checks that docs/deploy.md shows every command of the
+// runbook TestUpgrade runs, each on a line of its own in a sh block.
+func TestUpgradeRunbook(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(itest.RepoRoot(), "docs", "deploy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := map[string]bool{}
+	for _, l := range strings.Split(string(data), "\n") {
+		l, _, _ = strings.Cut(l, "  #") // a comment after the command
+		lines[strings.TrimSpace(l)] = true
+	}
+	r := runbook
+	want := []string{r.setup, r.build, r.backup, r.keep, r.verify, r.down, r.empty, r.nats, r.restore, r.start}
+	for _, svc := range []string{"broker-1", "broker-2", "approver-bot"} {
+		want = append(want, strings.ReplaceAll(r.roll, "SERVICE", svc))
+	}
+	for _, c := range want {
+		if !lines[c] {
+			t.Errorf("docs/deploy.md does not show, on a line of its own, the runbook's\n\t%s", c)
+		}
+	}
+}
