@@ -418,7 +418,15 @@ func (m *meter) update(bytes int64) {
 }
 
 func (m *meter) done(msgs uint64, bytes int64) {
-	fmt.Fprintf(m.w, "%s %s (%d/%d): %d messages, %s, done in %s\n", m.verb, m.name, m.i, m.n, msgs, byteSize(bytes), time.Since(m.start).Round(time.Millisecond))
+	fmt.Fprintf(m.w, "%s %s (%d/%d): %s, %s, done in %s\n", m.verb, m.name, m.i, m.n, messages(msgs), byteSize(bytes), time.Since(m.start).Round(time.Millisecond))
+}
+
+// messages says n messages, or 1 message.
+func messages(n uint64) string {
+	if n == 1 {
+		return "1 message"
+	}
+	return fmt.Sprintf("%d messages", n)
 }
 
 func byteSize(n int64) string {
@@ -482,7 +490,7 @@ standard error. "broker restore" puts a backup back (docs/backups.md).`,
 					if err != nil {
 						return err
 					}
-					_, err = fmt.Fprintf(c.Stdout, "backed up %d streams (%d messages, %s) to %s\n", len(m.Streams), m.messages(), byteSize(m.bytes()), *out)
+					_, err = fmt.Fprintf(c.Stdout, "backed up %d streams (%s, %s) to %s\n", len(m.Streams), messages(m.messages()), byteSize(m.bytes()), *out)
 					return err
 				}
 			},
@@ -545,7 +553,7 @@ standard error.`,
 					if *data != "" {
 						where = *data + `; start the broker with --data ` + *data
 					}
-					_, err = fmt.Fprintf(c.Stdout, "restored %d streams (%d messages) from %s, saved %s, into %s\n", len(m.Streams), m.messages(), *from, m.Created.Format(time.RFC3339), where)
+					_, err = fmt.Fprintf(c.Stdout, "restored %d streams (%s) from %s, saved %s, into %s\n", len(m.Streams), messages(m.messages()), *from, m.Created.Format(time.RFC3339), where)
 					return err
 				}
 			},
