@@ -10,6 +10,7 @@ import (
 //
 //	go test ./integration/scale -run TestScalePending -tags scale -v -timeout 60m -scale.out DIR
 const (
+	defaultScaleRecord   = 1000000
 	defaultScalePending  = 1000000
 	defaultScaleExpiring = 50000
 	// A CPU profile of the restart (it took about 20s before issue 11).

@@ -276,6 +276,7 @@ func TestScalePending(t *testing.T) {
 type scaleBroker struct {
 	bin, data, out                string
 	natsPort, httpPort, pprofPort int
+	extra                         []string // more flags
 
 	logPath    string        // the current process's log
 	readyAfter time.Duration // from its start to /readyz
@@ -303,6 +304,7 @@ func (sb *scaleBroker) start(t *testing.T, nth int, within, cpu time.Duration) *
 		"--http", "127.0.0.1:"+strconv.Itoa(sb.httpPort),
 		"--pprof", "127.0.0.1:"+strconv.Itoa(sb.pprofPort),
 		"--log-json", "--log-level", "info")
+	cmd.Args = append(cmd.Args, sb.extra...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	sb.started = time.Now()
 	if err := cmd.Start(); err != nil {
@@ -851,22 +853,29 @@ func (p *scalePublisher) request(t *testing.T, id, agent string, timeout time.Du
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, body, err := events.Encode(&e)
+	subject, err := events.RequestSubject(agent)
 	if err != nil {
 		t.Fatal(err)
 	}
-	subject, err := events.RequestSubject(agent)
+	p.publish(t, subject, &e, id)
+}
+
+// publish publishes e on subject with message id msgID, without waiting
+// for its acknowledgement.
+func (p *scalePublisher) publish(t *testing.T, subject string, e *events.Event, msgID string) {
+	t.Helper()
+	h, body, err := events.Encode(e)
 	if err != nil {
 		t.Fatal(err)
 	}
 	msg := &nats.Msg{Subject: subject, Header: nats.Header(h), Data: body}
 	for stalled := time.Now(); ; {
-		_, err := p.js.PublishMsgAsync(msg, jetstream.WithMsgID(id))
+		_, err := p.js.PublishMsgAsync(msg, jetstream.WithMsgID(msgID))
 		if err == nil {
 			return
 		}
 		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) || time.Since(stalled) > scaleStall {
-			t.Fatalf("publish request %d: %v (is the NATS server still answering?)", n, err)
+			t.Fatalf("publish %s: %v (is the NATS server still answering?)", subject, err)
 		}
 	}
 }

@@ -30,9 +30,12 @@ const (
 //
 //	broker policy check FILE
 //	broker policy test --policy FILE --request FILE
+//	broker policy replay FILE [--since WINDOW] [--fail-on KINDS] [--json] [--nats-url URL]
 //	broker remembered [--http URL]
 //	broker remembered revoke ID [--http URL]
 //	broker cancel [--agent A] [--session S] [--reason TEXT] [--http URL]
+//	broker insights [--since WINDOW] [--agent A] [--tool T] [--rule R] [--approver P] [--json] [--http URL]
+//	broker policy suggest [--since WINDOW] [--agent A] [--only allow|deny] [--document] [--http URL]
 //	broker backup --out DIR [--nats-url URL]
 //	broker restore --from DIR [--nats-url URL | --data DIR] [--force]
 //	broker version
@@ -382,7 +385,7 @@ reached over https.`,
 	}
 	// The record's, credentials, backup and restore commands go before
 	// version, the last.
-	return slices.Insert(cmds, len(cmds)-1, slices.Concat(recordCommands(), credsCommands(), backupCommands())...)
+	return slices.Insert(cmds, len(cmds)-1, slices.Concat(policyCommands(), recordCommands(), credsCommands(), backupCommands(), insightsCommands())...)
 }
 
 func dash(s string) string {
@@ -478,7 +481,7 @@ func (c CLI) Run(ctx context.Context, args []string) int {
 	name, rest := args[0], args[1:]
 	switch name {
 	case "policy":
-		return c.group(ctx, "policy", "check or test", rest)
+		return c.group(ctx, "policy", "check, test, suggest or replay", rest)
 	case "token":
 		return c.group(ctx, "token", "create, revoke or list", rest)
 	case "audit":
@@ -500,7 +503,7 @@ func (c CLI) Run(ctx context.Context, args []string) int {
 		return c.group(ctx, "decision-key", "new", rest)
 	case "creds":
 		return c.group(ctx, "creds", "init, agent, approver, bot, gateway, broker, auditor, server-config, revoke, rotate, push or list", rest)
-	case "backup", "restore", "health", "cancel":
+	case "backup", "restore", "health", "cancel", "insights":
 		return c.run(ctx, lookup(name), rest)
 	case "version":
 		return c.run(ctx, lookup("version"), rest)

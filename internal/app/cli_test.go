@@ -239,8 +239,8 @@ func TestCLIUsageErrors(t *testing.T) {
 		wantFirst string // the first line of stderr
 		wantUsage string // "": no usage
 	}{
-		{"policy", "broker policy: missing command: want check or test", "usage:\n"},
-		{"policy lint x", `broker policy: unknown command "lint": want check or test`, "usage:\n"},
+		{"policy", "broker policy: missing command: want check, test, suggest or replay", "usage:\n"},
+		{"policy lint x", `broker policy: unknown command "lint": want check, test, suggest or replay`, "usage:\n"},
 		{"policy check", "broker policy check: missing FILE (want one argument, FILE)", "usage: broker policy check FILE"},
 		{"policy check a.yaml b.yaml", `broker policy check: unexpected argument "b.yaml" (want one argument, FILE)`, "usage: broker policy check FILE"},
 		{"policy check --strict a.yaml", "broker policy check: flag provided but not defined: -strict", "usage: broker policy check FILE"},

@@ -3,14 +3,22 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/natsconn"
+	"github.com/assent-dev/assent/internal/replay"
 	"github.com/assent-dev/assent/internal/textsafe"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/policy"
@@ -154,4 +162,186 @@ func (f *watchedPolicy) reload(force bool, log *zap.Logger) {
 		return
 	}
 	f.apply(p)
+}
+
+// policyCommands are the policy commands beside check and test, which
+// commands() lists itself: replay.
+func policyCommands() []*command {
+	return []*command{{
+		name: "policy replay", synopsis: "FILE [--since TIME] [--until TIME] [--fail-on KINDS] [--json] [--limit N] [--nats-url URL]", args: []string{"FILE"},
+		summary: "evaluate a policy against the recorded requests",
+		about: `Evaluates the policy FILE against every request the broker's stream recorded
+in the window (--since, --until), as the broker would have judged each when
+it was stored, with the remembered choices and limits' totals as they stood,
+and reports how many outcomes would change, by kind and by rule, and the
+changed requests (--limit of them). With --fail-on KINDS (comma-separated)
+the exit status is 1 if any request changes in one of those ways, so it can
+run in CI before a policy is rolled out. The kinds:
+` + kindNames() + `.
+It reads the stream over NATS (--nats-url) from its first message;
+progress goes to standard error. docs/policy.md, "Replaying a policy
+against the record".`,
+		define: func(fs *flag.FlagSet) func(context.Context, CLI, []string) error {
+			s := natsFlags(fs, "NATS credentials `file` that may read the stream with a consumer of its own (an auditor's: broker creds auditor)")
+			var q ReplayQuery
+			since := timeFlag(fs, "since", "report the requests stored at or after this `time`: RFC 3339, or a duration before --until (or now) such as 7d, 36h or 90m (default: all)")
+			until := timeFlag(fs, "until", "and at or before this `time`: RFC 3339, or a duration before now (default: all)")
+			fs.Func("fail-on", "exit 1 if any request changes in one of these `kinds`, comma-separated (allow-what-people-denied, ...)", func(v string) error {
+				k, err := replay.ParseKinds(v)
+				q.FailOn = append(q.FailOn, k...)
+				return err
+			})
+			fs.BoolVar(&q.JSON, "json", false, "print the report as one JSON object")
+			q.Limit = 100
+			fs.Var((*count)(&q.Limit), "limit", "list at most `N` changed requests (0: all); every change is counted")
+			return func(ctx context.Context, c CLI, args []string) error {
+				q.Policy = args[0]
+				now := time.Now()
+				q.Until, _ = replay.ParseTime(*until, now)
+				if !q.Until.IsZero() {
+					now = q.Until
+				}
+				q.Since, _ = replay.ParseTime(*since, now)
+				return PolicyReplay(ctx, c, *s, q)
+			}
+		},
+	}}
+}
+
+// count is a flag of a number of things: 0 or more.
+type count int
+
+func (n *count) String() string { return strconv.Itoa(int(*n)) }
+
+func (n *count) Set(s string) error {
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 0 {
+		return fmt.Errorf("%q: want a whole number, 0 or more", s)
+	}
+	*n = count(v)
+	return nil
+}
+
+// timeFlag defines a flag of a time as replay.ParseTime reads it: its
+// value is checked when given, and read against the right moment once
+// every flag is.
+func timeFlag(fs *flag.FlagSet, name, usage string) *string {
+	var v string
+	fs.Func(name, usage, func(s string) error {
+		_, err := replay.ParseTime(s, time.Now())
+		v = s
+		return err
+	})
+	return &v
+}
+
+// kindNames lists the kinds of change, in lines of at most 76 columns.
+func kindNames() string {
+	var b strings.Builder
+	col := 0
+	for i, k := range replay.Kinds() {
+		name := string(k)
+		if i > 0 {
+			b.WriteString(",")
+			if col+2+len(name) > 76 {
+				b.WriteString("\n")
+				col = 0
+			} else {
+				b.WriteString(" ")
+				col += 2
+			}
+		}
+		b.WriteString(name)
+		col += len(name)
+	}
+	return b.String()
+}
+
+// ReplayQuery is what `broker policy replay` replays and reports.
+type ReplayQuery struct {
+	Policy       string        // the policy file
+	Since, Until time.Time     // the window; zero: open
+	FailOn       []replay.Kind // the kinds of change that fail the command
+	JSON         bool          // the report as JSON
+	Limit        int           // changed requests listed; 0: all
+}
+
+// PolicyReplay replays the policy file q.Policy over the stream of the
+// broker that s reaches and writes the report to c.Stdout, progress to
+// c.Stderr. A policy file with problems is reported on c.Stderr, each
+// problem on its own line. If a change of a kind in q.FailOn is found, the
+// error names each kind and how many requests it changes.
+func PolicyReplay(ctx context.Context, c CLI, s natsconn.Settings, q ReplayQuery) error {
+	p, err := LoadPolicy(q.Policy)
+	if err != nil {
+		for _, e := range flatten(err) {
+			fmt.Fprintf(c.Stderr, "broker policy replay: %s\n", textsafe.Line(e.Error()))
+		}
+		return errReported
+	}
+	if !q.Since.IsZero() && !q.Until.IsZero() && q.Until.Before(q.Since) {
+		return fmt.Errorf("--until %s is before --since %s", q.Until.Format(time.RFC3339), q.Since.Format(time.RFC3339))
+	}
+	nc, err := natsconn.Connect(s, nats.Name("assent-replay"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	cfg := replay.Config{Since: q.Since, Until: q.Until, List: q.Limit}
+	shown := false
+	cfg.Progress = func(p replay.Progress) {
+		shown = true
+		fmt.Fprintf(c.Stderr, "read to stream sequence %d of %d, %d requests replayed\r", p.Seq, p.Last, p.Requests)
+	}
+	rep, err := replay.Run(ctx, js, broker.StreamName, p, cfg)
+	if errors.Is(err, replay.ErrNoStream) {
+		return fmt.Errorf("no %s stream on %s: is this the NATS server (and account) the broker uses? Point --nats-url (and --nats-creds) at it", broker.StreamName, nc.ConnectedUrlRedacted())
+	}
+	if err != nil {
+		return err
+	}
+	rate := ""
+	if secs := rep.Elapsed.Seconds(); secs > 0 {
+		rate = fmt.Sprintf(", %.0f requests/s", float64(rep.Replayed)/secs)
+	}
+	if shown {
+		fmt.Fprintln(c.Stderr)
+	}
+	fmt.Fprintf(c.Stderr, "read %d messages, replayed %d requests in %s%s\n", rep.Messages, rep.Replayed, rep.Elapsed.Round(time.Millisecond), rate)
+	broken := rep.Broken(q.FailOn)
+	if q.JSON {
+		out := struct {
+			*replay.Report
+			FailOn []replay.Kind      `json:"fail_on,omitempty"`
+			Broken []replay.KindCount `json:"broken,omitempty"`
+		}{rep, q.FailOn, broken}
+		enc := json.NewEncoder(c.Stdout)
+		enc.SetEscapeHTML(false)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+	} else if err := rep.WriteText(c.Stdout); err != nil {
+		return err
+	}
+	if len(broken) == 0 {
+		return nil
+	}
+	var parts []string
+	for _, b := range broken {
+		n := fmt.Sprintf("%d requests", b.Requests)
+		if b.Requests == 1 {
+			n = "1 request"
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s)", b.Kind, n))
+	}
+	what := "guard broken: "
+	if len(broken) > 1 {
+		what = "guards broken: "
+	}
+	return errors.New(what + strings.Join(parts, ", "))
 }

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/assent-dev/assent/internal/insights"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/policy"
 )
@@ -49,6 +50,9 @@ type Broker struct {
 	index       *index // pending and recent decided requests, for listings
 	ledger      *ledger
 	feed        *feed // new events for subscribers
+	// insights folds the stream into what the record says of approvals
+	// (insights.go).
+	insights *insights.Aggregator
 	// tracer makes the broker's spans (trace.go).
 	tracer trace.Tracer
 
@@ -150,6 +154,9 @@ func New(nc *nats.Conn, cfg Config, log *zap.Logger) (*Broker, error) {
 		b.trusted, _ = events.NewTrustedKeys(append([]string{b.signer.PublicKey()}, cfg.TrustedDecisionKeys...)...)
 		b.log.Info("signing decisions", zap.String("decision_key", b.signer.PublicKey()), zap.Strings("trusted_keys", b.trusted.Keys()))
 	}
+	if b.insights, err = newInsights(cfg, b.trusted); err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
 	builtin, err := builtinPolicy(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("broker: built-in policy: %w", err)
@@ -217,6 +224,7 @@ func (b *Broker) Run(ctx context.Context) error {
 			close(b.stateReady)
 		})
 	})
+	g.Go(func() error { return b.followInsights(gctx) })
 	g.Go(func() error { return b.watchGrants(gctx) })
 	g.Go(func() error { return b.watchPresence(gctx) })
 	g.Go(func() error { return b.serveLookups(gctx) })

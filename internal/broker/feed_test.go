@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/brokertest"
+	"github.com/assent-dev/assent/internal/insights"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -207,13 +209,14 @@ func TestFeedReadsOnlyWhileSubscribed(t *testing.T) {
 		return rec.ID
 	}
 	// ephemeral counts the stream's consumers that are not the broker's
-	// durable ones: reads and the feed, beside the broker's own reading of
-	// the stream (its ledger), counted here as the one there is at start.
+	// durable ones: reads and the feed, beside the broker's own readings of
+	// the stream: its ledger, counted here as the one there is at start,
+	// and its insights follower, named by insights.ConsumerPrefix.
 	ephemeral := func() int {
 		t.Helper()
 		n := -1
 		for info := range stream.ListConsumers(ctx).Info() {
-			if info.Config.Durable == "" {
+			if info.Config.Durable == "" && !strings.HasPrefix(info.Name, insights.ConsumerPrefix) {
 				n++
 			}
 		}

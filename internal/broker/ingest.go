@@ -235,6 +235,7 @@ func (b *Broker) pendingMsg(ctx context.Context, r *Record) (*nats.Msg, error) {
 	if rule != r.Rule {
 		p.ApprovalRule = r.Rule
 	}
+	p.History = b.history(r)
 	e, err := events.New(events.TypePending, "", b.source, p)
 	if err != nil {
 		return nil, err

@@ -296,6 +296,15 @@ func TestRoutesPerRole(t *testing.T) {
 			{"?agent=another", func(*testing.T, *authzEnv, string) (string, any) { return "/v1/audit?agent=victim", nil },
 				only(200, 403, roleApprover, roleBot, roleGateway, roleAdmin)},
 		},
+		"GET /v1/insights": {
+			// Everyone with a credential reads insights, each narrowed to
+			// what it sees (TestInsightsPerRole has the scopes).
+			{"all", func(*testing.T, *authzEnv, string) (string, any) { return "/v1/insights", nil }, everyone(200)},
+			{"?agent=another", func(*testing.T, *authzEnv, string) (string, any) { return "/v1/insights?agent=victim", nil },
+				only(200, 403, roleApprover, roleBot, roleGateway, roleAdmin)},
+			{"?approver=another", func(*testing.T, *authzEnv, string) (string, any) { return "/v1/insights?approver=alice", nil },
+				only(403, 200, roleBot)},
+		},
 		"GET /v1/remembered": {
 			{"all", func(*testing.T, *authzEnv, string) (string, any) { return "/v1/remembered", nil }, everyone(200)},
 		},

@@ -20,6 +20,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/access"
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/insights"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/policy"
 )
@@ -47,6 +48,8 @@ type Broker interface {
 	Audit(ctx context.Context, q broker.AuditQuery) (broker.AuditPage, error)
 	Remembered() []policy.Grant
 	Forget(ctx context.Context, id string) (policy.Grant, error)
+	// Insights is what the record says about the requests f selects.
+	Insights(ctx context.Context, f insights.Filter) (insights.Report, error)
 	Ready() bool
 }
 
@@ -139,6 +142,7 @@ func New(b Broker, cfg Config, log *zap.Logger) *Server {
 		{method: "POST", path: "/v1/cancels", handle: s.cancelMany},
 		{method: "GET", path: "/v1/events", handle: s.events},
 		{method: "GET", path: "/v1/audit", handle: s.audit},
+		{method: "GET", path: "/v1/insights", handle: s.insights},
 		{method: "GET", path: "/v1/remembered", handle: s.remembered},
 		{method: "DELETE", path: "/v1/remembered/{id}", handle: s.forget},
 		{method: "GET", path: "/v1/openapi.json", handle: serveOpenAPI, open: true},

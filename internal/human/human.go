@@ -1,4 +1,5 @@
-// Package human words times as the pages and messages people read show them.
+// Package human words times, and what the record says of a request, as the
+// pages and messages people read show them.
 package human
 
 import (

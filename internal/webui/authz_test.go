@@ -65,10 +65,11 @@ const (
 	signIn                  // 303 to sign in (a page)
 	unauth                  // 401 (a fragment the script fetches)
 	served                  // 200 (a static file)
+	refused                 // 403, with nothing of the target on it
 )
 
 func (s seen) String() string {
-	return [...]string{"?", "shown", "hidden", "missing", "signIn", "unauth", "served"}[s]
+	return [...]string{"?", "shown", "hidden", "missing", "signIn", "unauth", "served", "refused"}[s]
 }
 
 // uiTargets are what the cases look for, made once.
@@ -225,6 +226,22 @@ func TestUIRoutesPerRole(t *testing.T) {
 		"GET /remembered": {
 			{"a choice of the deletes rule", at("/remembered"), func(ts uiTargets) string { return ts.grant }, pageWant(shown, hidden, roleApprover, roleAdmin)},
 		},
+		// Insights: everyone signed in reads a report, narrowed to what it
+		// sees (an approver its own answers, an agent its own requests),
+		// and is refused another's; the requests behind its numbers are
+		// those the viewer sees (httpapi.TestInsightsPerRole has the
+		// scopes).
+		"GET /insights": {
+			{"the report", at("/insights"), at("Decisions per"), pageWant(shown, shown)},
+			{"?agent=victim", at("/insights?agent=victim"), at("Decisions per"), also(pageWant(shown, shown), roleAgent, refused)},
+			{"?approver=dave", at("/insights?approver=dave"), at("Decisions per"), pageWant(shown, refused, roleAnswered, roleAdmin, roleAgent)},
+		},
+		"GET /insights/requests": {
+			{"a delete dave denied", lastDay("/insights/requests?outcome=denied"), deniedOf, pageWant(shown, hidden, roleAnswered, roleAdmin)},
+			{"what an allow rule decided", lastDay("/insights/requests?by=policy"), autoOf, pageWant(shown, hidden, roleAgent, roleAdmin)},
+			{"a report's examples", func(ts uiTargets) string { return "/insights/requests?ids=" + ts.denied + "," + ts.auto }, deniedOf,
+				pageWant(shown, hidden, roleApprover, roleAnswered, roleAdmin)},
+		},
 		"GET /ui/cards": {
 			{"another agent's delete", at("/ui/cards"), pendingOf, fragmentWant(shown, hidden, roleApprover, roleAdmin)},
 			{"the agent's own payment", at("/ui/cards"), ownOf, fragmentWant(shown, hidden, roleOther, roleAgent, roleAdmin)},
@@ -286,6 +303,10 @@ func TestUIRoutesPerRole(t *testing.T) {
 				case served:
 					if code != http.StatusOK {
 						wrong = "not served"
+					}
+				case refused:
+					if code != http.StatusForbidden || on {
+						wrong = "not refused"
 					}
 				}
 				if wrong != "" {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/argview"
 	"github.com/assent-dev/assent/internal/broker"
+	"github.com/assent-dev/assent/internal/human"
 	"github.com/assent-dev/assent/internal/textsafe"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/policy"
@@ -65,10 +66,62 @@ type card struct {
 	Remember *rememberForm
 	Schema   *schemaForm
 
+	// History is the record's line about requests like this one, from
+	// its pending event (human.History); "" without one. Note marks a line
+	// that should catch the eye: "first" (no earlier request of the tool
+	// by the agent in the window), "denied" (some were denied).
+	History     string
+	HistoryNote string
+	// Shown is when the page made the card for the viewer (RFC 3339, to
+	// the nanosecond): the page sends it as an answer's shown_at.
+	Shown string
+
 	Decision *decision
 	Forgery  string
 	// Detail: the card is on the request's own page.
 	Detail bool
+}
+
+// Historian is a Broker that says what the record says of requests like a
+// given one (the same tool and agent), nil while it cannot tell yet; the
+// broker's pending event carried the same line when the request was
+// announced (events.Pending.History). Where the Broker is one, every card
+// of a pending request shows it; otherwise the request's own page reads it
+// from the pending event in the request's timeline.
+type Historian interface {
+	History(rec broker.Record) *events.History
+}
+
+// setHistory puts h's line on c.
+func (c *card) setHistory(h *events.History, now time.Time) {
+	c.History, c.HistoryNote = textsafe.Line(human.History(h, now)), ""
+	switch {
+	case h == nil:
+	case h.Approved+h.Denied+h.Expired <= 0:
+		c.HistoryNote = "first"
+	case h.Denied > 0:
+		c.HistoryNote = "denied"
+	}
+}
+
+// pendingHistory returns the history of the last pending event among es
+// (a request's events), nil if none has one.
+func pendingHistory(es []*broker.Event) *events.History {
+	var h *events.History
+	for _, e := range es {
+		if e.ShortType() != "pending" {
+			continue
+		}
+		var ce struct {
+			Data struct {
+				History *events.History `json:"history"`
+			} `json:"data"`
+		}
+		if json.Unmarshal(e.Event, &ce) == nil && ce.Data.History != nil && ce.Data.History.Validate() == nil {
+			h = ce.Data.History
+		}
+	}
+	return h
 }
 
 type vote struct {
@@ -131,6 +184,11 @@ func (u *UI) makeCard(rec broker.Record, v viewer) card {
 	if !c.Pending {
 		c.Rule = rec.Rule
 		return c
+	}
+	now := u.cfg.Now()
+	c.Shown = now.UTC().Format(time.RFC3339Nano)
+	if h, ok := u.b.(Historian); ok {
+		c.setHistory(h.History(rec), now)
 	}
 	info := u.b.RuleOf(rec)
 	c.Rule, c.Limit, c.Quorum = info.Rule, info.Limit, max(info.Quorum, 1)

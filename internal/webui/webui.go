@@ -43,6 +43,7 @@ import (
 	"github.com/assent-dev/assent/internal/access"
 	"github.com/assent-dev/assent/internal/broker"
 	"github.com/assent-dev/assent/internal/human"
+	"github.com/assent-dev/assent/internal/insights"
 	"github.com/assent-dev/assent/internal/textsafe"
 	"github.com/assent-dev/assent/internal/webui/pagehead"
 	"github.com/assent-dev/assent/pkg/events"
@@ -65,6 +66,8 @@ type Broker interface {
 	Eligible(r broker.Record, principal string) error
 	// Policy is the policy in force.
 	Policy() *policy.Policy
+	// Insights is what the record says about the requests f selects.
+	Insights(ctx context.Context, f insights.Filter) (insights.Report, error)
 }
 
 // Identity is who is looking at a page.
@@ -159,7 +162,7 @@ func New(b Broker, cfg Config, log *zap.Logger) (*UI, error) {
 	if err != nil {
 		return nil, fmt.Errorf("web ui templates: %w", err)
 	}
-	for _, page := range []string{"pending", "approval", "history", "remembered", "problem"} {
+	for _, page := range []string{"pending", "approval", "history", "remembered", "insights", "problem"} {
 		t, err := template.Must(base.Clone()).ParseFS(templateFS, "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("web ui template %s: %w", page, err)
@@ -199,6 +202,8 @@ func (u *UI) routes() []route {
 		{"GET /approvals/{id}", u.page(u.approval)},
 		{"GET /history", u.page(u.history)},
 		{"GET /remembered", u.page(u.remembered)},
+		{"GET /insights", u.page(u.insights)},
+		{"GET /insights/requests", u.page(u.insightsRequests)},
 		{"GET /ui/cards", u.fragment(u.cards)},
 		{"GET /ui/cards/{id}", u.fragment(u.oneCard)},
 		{"GET /static/", u.static()},
@@ -498,6 +503,9 @@ func (u *UI) approval(r *http.Request, v viewer) (string, string, string, any, e
 	d.More = page.Next != 0 && len(page.Events) == 200
 	for _, e := range page.Events {
 		d.Timeline = append(d.Timeline, describe(e))
+	}
+	if d.Card.Pending && d.Card.History == "" {
+		d.Card.setHistory(pendingHistory(page.Events), u.cfg.Now())
 	}
 	return "approval", textsafe.Line(rec.Request.Tool) + " · " + shortID(id), "", d, nil
 }

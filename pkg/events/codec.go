@@ -2,9 +2,12 @@ package events
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,6 +43,23 @@ func NewID() string {
 		return uuid.NewString()
 	}
 	return id.String()
+}
+
+// DerivedID returns the id derived from key and the stream sequence seq
+// of the message stored at at: a UUIDv7 whose time is at and whose other
+// bits are a hash of key and seq, so that every reader of the same stored
+// message derives the same id (the broker's decision and remembered-choice
+// ids, which a replay of the record must name as the broker did).
+func DerivedID(key string, seq uint64, at time.Time) string {
+	sum := sha256.Sum256([]byte(key + "\x00" + strconv.FormatUint(seq, 10)))
+	var u uuid.UUID
+	copy(u[:], sum[:])
+	var ts [8]byte
+	binary.BigEndian.PutUint64(ts[:], uint64(at.UnixMilli()))
+	copy(u[0:6], ts[2:8])
+	u[6] = 0x70 | u[6]&0x0f // version 7
+	u[8] = 0x80 | u[8]&0x3f // RFC 9562 variant
+	return u.String()
 }
 
 // New builds a v1 event of type typ. An empty id gets a new UUIDv7; source must

@@ -138,6 +138,14 @@ type Responded struct {
 	Payload  json.RawMessage `json:"payload,omitempty"`
 	Remember *Remember       `json:"remember,omitempty"`
 	Channel  string          `json:"channel,omitempty"`
+	// ShownAt is when the channel showed the request to this approver (a
+	// page loaded, a message posted, a mail sent, a terminal screen drawn);
+	// Detail that the approver opened the request's full detail before
+	// answering. Both as the channel reports them, absent where it cannot
+	// tell; insights count an answer sooner than 2 s after ShownAt (or the
+	// pending event) as given without reading.
+	ShownAt time.Time `json:"shown_at,omitzero"`
+	Detail  bool      `json:"detail,omitempty"`
 }
 
 // Cancel is the data of a dev.assent.approval.cancel event. The request id is in
@@ -170,6 +178,32 @@ type Pending struct {
 	BaseDeadline  time.Time `json:"base_deadline,omitzero"`
 	Limit         string    `json:"limit,omitempty"`
 	ApprovalRule  string    `json:"approval_rule,omitempty"`
+
+	// History is what the record said, when the request was announced, of
+	// requests like it: the line approvers see beside it. Absent when the
+	// broker had not read the record yet, and from brokers before it was
+	// added.
+	History *History `json:"history,omitempty"`
+}
+
+// History counts how people decided requests like one being asked, over a
+// window ending when it was asked: those of the same tool and agent, and
+// among them those with the very same arguments (Exact). Channels show it
+// as one line ("approved 41 of 41 times in 30 days; last denied never"), so
+// that an unusual request looks unusual.
+type History struct {
+	Window   Duration `json:"window"`
+	Approved int      `json:"approved"`
+	Denied   int      `json:"denied"`
+	Expired  int      `json:"expired,omitempty"`
+	// Exact counts the decisions of requests with these exact arguments.
+	Exact int `json:"exact,omitempty"`
+	// Principals are who approved or denied, most frequent first (at most
+	// a few).
+	Principals []string `json:"principals,omitempty"`
+	// LastDenied is when a person last denied one; zero: never in the
+	// record.
+	LastDenied time.Time `json:"last_denied,omitzero"`
 }
 
 // Terms is how a pending request may be answered, under the policy in force

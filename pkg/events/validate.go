@@ -192,7 +192,78 @@ func (p *Pending) Validate() error {
 	if err := p.Request.Validate(); err != nil {
 		errs = append(errs, fieldErr("request", err))
 	}
+	if p.History != nil {
+		if err := p.History.Validate(); err != nil {
+			errs = append(errs, fieldErr("history", err))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// Bounds of a pending event's History. They are wide on purpose: a channel
+// that refuses a pending event cannot show its request at all, so they
+// refuse only what no broker would write, not a window or a list longer
+// than today's.
+const (
+	// MaxHistoryWindow bounds History.Window: a year and a day.
+	MaxHistoryWindow = 366 * 24 * time.Hour
+	// MaxHistoryPrincipals bounds the names in History.Principals (the
+	// broker writes a few).
+	MaxHistoryPrincipals = 32
+)
+
+// Validate reports every problem with h at once: a window that is not
+// positive or longer than MaxHistoryWindow, a negative count, more than
+// MaxHistoryPrincipals principals, or one that is not a principal's name
+// (a subject token). Counts are not checked against each other.
+func (h *History) Validate() error {
+	var errs []error
+	if h.Window <= 0 || h.Window.Std() > MaxHistoryWindow {
+		errs = append(errs, fieldErr("window", fmt.Errorf("%w: %s is outside (0, %s]", ErrBadValue, h.Window.Std(), MaxHistoryWindow)))
+	}
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"approved", h.Approved}, {"denied", h.Denied}, {"expired", h.Expired}, {"exact", h.Exact}} {
+		if c.n < 0 {
+			errs = append(errs, fieldErr(c.name, fmt.Errorf("%w: negative", ErrBadValue)))
+		}
+	}
+	if len(h.Principals) > MaxHistoryPrincipals {
+		errs = append(errs, fieldErr("principals", fmt.Errorf("%w: %d names, at most %d", ErrBadValue, len(h.Principals), MaxHistoryPrincipals)))
+	}
+	for _, p := range h.Principals {
+		if err := CheckToken("principals", p); err != nil {
+			errs = append(errs, err)
+			break // one is enough to say what is wrong
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// MaxShownSkew is how far after an answer a responded event's ShownAt may
+// lie and still be believed (the channel's clock running ahead).
+const MaxShownSkew = time.Minute
+
+// Viewed returns how long r's request was in view before r was given at
+// answered (when the stream stored it, say): answered minus ShownAt, and 0
+// when ShownAt lies after answered by at most MaxShownSkew. ok is false
+// when ShownAt is absent, or lies further after answered: a clock that
+// cannot be believed, so the reader takes the answer as one that does not
+// say when it was shown. Validate accepts any ShownAt: an answer is never
+// refused for what its channel's clock says.
+func (r *Responded) Viewed(answered time.Time) (d time.Duration, ok bool) {
+	if r.ShownAt.IsZero() {
+		return 0, false
+	}
+	d = answered.Sub(r.ShownAt)
+	switch {
+	case d >= 0:
+		return d, true
+	case -d <= MaxShownSkew:
+		return 0, true
+	}
+	return 0, false
 }
 
 // Validate reports every problem with e at once.

@@ -32,6 +32,11 @@ type Response struct {
 	// Payload is a structured answer, checked against the request's response_schema.
 	Payload  json.RawMessage
 	Remember *events.Remember
+	// ShownAt is when the channel showed the request to the approver, and
+	// Detail that the approver opened its full detail before answering
+	// (events.Responded); zero and false where the channel cannot tell.
+	ShownAt time.Time
+	Detail  bool
 }
 
 // ErrSkip tells the runtime not to answer this request.
@@ -232,6 +237,7 @@ func (a *Approver) handle(ctx context.Context, msg jetstream.Msg) {
 func (a *Approver) answer(ctx context.Context, id string, r Response) error {
 	return Answer(ctx, a.js, a.cfg.Principal, id, events.Responded{
 		Decision: r.Decision, Reason: r.Reason, Args: r.Args, Payload: r.Payload, Remember: r.Remember, Channel: a.cfg.Channel,
+		ShownAt: r.ShownAt, Detail: r.Detail,
 	})
 }
 

@@ -93,6 +93,10 @@ type Notice struct {
 	// Pending is when the request went pending (its pending event was
 	// stored); zero if unknown.
 	Pending time.Time
+	// History is what the record said of requests like it when it was
+	// announced (events.Pending.History), kept from the first notice in
+	// escalations; nil when the broker had not read the record.
+	History *events.History
 }
 
 // ErrUndeliverable is wrapped by a Notify error that retrying will not cure
@@ -237,6 +241,8 @@ type noticeJSON struct {
 	// Pending is when the request went pending (its pending event was
 	// stored), for the reminder's earliest time; zero in older entries.
 	Pending time.Time `json:"pending,omitzero"`
+	// History is the pending event's history; nil in older entries.
+	History *events.History `json:"history,omitempty"`
 	// TraceParent and TraceState are the trace context of the span that
 	// showed the notice, for the spans of the answers to it.
 	TraceParent string `json:"traceparent,omitempty"`
@@ -244,11 +250,13 @@ type noticeJSON struct {
 }
 
 func (n *Notice) json() noticeJSON {
-	return noticeJSON{ID: n.ID, Request: n.Requested, Deadline: n.Deadline, Approvers: n.Approvers, Rule: n.Rule, Level: n.Level, Terms: n.Terms, Ref: n.Ref, Pending: n.Pending}
+	return noticeJSON{ID: n.ID, Request: n.Requested, Deadline: n.Deadline, Approvers: n.Approvers, Rule: n.Rule, Level: n.Level, Terms: n.Terms, Ref: n.Ref, Pending: n.Pending,
+		History: n.History}
 }
 
 func (j *noticeJSON) notice() Notice {
-	return Notice{Request: Request{ID: j.ID, Requested: j.Request, Deadline: j.Deadline}, Approvers: j.Approvers, Rule: j.Rule, Level: j.Level, Terms: j.Terms, Ref: j.Ref, Pending: j.Pending}
+	return Notice{Request: Request{ID: j.ID, Requested: j.Request, Deadline: j.Deadline}, Approvers: j.Approvers, Rule: j.Rule, Level: j.Level, Terms: j.Terms, Ref: j.Ref, Pending: j.Pending,
+		History: j.History}
 }
 
 func (c *Channel) key(id string) string { return c.cfg.Channel + "." + id }
@@ -321,6 +329,7 @@ func (c *Channel) Answer(ctx context.Context, principal, id string, r Response) 
 	defer func() { endSpan(span, err) }()
 	return Answer(ctx, c.js, principal, id, events.Responded{
 		Decision: r.Decision, Reason: r.Reason, Args: r.Args, Payload: r.Payload, Remember: r.Remember, Channel: c.cfg.Channel,
+		ShownAt: r.ShownAt, Detail: r.Detail,
 	})
 }
 
@@ -382,7 +391,8 @@ func NoticeOf(e *events.Event) (n Notice, ok bool, err error) {
 	switch e.Type() {
 	case events.TypePending:
 		p, err := events.DecodePending(e)
-		return Notice{Request: Request{ID: p.RequestID, Requested: p.Request, Deadline: p.Deadline}, Approvers: p.Approvers, Rule: p.Rule, Terms: p.Terms}, err == nil, err
+		return Notice{Request: Request{ID: p.RequestID, Requested: p.Request, Deadline: p.Deadline}, Approvers: p.Approvers, Rule: p.Rule, Terms: p.Terms,
+			History: p.History}, err == nil, err
 	case events.TypeEscalated:
 		p, err := events.DecodeEscalated(e)
 		return Notice{Request: Request{ID: p.RequestID, Requested: p.Request, Deadline: p.Deadline}, Approvers: p.Approvers, Level: p.Level, Terms: p.Terms}, err == nil, err
@@ -433,6 +443,9 @@ func (c *Channel) handleNotice(ctx context.Context, msg jetstream.Msg) {
 		n.Retry = s.Sending
 		if n.Rule == "" {
 			n.Rule = s.Notice.Rule
+		}
+		if n.History == nil {
+			n.History = s.Notice.History
 		}
 	} else if md, err := msg.Metadata(); err == nil {
 		n.Pending = md.Timestamp

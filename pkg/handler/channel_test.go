@@ -237,6 +237,9 @@ rules:
 	if r.notices[wire][0].Level != 0 || esc.Level != 1 || len(esc.Approvers) != 1 || esc.Approvers[0] != "erin" || string(esc.Ref) != `"r/`+wire+`/1"` {
 		t.Fatalf("wire notices: %+v", r.notices[wire])
 	}
+	if h0 := r.notices[wire][0].History; h0 != nil && (esc.History == nil || esc.History.Window != h0.Window) {
+		t.Fatalf("the escalation lost the history of the first notice: %+v, then %+v", h0, esc.History)
+	}
 	r.mu.Unlock()
 	if err := c.Answer(context.Background(), "erin", wire, handler.Response{Decision: events.Deny, Reason: "no"}); err != nil {
 		t.Fatal(err)

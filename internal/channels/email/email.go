@@ -221,6 +221,7 @@ func (a *Adapter) Notify(ctx context.Context, n handler.Notice) (json.RawMessage
 	// the mails cannot be taken back.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	sentAt := a.now() // when the mails went: an answer's shown_at
 	for i, m := range msgs {
 		if !m.IsDelivered() {
 			if err := m.SendError(); err != nil {
@@ -229,7 +230,7 @@ func (a *Adapter) Notify(ctx context.Context, n handler.Notice) (json.RawMessage
 			continue
 		}
 		sent = append(sent, pending[i])
-		if _, err := st.kv.Put(rctx, sentKey(n.ID, pending[i], k.String()), []byte(now.UTC().Format(time.RFC3339))); err != nil {
+		if _, err := st.kv.Put(rctx, sentKey(n.ID, pending[i], k.String()), []byte(sentAt.UTC().Format(time.RFC3339Nano))); err != nil {
 			log.Warn("record mail sent; a retry may mail again", zap.String("principal", pending[i]), zap.Error(err))
 		}
 		log.Info("mailed", zap.String("principal", pending[i]))

@@ -57,6 +57,7 @@ rules:
 // harness is a broker, the email channel, its web server and a test SMTP
 // server, all real, for one test.
 type harness struct {
+	broker  *broker.Broker
 	ns      *testenv.NATS
 	smtp    *smtptest.Server
 	web     *httptest.Server
@@ -82,7 +83,7 @@ func setupWith(t *testing.T, src string, remind time.Duration, plain *smtptest.S
 		t.Fatal(err)
 	}
 	h := &harness{ns: testenv.Server(t), dir: channels.NewDirectory(p)}
-	brokertest.Run(t, testenv.Conn(t, h.ns), broker.Config{Policy: p})
+	h.broker, _ = brokertest.Run(t, testenv.Conn(t, h.ns), broker.Config{Policy: p})
 	h.smtp = plain
 	if plain == nil {
 		h.smtp = smtptest.Start(t)

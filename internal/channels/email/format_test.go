@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/assent-dev/assent/pkg/events"
+	"github.com/assent-dev/assent/pkg/handler"
 )
 
 // TestLayoutArgs: the list of the arguments names every key in the order
@@ -94,5 +97,38 @@ func TestSubjectIsOneLine(t *testing.T) {
 		if s := subject("[Assent]", k, n); strings.ContainsAny(s, "\r\n") || !strings.HasPrefix(s, "[Assent] ") {
 			t.Errorf("%s: subject %q", k, s)
 		}
+	}
+}
+
+// TestMailHistoryLine: a mail has the record's line right under what is
+// asked, in both parts, above the links and everything the agent wrote; a
+// request without history has none.
+func TestMailHistoryLine(t *testing.T) {
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	n := handler.Notice{Request: handler.Request{ID: "r1", Deadline: now.Add(time.Hour),
+		Requested: events.Requested{Tool: "deploy", Agent: "coder", Hint: "<b>trust me</b>", Args: json.RawMessage(`{"x":1}`)}}, Rule: "deploys"}
+	mail := func(n handler.Notice) (string, string) {
+		t.Helper()
+		text, html, err := render(mailView{summary: summarize(n, now, mailFull), Approve: "https://bot/a", Deny: "https://bot/d", Principal: "alice", To: "alice@example.com"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return text, html
+	}
+	text, html := mail(n)
+	if strings.Contains(text, "History") || strings.Contains(html, "History") {
+		t.Errorf("a request without history has a history line:\n%s\n%s", text, html)
+	}
+	n.History = &events.History{Window: events.Duration(30 * 24 * time.Hour), Approved: 38, Denied: 2, Exact: 1,
+		Principals: []string{"alice", "bob"}, LastDenied: now.Add(-4 * 24 * time.Hour)}
+	line := "approved 38 of 40 times in 30 days (2 denied; 1 with these exact arguments), by alice and bob; last denied 4 days ago"
+	text, html = mail(n)
+	at := strings.Index(text, "\nHistory: "+line+"\n")
+	if at < 0 || at > strings.Index(text, "Approve: ") || at > strings.Index(text, "Hint from the agent") || at > strings.Index(text, "Arguments") {
+		t.Errorf("the text part lacks the line above the links and the agent's text:\n%s", text)
+	}
+	at = strings.Index(html, "History</span>&nbsp; "+line+"</div>")
+	if at < 0 || at > strings.Index(html, "https://bot/a") || at > strings.Index(html, "&lt;b&gt;trust me") || !strings.Contains(html, "#fff7e6") {
+		t.Errorf("the HTML part lacks the line, marked, above the buttons and the agent's text:\n%s", html)
 	}
 }

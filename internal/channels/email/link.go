@@ -176,6 +176,22 @@ func sentKey(id, principal, kind string) string {
 	return "sent." + hex.EncodeToString(sum[:])
 }
 
+// mailedAt returns when principal was first mailed about request id (the
+// earliest of its notices' sent records), zero if none is recorded.
+func mailedAt(ctx context.Context, kv jetstream.KeyValue, id, principal string) time.Time {
+	var first time.Time
+	for _, k := range []kind{kindNew, kindEscalation, kindReminder} {
+		e, err := kv.Get(ctx, sentKey(id, principal, k.String()))
+		if err != nil {
+			continue
+		}
+		if t, err := time.Parse(time.RFC3339Nano, string(e.Value())); err == nil && (first.IsZero() || t.Before(first)) {
+			first = t
+		}
+	}
+	return first
+}
+
 // use records that token was used by principal. If it was used before,
 // jetstream.ErrKeyExists is returned.
 func use(ctx context.Context, kv jetstream.KeyValue, token, principal string, at time.Time) error {

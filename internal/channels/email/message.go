@@ -63,6 +63,11 @@ type summary struct {
 	Quorum    int
 	Deadline  string // "Mon 2 Jan 2006 15:04 UTC"
 	Remaining string // "in 4m 10s"
+	// History is the record's line about requests like this one, from its
+	// pending event (human.History); "" without one. Notable marks a first
+	// request of its kind, or one of a kind people denied.
+	History string
+	Notable bool
 }
 
 // summarize lays out n for people at now, with at most full characters of
@@ -81,6 +86,10 @@ func summarize(n handler.Notice, now time.Time, full int) summary {
 	}
 	if s.Agent == "" {
 		s.Agent = "(unnamed agent)"
+	}
+	if h := n.History; h != nil {
+		s.History = cut(textsafe.Line(human.History(h, now)), 1000)
+		s.Notable = h.Approved+h.Denied+h.Expired <= 0 || h.Denied > 0
 	}
 	if n.Terms != nil {
 		s.Quorum = n.Terms.Quorum

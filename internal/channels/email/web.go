@@ -49,6 +49,9 @@ dl{display:grid;grid-template-columns:max-content 1fr;gap:6px 16px;margin:16px 0
 dt{color:#626f86;font-size:13px;padding-top:1px}
 dd{margin:0;word-break:break-word}
 .hint{white-space:pre-wrap;word-break:break-word;padding:10px 14px;background:#f7f8f9;border-left:4px solid #8590a2;margin:0 0 16px}
+.record{margin:0 0 16px;padding:8px 12px;background:#f7f8f9;border-left:4px solid #8590a2;font-size:14px}
+.record.notable{background:#fff7e6;border-color:#e56910}
+.record span{font-size:12px;letter-spacing:.06em;text-transform:uppercase;color:#626f86;font-weight:600;margin-right:6px}
 h2{font-size:13px;font-weight:400;color:#626f86;margin:16px 0 6px}
 h2 code{font:600 13px SFMono-Regular,Menlo,Consolas,monospace;color:#172b4d}
 .args{width:100%;border-collapse:separate;border-spacing:0;background:#f7f8f9;border:1px solid #dfe1e6;border-radius:6px;font:13px/1.5 SFMono-Regular,Menlo,Consolas,monospace}
@@ -169,7 +172,10 @@ func (a *Adapter) answerLink(w http.ResponseWriter, r *http.Request) {
 		a.render(w, unavailable())
 		return
 	}
-	err := st.rt.Answer(ctx, l.Principal, l.Request, handler.Response{Decision: l.Decision, Reason: reason})
+	// Answered from this page, which shows the whole request: with its
+	// detail in view. Shown when the first mail about it went to them.
+	err := st.rt.Answer(ctx, l.Principal, l.Request, handler.Response{Decision: l.Decision, Reason: reason,
+		ShownAt: mailedAt(ctx, st.kv, l.Request, l.Principal), Detail: true})
 	if err != nil {
 		// Not answered: let the link be used again.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

@@ -107,10 +107,11 @@ func (a *Adapter) onAction(ctx context.Context, cb *slack.InteractionCallback) {
 		a.ephemeral(ctx, channel, user, refused)
 		return
 	}
-	meta := modalMeta{ID: t.notice.ID, Channel: channel}
+	ts := cmp.Or(cb.Container.MessageTs, cb.Message.Timestamp) // the message clicked
+	meta := modalMeta{ID: t.notice.ID, Channel: channel, TS: ts}
 	switch act.ActionID {
 	case actionApprove:
-		if err := a.answer(ctx, t, handler.Response{Decision: events.Approve}); err != nil {
+		if err := a.answer(ctx, t, handler.Response{Decision: events.Approve, ShownAt: shownAt(ts, t.notice)}); err != nil {
 			a.ephemeral(ctx, channel, user, "Assent could not record your approval ("+esc(err.Error(), 1000)+"); try again.")
 			return
 		}
@@ -175,7 +176,10 @@ func (a *Adapter) onSubmit(ctx context.Context, cb *slack.InteractionCallback) *
 		}
 		return &slack.BlockAction{}
 	}
-	resp := handler.Response{Reason: strings.TrimSpace(value(inputReason).Value)}
+	// The edit form shows every argument whole: answering from it is
+	// answering with the detail in view.
+	resp := handler.Response{Reason: strings.TrimSpace(value(inputReason).Value), ShownAt: shownAt(meta.TS, t.notice),
+		Detail: cb.View.CallbackID == viewEdit}
 	switch cb.View.CallbackID {
 	case viewDeny:
 		resp.Decision = events.Deny

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/assent-dev/assent/internal/argview"
 	"github.com/assent-dev/assent/internal/channels"
+	humanize "github.com/assent-dev/assent/internal/human"
 	"github.com/assent-dev/assent/internal/textsafe"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
@@ -92,11 +94,13 @@ func parseRef(raw json.RawMessage) (r ref, ok bool) {
 	return r, r.Channel != "" && r.TS != ""
 }
 
-// modalMeta is a modal's private_metadata: which request it answers, and
-// the channel it was opened from.
+// modalMeta is a modal's private_metadata: which request it answers, the
+// channel it was opened from, and the ts of the message whose button opened
+// it (when the approver was shown the request).
 type modalMeta struct {
 	ID      string `json:"id"`
 	Channel string `json:"channel,omitempty"`
+	TS      string `json:"ts,omitempty"`
 }
 
 func (m modalMeta) String() string {
@@ -187,6 +191,39 @@ func plain(s string, n int) *slack.TextBlockObject {
 
 func mrkdwn(s string) *slack.TextBlockObject {
 	return slack.NewTextBlockObject(slack.MarkdownType, s, false, false)
+}
+
+// slackTime reads a Slack message timestamp ("1700000000.000247": when
+// Slack stored the message, to the microsecond); ok is false for anything
+// else.
+func slackTime(ts string) (t time.Time, ok bool) {
+	sec, frac, _ := strings.Cut(ts, ".")
+	s, err := strconv.ParseInt(sec, 10, 64)
+	if err != nil || s <= 0 || len(frac) > 6 {
+		return time.Time{}, false
+	}
+	var us int64
+	if frac != "" {
+		if us, err = strconv.ParseInt(frac+strings.Repeat("0", 6-len(frac)), 10, 64); err != nil || us < 0 {
+			return time.Time{}, false
+		}
+	}
+	return time.Unix(s, us*1000).UTC(), true
+}
+
+// shownAt is when Slack showed n's request to an approver who acted on the
+// message ts: when that message was posted, else when the request's first
+// message was; zero if neither is known.
+func shownAt(ts string, n handler.Notice) time.Time {
+	if t, ok := slackTime(ts); ok {
+		return t
+	}
+	if r, ok := parseRef(n.Ref); ok {
+		if t, ok := slackTime(r.TS); ok {
+			return t
+		}
+	}
+	return time.Time{}
 }
 
 // slackDate shows t in each reader's own time zone, with a UTC fallback.
@@ -463,10 +500,27 @@ func rememberScopes(n handler.Notice) []string {
 	return out
 }
 
-// requestBlocks is the message of a pending request.
+// historyBlock is the record's line about requests like the one asked
+// (its pending event's history, h, not nil). A first request of its kind,
+// or one of a kind people denied, is marked.
+func historyBlock(h *events.History, now time.Time) slack.Block {
+	line := humanize.History(h, now)
+	mark := ""
+	if h.Approved+h.Denied+h.Expired <= 0 || h.Denied > 0 {
+		mark = ":warning: "
+	}
+	return slack.NewSectionBlock(mrkdwn(mark+"*History:* "+esc(line, maxHint)), nil, nil)
+}
+
+// requestBlocks is the message of a pending request. The record's line
+// comes right under the header, above everything the agent wrote, so that
+// no argument or hint can push it down.
 func (a *Adapter) requestBlocks(n handler.Notice) []slack.Block {
 	page := a.env.RequestPage(n.ID)
 	blocks := []slack.Block{slack.NewHeaderBlock(plain("Approval needed: "+n.Tool, 150))}
+	if n.History != nil {
+		blocks = append(blocks, historyBlock(n.History, a.now()))
+	}
 	blocks = append(blocks, details(n.Request, n.Rule, true, page)...)
 	blocks = append(blocks, slack.NewSectionBlock(mrkdwn(a.approversText(n)), nil, nil))
 	buttons := []slack.BlockElement{

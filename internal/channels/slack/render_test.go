@@ -236,7 +236,7 @@ func TestBlocksWithinSlackLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &Adapter{env: channels.Env{Directory: channels.NewDirectory(p), WebUI: "https://assent.example.com"}}
+	a := &Adapter{env: channels.Env{Directory: channels.NewDirectory(p), WebUI: "https://assent.example.com"}, now: time.Now}
 	nasty := strings.Repeat("<&>\u202e\x1b", 2000)
 	args := map[string]string{}
 	for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h", "i"} {
@@ -247,6 +247,7 @@ func TestBlocksWithinSlackLimits(t *testing.T) {
 	n := notice(req, &events.Terms{Remember: &events.RememberTerms{Scopes: []string{"call", "session", "agent", "user"}, MaxTTL: events.Duration(time.Hour)}})
 	n.Rule = nasty
 	n.Approvers = []string{nasty}
+	n.History = &events.History{Window: events.Duration(time.Hour), Approved: 1, Principals: []string{nasty, nasty, nasty, nasty}}
 	d := handler.Decision{Outcome: events.Approved, Reason: nasty, Args: raw, Edited: true,
 		DecidedBy: []events.DecidedBy{{Principal: nasty, Channel: nasty}}, DecidedAt: time.Now()}
 	for name, blocks := range map[string][]slack.Block{
@@ -392,5 +393,68 @@ principals:
 		if got := a.approversText(tt.n); got != tt.want {
 			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
 		}
+	}
+}
+
+func TestSlackTime(t *testing.T) {
+	for ts, want := range map[string]time.Time{
+		"1700000000.000247":  time.Unix(1700000000, 247000).UTC(),
+		"1700000000.5":       time.Unix(1700000000, 500000000).UTC(),
+		"1700000000":         time.Unix(1700000000, 0).UTC(),
+		"":                   {},
+		"abc.def":            {},
+		"1700000000.1234567": {},
+		"-5.000001":          {},
+		"1700000000.-00001":  {},
+	} {
+		got, ok := slackTime(ts)
+		if !got.Equal(want) || ok == want.IsZero() {
+			t.Errorf("slackTime(%q) = %s, %v; want %s", ts, got, ok, want)
+		}
+	}
+	// Without the clicked message's ts, the request's first message's.
+	n := handler.Notice{Ref: json.RawMessage(`{"channel":"C1","ts":"1700000001.000002"}`)}
+	if got := shownAt("", n); !got.Equal(time.Unix(1700000001, 2000)) {
+		t.Errorf("shownAt from the ref: %s", got)
+	}
+	if got := shownAt("1700000009.000000", n); !got.Equal(time.Unix(1700000009, 0)) {
+		t.Errorf("shownAt of the clicked message: %s", got)
+	}
+	if got := shownAt("", handler.Notice{}); !got.IsZero() {
+		t.Errorf("shownAt of nothing: %s", got)
+	}
+}
+
+func TestHistoryBlock(t *testing.T) {
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	month := events.Duration(30 * 24 * time.Hour)
+	for _, tt := range []struct {
+		h    *events.History
+		want string
+	}{
+		{&events.History{Window: month, Approved: 41, Exact: 3, Principals: []string{"alice", "bob"}},
+			"*History:* approved 41 of 41 times in 30 days (3 with these exact arguments), by alice and bob; last denied never"},
+		{&events.History{Window: month},
+			":warning: *History:* first time: no earlier requests of this tool by this agent in 30 days"},
+		{&events.History{Window: month, Approved: 3, Denied: 1, LastDenied: now.Add(-2 * time.Hour)},
+			":warning: *History:* approved 3 of 4 times in 30 days (1 denied; none with these exact arguments); last denied 2 hours ago"},
+	} {
+		b, err := json.Marshal(historyBlock(tt.h, now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Type string `json:"type"`
+			Text struct{ Type, Text string }
+		}
+		if err := json.Unmarshal(b, &got); err != nil || got.Type != "section" || got.Text.Type != "mrkdwn" || got.Text.Text != tt.want {
+			t.Errorf("historyBlock = %s\nwant the section %q", b, tt.want)
+		}
+	}
+	// Without history, a request's message has none.
+	a := &Adapter{env: channels.Env{Directory: channels.NewDirectory(&policy.Policy{})}}
+	b, _ := json.Marshal(a.requestBlocks(notice(events.Requested{Tool: "t"}, nil)))
+	if strings.Contains(string(b), "History") {
+		t.Errorf("a request without history: %s", b)
 	}
 }

@@ -75,6 +75,7 @@ rules:
 // harness is a broker on embedded NATS, a local Slack, and the Slack
 // channel running on the channel runtime, with the bot's HTTP server.
 type harness struct {
+	broker  *broker.Broker
 	slack   *slacktest.Server
 	adapter *slackch.Adapter
 	rt      *handler.Channel
@@ -105,8 +106,8 @@ func start(t *testing.T, s setup) *harness {
 		t.Fatal(err)
 	}
 	ns := testenv.Server(t)
-	brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Policy: p, AnnouncedOnly: s.announcedOnly})
-	h := &harness{slack: slacktest.New(t, botToken, appToken)}
+	b, _ := brokertest.Run(t, testenv.Conn(t, ns), broker.Config{Policy: p, AnnouncedOnly: s.announcedOnly})
+	h := &harness{slack: slacktest.New(t, botToken, appToken), broker: b}
 	if s.slack != nil {
 		s.slack(h.slack)
 	}

@@ -45,6 +45,10 @@ type noticeMsg struct {
 	// escalation is true for an escalated event: it updates a request
 	// rather than adding one.
 	escalation bool
+	// history is what the record said of requests like it, from the
+	// pending event (handler.Notice does not carry it); nil when the
+	// broker had not read the record, and in escalations.
+	history *events.History
 }
 
 // decidedMsg is a request's decision.
@@ -134,7 +138,13 @@ func (f *feed) decode(msg jetstream.Msg, seq uint64) tea.Msg {
 			log.Warn("ignoring a malformed "+e.Type()+" event", zap.Error(err))
 			return nil
 		}
-		return &noticeMsg{seq: seq, escalation: e.Type() == events.TypeEscalated, notice: n}
+		m := &noticeMsg{seq: seq, escalation: e.Type() == events.TypeEscalated, notice: n}
+		if !m.escalation {
+			if p, err := events.DecodePending(&e); err == nil {
+				m.history = p.History
+			}
+		}
+		return m
 	case events.TypeDecided:
 		d, err := events.DecodeDecided(&e)
 		if err != nil {
@@ -169,6 +179,9 @@ func (f *feed) collect(m *noticeMsg) {
 	}
 	if old, ok := f.replay[id]; ok {
 		merge(&old.notice, m)
+		if m.history != nil {
+			old.history = m.history
+		}
 		return
 	}
 	f.replay[id] = m

@@ -49,6 +49,9 @@ type config struct {
 	answer func(ctx context.Context, id string, r events.Responded) tea.Cmd
 	styles styles
 	log    *zap.Logger
+	// clock says when a request is drawn (an answer's shown_at); nil is
+	// time.Now.
+	clock func() time.Time
 }
 
 // inflight tracks answers being published, so that Run waits for them.
@@ -122,6 +125,12 @@ type item struct {
 	waiting    bool
 	// edit is the user's last edit of the arguments, kept for another try.
 	edit []byte
+	// history is the record's line about requests like it (nil: none).
+	history *events.History
+	// drawn is when the screen first showed it (the answer's shown_at),
+	// looked that the user opened its details (the answer's detail).
+	drawn  time.Time
+	looked bool
 	// line is the list's line of the arguments, for a width.
 	line struct {
 		width int
@@ -288,6 +297,9 @@ func (m *model) apply(x tea.Msg) {
 		m.feedErr = ""
 		if it := m.byID[x.notice.ID]; it != nil {
 			merge(&it.Notice, x)
+			if x.history != nil {
+				it.history = x.history
+			}
 			m.judge(it)
 			return
 		}
@@ -306,7 +318,7 @@ func (m *model) add(n *noticeMsg) {
 	if _, ok := m.gone[id]; ok || m.byID[id] != nil || !m.now.Before(n.notice.Deadline) {
 		return
 	}
-	it := &item{Notice: n.notice}
+	it := &item{Notice: n.notice, history: n.history}
 	m.judge(it)
 	m.items = append(m.items, it)
 	m.byID[id] = it
@@ -553,6 +565,7 @@ func (m *model) key(k tea.KeyMsg) (tea.Model, tea.Cmd) {
 	case "enter":
 		if it := m.selected(); it != nil {
 			m.mode, m.focus, m.top, m.whole = modeDetail, it.ID, 0, false
+			it.looked = true
 		}
 	case "a", "d", "e", "s", "r":
 		return m, m.act(k.String())
@@ -658,7 +671,8 @@ func (m *model) proceed(d draft) tea.Cmd {
 
 // send publishes the answer d to it.
 func (m *model) send(it *item, d draft) tea.Cmd {
-	r := events.Responded{Decision: d.verdict, Reason: d.reason, Args: d.args, Payload: d.payload, Remember: d.remember, Channel: Channel}
+	r := events.Responded{Decision: d.verdict, Reason: d.reason, Args: d.args, Payload: d.payload, Remember: d.remember, Channel: Channel,
+		ShownAt: it.drawn, Detail: it.looked}
 	m.mode, m.focus = modeList, ""
 	m.input.Blur()
 	if err := r.Validate(); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/assent-dev/assent/internal/argview"
+	"github.com/assent-dev/assent/internal/human"
 	"github.com/assent-dev/assent/internal/textsafe"
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -210,14 +211,15 @@ func (m *model) listLines(room int) []string {
 		out = append(out, "", m.st.dim.Render("  Nothing waits for an answer. New requests appear here as they arrive."))
 	default:
 		out = append(out, m.st.dim.Render("  "+m.row("TOOL", "AGENT", "USER", "LEFT", "LV", "RULE")))
-		per := 2
-		slots := max((room-len(out))/per, 1)
+		per, extra := 2, 0
 		at := 0
 		for i, it := range vis {
 			if it.ID == m.sel {
 				at = i
+				extra = len(m.historyLines(it, "    history: ")) // the selected request's
 			}
 		}
+		slots := max((room-len(out)-extra)/per, 1)
 		first := 0
 		if at >= slots {
 			first = at - slots + 1
@@ -274,13 +276,58 @@ func (m *model) itemLines(it *item, selected bool) []string {
 		second += args
 	}
 	first, second = ansi.Truncate(first, m.width, "…"), ansi.Truncate(second, m.width, "…")
+	m.drew(it)
+	// The selected request's history line comes between its columns and
+	// what the agent wrote, so that nothing the agent wrote can push it
+	// off.
+	var hist []string
+	if selected {
+		hist = m.historyLines(it, "    history: ")
+	}
 	switch {
 	case it.why != "":
-		return []string{m.st.dim.Render(first), m.st.dim.Render(second)}
+		return append(append([]string{m.st.dim.Render(first)}, dimAll(m.st, hist)...), m.st.dim.Render(second))
 	case selected:
-		return []string{m.st.sel.Render(pad(first, m.width)), second}
+		return append(append([]string{m.st.sel.Render(pad(first, m.width))}, hist...), second)
 	}
 	return []string{first, m.st.dim.Render(second)}
+}
+
+// historyLines are the record's line about it, after prefix, on at most
+// two lines of the screen's width (the next indented as the first); none
+// when its pending event had none.
+func (m *model) historyLines(it *item, prefix string) []string {
+	line := human.History(it.history, m.now)
+	if line == "" {
+		return nil
+	}
+	indent := strings.Repeat(" ", ansi.StringWidth(prefix))
+	out := wrap(prefix+textsafe.Line(line), m.width, 2)
+	for i := 1; i < len(out); i++ {
+		out[i] = ansi.Truncate(indent+out[i], m.width, "…")
+	}
+	return out
+}
+
+// dimAll renders lines faint.
+func dimAll(st styles, lines []string) []string {
+	for i, l := range lines {
+		lines[i] = st.dim.Render(l)
+	}
+	return lines
+}
+
+// drew notes that the screen shows it now, the first time it does: the
+// shown_at of an answer to it.
+func (m *model) drew(it *item) {
+	if !it.drawn.IsZero() {
+		return
+	}
+	if m.cfg.clock != nil {
+		it.drawn = m.cfg.clock()
+	} else {
+		it.drawn = time.Now()
+	}
 }
 
 // argsLine lays out a request's arguments on one line of at most width
@@ -507,11 +554,22 @@ func (m *model) detailLines() []string {
 		field("Request", it.ID),
 		field("Agent", textsafe.Line(orDash(it.Agent))+"   session "+textsafe.Line(orDash(it.Session))+"   user "+textsafe.Line(orDash(it.User))),
 	}
+	m.drew(it)
 	out = append(out,
 		field("Deadline", it.Deadline.Local().Format("2006-01-02 15:04:05")+" ("+left(it.Deadline.Sub(m.now))+" left)"),
 		field("Rule", textsafe.Line(orDash(it.Rule))+fmt.Sprintf("   level %d", it.Level)),
-		field("Approvers", textsafe.Line(orDash(strings.Join(it.Approvers, ", ")))),
 	)
+	// The record's line, from the broker: above all the agent wrote.
+	if line := human.History(it.history, m.now); line != "" {
+		for i, l := range wrap(textsafe.Line(line), max(m.width-11, 20), 4) {
+			name := ""
+			if i == 0 {
+				name = "History"
+			}
+			out = append(out, field(name, l))
+		}
+	}
+	out = append(out, field("Approvers", textsafe.Line(orDash(strings.Join(it.Approvers, ", ")))))
 	if t := it.Terms; t != nil {
 		terms := fmt.Sprintf("quorum %d", max(t.Quorum, 1))
 		if t.AllowSelfApproval {
@@ -611,6 +669,8 @@ func (m *model) summary(it *item) []string {
 		head += " for " + textsafe.Line(it.User)
 	}
 	out := []string{head + m.st.dim.Render("   "+left(it.Deadline.Sub(m.now))+" left   request "+it.ID)}
+	m.drew(it)
+	out = append(out, m.historyLines(it, "History: ")...)
 	if it.Hint != "" {
 		out = append(out, "Hint: "+textsafe.Line(it.Hint))
 	}

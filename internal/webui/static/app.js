@@ -262,6 +262,10 @@
       const nb = fresh.querySelectorAll(".arg-more")[i];
       if (nb && nb.dataset.fold === b.dataset.fold) unfold(nb);
     });
+    // The answer says when the request was first shown here, and whether
+    // its detail was looked at, whatever version of the card it comes from.
+    if (old.dataset.shown && fresh.dataset.state === "pending") fresh.dataset.shown = old.dataset.shown;
+    if (old.dataset.looked) fresh.dataset.looked = old.dataset.looked;
     old.replaceWith(fresh);
     keepTyped(fresh, kept);
     const note = old.querySelector(".unsent"); // from an earlier refresh
@@ -331,6 +335,10 @@
     if (p === null) return;
     if (p !== undefined) data.principal = p;
     data.channel = "web";
+    // When this page showed the request, and whether the answer comes from
+    // its own page or after unfolding its detail (docs/web.md).
+    if (card.dataset.shown) data.shown_at = card.dataset.shown;
+    if (card.dataset.detail === "true" || card.dataset.looked === "true") data.detail = true;
     const comment = card.querySelector(".comment-in");
     if (data.decision === "approve" && comment && comment.value.trim()) data.reason = comment.value.trim();
     const rem = card.querySelector(".remember");
@@ -503,6 +511,13 @@
     if (ev.target.classList.contains("rem-on")) ev.target.closest(".remember").classList.toggle("on", ev.target.checked);
   });
 
+  // Opening a card's arguments schema is looking at its detail too.
+  document.addEventListener("toggle", (ev) => {
+    const d = ev.target;
+    const card = d.open && d.classList && d.classList.contains("args-schema") ? cardOf(d) : null;
+    if (card) card.dataset.looked = "true";
+  }, true);
+
   document.addEventListener("input", (ev) => {
     if (ev.target.classList.contains("args-edit")) checkEdit(ev.target.closest("form"));
   });
@@ -512,6 +527,8 @@
   function unfold(btn) {
     const val = btn.closest(".arg-val");
     const open = btn.getAttribute("aria-expanded") !== "true";
+    const card = cardOf(btn);
+    if (open && card) card.dataset.looked = "true";
     val.querySelector(".arg-head").hidden = open;
     val.querySelector(".arg-full").hidden = !open;
     btn.setAttribute("aria-expanded", String(open));
