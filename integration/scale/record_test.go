@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/assent-dev/assent/integration/itest"
 	"github.com/assent-dev/assent/internal/clustertest"
@@ -126,6 +127,7 @@ func TestScaleRecord(t *testing.T) {
 	var deploys []deploy
 	var want insights.Counts
 	began := time.Now()
+	lastLog := began
 	for i := range n {
 		id := events.NewID()
 		agent := fmt.Sprintf("agent-%02d", i%20)
@@ -143,7 +145,8 @@ func TestScaleRecord(t *testing.T) {
 			deploys = append(deploys, deploy{id, env})
 		}
 		recordRequest(t, pub, id, agent, tool, args)
-		if i%1000 == 0 {
+		if i%1000 == 0 && time.Since(lastLog) >= 5*time.Second {
+			lastLog = time.Now()
 			rep.progress("record: published %d/%d (%d acknowledged), RSS %s", i, n, pub.acked.Load(), mib(sb.rss(t, b1).rss))
 		}
 	}
@@ -170,7 +173,8 @@ func TestScaleRecord(t *testing.T) {
 			staging++
 		}
 		recordAnswer(t, pub, d.id, who, verdict)
-		if j%1000 == 0 {
+		if j%1000 == 0 && time.Since(lastLog) >= 5*time.Second {
+			lastLog = time.Now()
 			rep.progress("record: answered %d/%d", j, len(deploys))
 		}
 	}
@@ -197,6 +201,10 @@ func TestScaleRecord(t *testing.T) {
 	}
 	after := sb.memory(t, rep, b2, "insights read again")
 	rep.add("memory", "RSS %s before the restart, %s after it with the record read again", mib(before.rss), mib(after.rss))
+
+	// Raw JetStream doing the least a replay must: read every message of
+	// the stream once, through an ordered consumer, and nothing else.
+	rawRead(t, rep, nc)
 
 	// Replay: the policy in force, then the candidate.
 	same := runReplay(t, rep, sb, bin, pol, "the policy in force")
@@ -238,22 +246,25 @@ func recordAnswer(t *testing.T, p *scalePublisher, id, principal string, verdict
 	p.publish(t, subject, &e, "answer-"+id)
 }
 
-// waitDecided waits until the broker has decided want requests (its
-// approved and denied counters).
+// waitDecided waits until the record holds want decisions (the insights'
+// totals), then checks that the broker counted each once.
 func (sb *scaleBroker) waitDecided(t *testing.T, rep *scaleReport, p *itest.Proc, want int, what string) {
 	t.Helper()
 	last, moved := -1, time.Now()
 	for {
-		m, err := scrape(sb.api(), "assent_approved_total", "assent_denied_total")
-		got := int(m["assent_approved_total"] + m["assent_denied_total"])
-		if err == nil && got >= want {
+		got := getInsights(t, sb).Totals.Total()
+		if got >= want {
+			m, err := scrape(sb.api(), "assent_approved_total", "assent_denied_total")
+			if n := int(m["assent_approved_total"] + m["assent_denied_total"]); err != nil || n != got {
+				t.Errorf("%s: the record holds %d decisions, the broker counted %d approved and denied (%v)", what, got, n, err)
+			}
 			rep.add("record", "%s: %d decided", what, got)
 			return
 		}
 		if got != last {
 			last, moved = got, time.Now()
 		} else if time.Since(moved) > scaleStall {
-			t.Fatalf("%s: %d of %d decided, no progress for %s (%v); the end of the log:\n%s", what, got, want, scaleStall, err, sb.logTail(40))
+			t.Fatalf("%s: %d of %d decided, no progress for %s; the end of the log:\n%s", what, got, want, scaleStall, sb.logTail(40))
 		}
 		rep.progress("%s: %d of %d decided, RSS %s", what, got, want, mib(sb.rss(t, p).rss))
 		time.Sleep(2 * time.Second)
@@ -308,4 +319,47 @@ func runReplay(t *testing.T, rep *scaleReport, sb *scaleBroker, bin, file, what 
 	}
 	rep.add("replay", "%s: %d requests (%d messages) in %s: %.0f requests/s; %d changed %v", what, r.Requests, r.Messages, took.Round(time.Millisecond), float64(r.Requests)/took.Seconds(), r.Changed, r.Kinds)
 	return r
+}
+
+// rawRead reads the whole ASSENT stream once with an ordered consumer and
+// reports how fast: the floor under a replay, in the same run.
+func rawRead(t *testing.T, rep *scaleReport, nc *nats.Conn) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := itest.TestCtx(t, 10*time.Minute)
+	stream, err := js.Stream(ctx, events.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := stream.CachedInfo().State.LastSeq
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var n int
+	it, err := cons.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Stop()
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			t.Fatalf("raw read: %v after %d messages", err, n)
+		}
+		n++
+		md, err := msg.Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if md.Sequence.Stream >= last {
+			break
+		}
+	}
+	took := time.Since(start)
+	rep.add("replay", "raw JetStream, the same stream read once by an ordered consumer: %d messages in %s (%.0f messages/s)", n, took.Round(time.Millisecond), float64(n)/took.Seconds())
 }

@@ -270,16 +270,18 @@ func (b *Broker) fix(ctx context.Context, prop *Record) (Record, error) {
 	if b.afterPublish != nil {
 		b.afterPublish(prop.ID)
 	}
+	if found.Data == nil {
+		// Stored by this publish (found from its acknowledgement, not
+		// read back): counted once, whichever handling stored it, and
+		// before the wait below, whose failure has the message handled
+		// again, which then finds the decision stored and counts nothing.
+		b.metrics.decided(prop)
+		b.observe(prop)
+	}
 	// Readers of this replica (listings, GET, the HTTP answer's reply) see
 	// the decision once the ledger has read it.
 	if err := b.ledger.await(ctx, found.Sequence); err != nil {
 		return *prop, err
-	}
-	if found.Data == nil {
-		// Stored by this publish (found from its acknowledgement, not
-		// read back): counted once, whichever handling stored it.
-		b.metrics.decided(prop)
-		b.observe(prop)
 	}
 	// Written after the decision: a grant written before could outlive an
 	// answer whose decision lost.

@@ -85,15 +85,21 @@ type Aggregator struct {
 	// later message about one of them starts no request, and a later
 	// message on its decision subject is not its decision.
 	evicted, recent *idset
-	first           uint64 // the sequence of the first message added
-	clock           int64  // the newest stored time read (Unix nanoseconds)
-	clockHour       int64
-	clockDay        int32
-	hours           hours
+	// evictedUpTo is the highest request sequence evicted: requests are
+	// opened and evicted in stream order, so a decision naming a request
+	// at or below it, not open and not decided, is an evicted one's (a
+	// backlog larger than MaxOpen evicts more than evicted remembers).
+	evictedUpTo uint64
+	first       uint64 // the sequence of the first message added
+	clock       int64  // the newest stored time read (Unix nanoseconds)
+	clockHour   int64
+	clockDay    int32
+	hours       hours
 	// stamps keeps each approver's last fast answers, disputed each
-	// disagreement pair's last requests.
-	stamps, disputed map[uint32]*examples
-	stats            Stats
+	// disagreement pair's last requests, unlooked the last approvals given
+	// without an edit or a look at the detail (under id 0).
+	stamps, disputed, unlooked map[uint32]*examples
+	stats                      Stats
 
 	// gmu guards the groups, which History reads for every request
 	// announced: it is held only for moments.
@@ -136,6 +142,7 @@ func New(cfg Config) (*Aggregator, error) {
 		recent:   newIDSet(recentDecided),
 		stamps:   make(map[uint32]*examples),
 		disputed: make(map[uint32]*examples),
+		unlooked: make(map[uint32]*examples),
 		pairs:    make(map[pairKey]*pair),
 	}, nil
 }
@@ -158,6 +165,9 @@ type entry struct {
 	hasArgs   bool
 	answers   []answer
 	shadow    uint32 // the disagreement pair of its shadow audit, 0 if none
+	// seq is the stream sequence of its request message (0: opened by
+	// its pending event).
+	seq uint64
 	// done: decided or evicted (the queue still holds it).
 	done bool
 	// thin: folded without its facts.
@@ -216,7 +226,8 @@ func (a *Aggregator) read(msg *jetstream.RawStreamMsg, at int64) func() {
 		// assent.request.<agent>: the broker takes no other.
 		if agent := subj[len(events.RequestPrefix):]; events.ValidToken(agent) {
 			if r, ok := readRequest(h, msg.Data); ok {
-				return func() { a.request(r, agent) }
+				seq := msg.Sequence
+				return func() { a.request(r, agent, seq) }
 			}
 		}
 	case strings.HasPrefix(subj, events.PendingPrefix):
@@ -297,6 +308,7 @@ func (a *Aggregator) opened(en *entry) {
 		old.done = true
 		delete(a.open, old.id)
 		a.evicted.add(hashString(old.id))
+		a.evictedUpTo = max(a.evictedUpTo, old.seq)
 		a.stats.Evicted++
 	}
 	a.open[en.id] = en
@@ -320,14 +332,14 @@ func (a *Aggregator) close(en *entry) {
 	delete(a.open, en.id)
 }
 
-func (a *Aggregator) request(r requestMsg, agent string) {
+func (a *Aggregator) request(r requestMsg, agent string, seq uint64) {
 	if _, ok := a.open[r.id]; ok {
 		return // a copy: the first one stands
 	}
 	if a.recent.has(hashString(r.id)) {
 		return // a copy of a request decided already
 	}
-	a.opened(&entry{id: r.id, tool: a.names.id(r.tool), agent: a.names.id(agent)})
+	a.opened(&entry{id: r.id, seq: seq, tool: a.names.id(r.tool), agent: a.names.id(agent)})
 }
 
 func (a *Aggregator) pending(p *pendingMsg, vals []argVal, at int64) {
@@ -391,6 +403,8 @@ func (a *Aggregator) decision(d *decisionMsg, at int64) {
 	case a.evicted.has(h):
 		a.evicted.remove(h)
 		en = &entry{id: d.id, thin: true}
+	case d.requestSeq != 0 && d.requestSeq >= a.first && d.requestSeq <= a.evictedUpTo:
+		en = &entry{id: d.id, thin: true} // evicted, and forgotten since
 	case d.requestSeq != 0 && d.requestSeq < a.first:
 		en = &entry{id: d.id, thin: true} // requested before what was read
 	default:
@@ -476,6 +490,15 @@ func (a *Aggregator) fold(en *entry, d *decisionMsg, at int64) {
 		if shown != 0 && v.at-shown < int64(RubberStampUnder) {
 			x.fast++
 			a.exampleOf(a.stamps, v.principal, example{id: en.id, at: at, key: k})
+		}
+	}
+	if f.unlooked {
+		// An example for all, and one for each approver's reports.
+		a.exampleOf(a.unlooked, 0, example{id: en.id, at: at, key: f.key})
+		for _, v := range voters {
+			k := f.key
+			k.approver = v.principal
+			a.exampleOf(a.unlooked, 0, example{id: en.id, at: at, key: k})
 		}
 	}
 	if f.dispute != 0 {

@@ -140,7 +140,7 @@ func (s *synth) feed(a *Aggregator, seq *uint64) {
 		a.through.Store(*seq)
 		a.mu.Unlock()
 	}
-	step(s.at, func() { a.request(requestMsg{id: s.id, tool: s.tool}, s.agent) })
+	step(s.at, func() { a.request(requestMsg{id: s.id, tool: s.tool}, s.agent, *seq) })
 	if s.shadow {
 		sh := shadowMsg{id: s.id, tool: s.tool, agent: s.agent, live: "allow by " + s.rule, shadow: "deny by strict"}
 		step(s.at, func() { a.shadow(&sh, s.at.UnixNano()) })

@@ -33,6 +33,9 @@ const (
 	// server deletes it that long after a follower that died stopped
 	// pulling.
 	readerIdle = 30 * time.Second
+	// stallAfter is how long a reading may deliver nothing while the
+	// stream holds more before Follow reads on with a new consumer.
+	stallAfter = 10 * time.Second
 	// dropTimeout bounds deleting the consumer when the reading stops, so
 	// that a broker stopping without a server stops at once all the same.
 	dropTimeout = time.Second
@@ -137,11 +140,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, stream string, agg *Agg
 				wg.Go(func() { watchIdle(done, agg, &delivered, &busy, log) })
 			}
 		})
-		select {
-		case <-ctx.Done():
-		case <-cc.Closed():
-			log.Warn("the stream's reading ended; reading on from where it stopped", zap.Uint64("through", agg.Through()))
-		}
+		stalled(ctx, js, stream, agg, cc, &delivered, log)
 		cc.Stop()
 		// A message being added finishes first (bounded: a closed
 		// connection may not say so).
@@ -152,6 +151,39 @@ func Follow(ctx context.Context, js jetstream.JetStream, stream string, agg *Agg
 		drop(js, stream, cons, log)
 	}
 	return nil
+}
+
+// stalled returns when ctx ends, when the reading cc ends, or when it
+// stalls: nothing delivered for stallAfter while the stream holds messages
+// past what agg has read. Under load a server can let an ordered consumer
+// go (missed heartbeats, a reset that timed out) without nats.go closing
+// the reading; Follow then reads on with a new consumer.
+func stalled(ctx context.Context, js jetstream.JetStream, stream string, agg *Aggregator, cc jetstream.ConsumeContext, delivered *atomic.Uint64, log *zap.Logger) {
+	t := time.NewTicker(stallAfter)
+	defer t.Stop()
+	seen := delivered.Load()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-cc.Closed():
+			log.Warn("the stream's reading ended; reading on from where it stopped", zap.Uint64("through", agg.Through()))
+			return
+		case <-t.C:
+		}
+		now := delivered.Load()
+		if now != seen {
+			seen = now
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		s, err := js.Stream(cctx, stream)
+		cancel()
+		if err == nil && s.CachedInfo().State.LastSeq > agg.Through() {
+			log.Warn("the stream's reading stalled; reading on from where it stopped with a new consumer", zap.Uint64("through", agg.Through()), zap.Uint64("last", s.CachedInfo().State.LastSeq))
+			return
+		}
+	}
 }
 
 // watchIdle marks agg caught up once nothing was delivered for

@@ -208,6 +208,7 @@ func (a *Aggregator) Query(f Filter, now time.Time) Report {
 	}
 	r.RubberStamps = a.rubberStamps(q, &m, from, to)
 	r.Disagreements = a.disagreements(q, &m, from, to)
+	unlooked := a.unlookedExamples(&m, from, to)
 	a.mu.RUnlock()
 	for _, h := range r.Hours {
 		addAll(&r.Totals, h.Counts)
@@ -215,6 +216,7 @@ func (a *Aggregator) Query(f Filter, now time.Time) Report {
 	r.ByRule = a.latencies(q.rules, true)
 	r.ByApprover = a.latencies(q.approvers, false)
 	r.Unexamined = q.unexam
+	r.Unexamined.Examples = unlooked
 	if r.Unexamined.Approved > 0 {
 		r.Unexamined.Share = float64(r.Unexamined.Unlooked) / float64(r.Unexamined.Approved)
 	}
@@ -308,6 +310,22 @@ func (a *Aggregator) rubberStamps(q *acc, m *matcher, from, to int64) []RubberSt
 	slices.SortFunc(out, func(x, y RubberStamp) int {
 		return cmp.Or(cmp.Compare(y.Share, x.Share), cmp.Compare(y.Fast, x.Fast), cmp.Compare(y.Answers, x.Answers), strings.Compare(x.Approver, y.Approver))
 	})
+	return out
+}
+
+// unlookedExamples lists the last approvals given without an edit or a
+// look at the detail, from the window [from, to) that m selects. a.mu is
+// held.
+func (a *Aggregator) unlookedExamples(m *matcher, from, to int64) []string {
+	var out []string
+	if e := a.unlooked[0]; e != nil {
+		e.newest(func(x *example) bool {
+			if x.at >= from && x.at < to && x.approver == m.approver && m.match(x.key) {
+				out = append(out, x.id)
+			}
+			return len(out) < MaxExamples
+		})
+	}
 	return out
 }
 

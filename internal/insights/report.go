@@ -141,6 +141,9 @@ type Unexamined struct {
 	Unedited int     `json:"unedited"`
 	Unlooked int     `json:"unlooked"`
 	Share    float64 `json:"share"` // Unlooked / Approved
+	// Examples are request ids of unlooked approvals, most recent first
+	// (at most MaxExamples).
+	Examples []string `json:"examples,omitempty"`
 }
 
 // MinEvidence is how many decisions a group needs to be a Candidate.

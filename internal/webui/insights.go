@@ -186,6 +186,9 @@ type unexaminedView struct {
 	Approved, Unedited, Unlooked      int
 	ApprovedHref, UneditedHref, Share string
 	UneditedShare                     string
+	// UnlookedHref lists the most recent unlooked approvals (the report's
+	// examples): no filter of the record selects them all.
+	UnlookedHref string
 }
 
 type candidateRow struct {
@@ -335,6 +338,9 @@ func (u *UI) reportView(rep insights.Report, f insights.Filter, window string) *
 		Share: percent(ux.Share)}
 	if ux.Approved > 0 {
 		rv.Unexamined.UneditedShare = percent(float64(ux.Unedited) / float64(ux.Approved))
+	}
+	if len(ux.Examples) > 0 {
+		rv.Unexamined.UnlookedHref = ids(ux.Examples)
 	}
 	candidates := func(cs []insights.Candidate, outcome string) []candidateRow {
 		var out []candidateRow
