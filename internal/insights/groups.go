@@ -316,6 +316,8 @@ type fieldPat struct {
 	// kindString), lo and hi the range of the numbers (kindNumber).
 	prefix string
 	lo, hi float64
+	// dots: some string value held "..".
+	dots bool
 }
 
 func (f *fieldPat) add(v *argVal) {
@@ -335,6 +337,7 @@ func (f *fieldPat) add(v *argVal) {
 // string's) and range lo to hi (a number's).
 func (f *fieldPat) note(kind uint8, text string, lo, hi float64) {
 	if kind&kindString != 0 {
+		f.dots = f.dots || strings.Contains(text, "..")
 		if f.kinds&kindString == 0 {
 			f.prefix = text
 		} else {
@@ -366,6 +369,7 @@ func (f *fieldPat) value(v unique.Handle[string]) {
 // merge adds what o saw to f (of the same field).
 func (f *fieldPat) merge(o *fieldPat) {
 	f.seen += o.seen
+	f.dots = f.dots || o.dots
 	if o.kinds != 0 {
 		f.note(o.kinds, o.prefix, o.lo, o.hi)
 	}
@@ -397,7 +401,7 @@ func (f *fieldPat) pattern(name string, n uint32) ArgPattern {
 	p.Varied = true
 	switch f.kinds {
 	case kindString:
-		p.Prefix = f.prefix
+		p.Prefix, p.DotDot = f.prefix, f.dots
 	case kindNumber:
 		lo, hi := f.lo, f.hi
 		p.Min, p.Max = &lo, &hi

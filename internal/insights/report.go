@@ -191,6 +191,10 @@ type ArgPattern struct {
 	Max    *float64 `json:"max,omitempty"`
 	// Optional: some requests of the group did not have the field.
 	Optional bool `json:"optional,omitempty"`
+	// DotDot: some string value of the field held "..". Without it, a
+	// suggested allow rule keeps a varied path-like value from climbing
+	// out of its prefix ("/srv/kb/../../etc").
+	DotDot bool `json:"dot_dot,omitempty"`
 }
 
 // Disagreement counts where the shadow policy's outcome differed from the

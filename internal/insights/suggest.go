@@ -373,7 +373,7 @@ func suggestCondition(c Candidate, action policy.Action) (clauses, notes []strin
 		}
 	}
 	for _, a := range args {
-		cl, note, why := suggestArg(a)
+		cl, note, why := suggestArg(a, action == policy.Allow)
 		if why != "" {
 			return nil, nil, fmt.Sprintf("field %s: %s", strconv.Quote(a.Field), why)
 		}
@@ -389,8 +389,10 @@ func suggestCondition(c Candidate, action policy.Action) (clauses, notes []strin
 
 // suggestArg returns the clause for one field (empty when a field that
 // need not be there may hold anything), a note on what it widens or drops,
-// and why the field cannot be written if it cannot.
-func suggestArg(a ArgPattern) (clause, note, why string) {
+// and why the field cannot be written if it cannot. For an allow rule, a
+// varied string that never held ".." must not hold it: a prefix is not a
+// directory.
+func suggestArg(a ArgPattern, allow bool) (clause, note, why string) {
 	has, get := suggestField(a.Field)
 	field := suggestSafe(strconv.Quote(a.Field))
 	var test string
@@ -427,6 +429,10 @@ func suggestArg(a ArgPattern) (clause, note, why string) {
 		q := suggestCELString(p)
 		test = "type(" + get + ") == string && " + get + ".startsWith(" + q + ")"
 		note = fmt.Sprintf("%s: widened to the strings starting with %s (values varied)", field, q)
+		if allow && !a.DotDot {
+			test += " && !" + get + `.contains("..")`
+			note = fmt.Sprintf(`%s: widened to the strings starting with %s and without ".." (values varied)`, field, q)
+		}
 	case len(a.Values) == 0:
 		return "", "", "neither values nor how they varied"
 	default:

@@ -94,7 +94,7 @@ const suggestHeaderGolden = `# Rules suggested by the record of decisions from 2
 const suggestRulesGolden = `rules:
   # approved 41 times by alice, bob between 2026-10-28 and 2026-11-26; last denied: never (examples: 0193a5b2-0001, 0193a5b2-0002, 0193a5b2-0003)
   # "note": widened to any value (values varied, with no common prefix or range)
-  # "ref": widened to the strings starting with "release-" (values varied)
+  # "ref": widened to the strings starting with "release-" and without ".." (values varied)
   # "replicas": widened to the numbers from 1 to 5 (values varied)
   - name: suggested-allow-deploy-coder
     tools: [deploy]
@@ -103,13 +103,13 @@ const suggestRulesGolden = `rules:
       args.all(k, k in ["dry_run", "env", "note", "ref", "replicas"])
       && (!has(args.dry_run) || args.dry_run in [true, false])
       && has(args.env) && args.env == "staging"
-      && has(args.ref) && type(args.ref) == string && args.ref.startsWith("release-")
+      && has(args.ref) && type(args.ref) == string && args.ref.startsWith("release-") && !args.ref.contains("..")
       && has(args.replicas) && type(args.replicas) in [int, uint, double] && args.replicas >= 1 && args.replicas <= 5
     action: allow
 
   # approved 5 times by carol on 2026-10-31; last denied: 2026-10-29
   # "my-field": left out values a condition cannot compare: 1e400
-  # "name": widened to the strings starting with "r" (values varied)
+  # "name": widened to the strings starting with "r" and without ".." (values varied)
   - name: suggested-allow-fs-read-x
     tools: ['fs/read\*\[x\]\?']
     when: >-
@@ -118,7 +118,7 @@ const suggestRulesGolden = `rules:
       && ("" in args) && args[""] in [{"a": {}, "b": [1, "x", null]}, []]
       && ("in" in args) && args["in"] == null
       && ("my-field" in args) && args["my-field"] in [1.5, -2, 1000.0, 1.2345678901234567e+19]
-      && has(args.name) && type(args.name) == string && args.name.startsWith("r")
+      && has(args.name) && type(args.name) == string && args.name.startsWith("r") && !args.name.contains("..")
       && has(args.path) && args.path in ["a \"quoted\" \\ back'slash", "café ☕ 😀", "line\nbreak\ttab\u2028\u0000"]
     action: allow
 
@@ -420,6 +420,9 @@ func suggestReference(t *testing.T, g suggestGroup) insights.Candidate {
 				}
 				p.Prefix = p.Prefix[:n] // bytewise: it may end inside a character
 			}
+			for _, s := range f.strs {
+				p.DotDot = p.DotDot || strings.Contains(s, "..")
+			}
 		case !f.notNum:
 			p.Varied = true
 			lo, hi := slices.Min(f.nums), slices.Max(f.nums)
@@ -638,6 +641,9 @@ func (g suggestGen) outside(t *testing.T, c insights.Candidate, base map[string]
 			add("the prefix less a character", p.Field, with(p.Field, pre[:len(pre)-size]))
 			// No prefix starts with "~": suggestRunes has none.
 			add("without the prefix", p.Field, with(p.Field, "~"+g.str(3)+pre))
+			if allow && !p.DotDot {
+				add("climbing out of the prefix", p.Field, with(p.Field, pre+"../"+g.str(3)))
+			}
 			add("not a string", p.Field, with(p.Field, 7))
 		case p.Min != nil:
 			add("below the range", p.Field, with(p.Field, *p.Min-0.5))
