@@ -288,6 +288,22 @@ func TestDecisionBeforeTheRecord(t *testing.T) {
 	}
 }
 
+// TestDisagreementSameRule: where the live and shadow policies take the
+// same action by the same rule and differ in its terms, the pair names what
+// differs, so that its row says something.
+func TestDisagreementSameRule(t *testing.T) {
+	r := newRecord(t, Config{})
+	r.asked("d1", "a", "deploy", "deploys", "")
+	r.store(events.ShadowPrefix+"d1", events.TypeShadowDisagreement, "", events.ShadowDisagreement{RequestID: "d1", Tool: "deploy", Agent: "a",
+		Live: "require_approval by deploys", Shadow: "require_approval by deploys", Summary: "timeout 10m0s vs 1h0m0s"})
+	r.after(time.Second).voted("alice", "d1", "deploys", events.Approve, events.Responded{})
+	rep := r.query(Filter{Since: base, Until: base.Add(time.Hour)})
+	want := []Disagreement{{Live: "require_approval by deploys", Shadow: "require_approval by deploys (timeout 10m0s vs 1h0m0s)", Count: 1, Examples: []string{"d1"}}}
+	if !reflect.DeepEqual(rep.Disagreements, want) {
+		t.Fatalf("disagreements %+v, want %+v", rep.Disagreements, want)
+	}
+}
+
 // TestBacklog: a backlog of requests larger than MaxOpen and than the
 // evicted ids it remembers (a million stored before the broker decides
 // any): every decision naming a request evicted from it still counts.

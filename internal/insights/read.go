@@ -226,8 +226,21 @@ func readShadow(h nats.Header, body []byte) (shadowMsg, bool) {
 	if stdJSON.Unmarshal(data, &d) != nil || !events.ValidToken(d.RequestID) {
 		return shadowMsg{}, false
 	}
-	return shadowMsg{id: d.RequestID, tool: d.Tool, agent: d.Agent, live: d.Live, shadow: d.Shadow}, true
+	m := shadowMsg{id: d.RequestID, tool: d.Tool, agent: d.Agent, live: d.Live, shadow: d.Shadow}
+	if m.live == m.shadow && d.Summary != "" {
+		// The same action by the same rule: what differs is in the
+		// summary (approvers, quorum, timeout), bounded by the policies.
+		sum := d.Summary
+		if len(sum) > maxSummary {
+			sum = wholeRunes(sum[:maxSummary]) + "…"
+		}
+		m.shadow += " (" + sum + ")"
+	}
+	return m, true
 }
+
+// maxSummary bounds the summary a disagreement pair's name carries.
+const maxSummary = 160
 
 // digestKey returns the first 8 bytes of an args digest ("sha256:<hex>"),
 // which is how the aggregator tells arguments apart; 0 for anything else.
