@@ -89,17 +89,7 @@ func TestScaleRecord(t *testing.T) {
 	if n < 10 {
 		t.Fatalf("-scale.record %d: at least 10", n)
 	}
-	out := *scaleOut
-	if out == "" {
-		out = t.TempDir()
-	} else if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatalf("-scale.out: %v", err)
-	}
-	rep := newScaleReport(t, out)
-	bin := *scaleBin
-	if bin == "" {
-		bin = itest.BrokerBinary(t)
-	}
+	out, rep, bin := scaleSetup(t)
 	dir := t.TempDir()
 	pol, cand := filepath.Join(dir, "policy.yaml"), filepath.Join(dir, "candidate.yaml")
 	for f, src := range map[string]string{pol: recordPolicy, cand: recordCandidate} {

@@ -98,17 +98,7 @@ func TestScalePending(t *testing.T) {
 	if n < 1 || m < 1 || *scaleRate < 1 || *scaleAgents < 1 || *scaleWindow < 1 {
 		t.Fatalf("-scale.pending %d, -scale.expiring %d, -scale.rate %d, -scale.agents %d, -scale.window %d: each must be at least 1", n, m, *scaleRate, *scaleAgents, *scaleWindow)
 	}
-	out := *scaleOut
-	if out == "" {
-		out = t.TempDir()
-	} else if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatalf("-scale.out: %v", err)
-	}
-	rep := newScaleReport(t, out)
-	bin := *scaleBin
-	if bin == "" {
-		bin = itest.BrokerBinary(t)
-	}
+	out, rep, bin := scaleSetup(t)
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("go is not on PATH; the scale test runs go tool pprof")
 	}
@@ -269,6 +259,24 @@ func TestScalePending(t *testing.T) {
 	rep.goal("ready within 15s of a restart", sb.readyAfter < scaleGoalReady, "%s", sb.readyAfter.Round(time.Millisecond))
 	rep.goal("deadlines p99 at most 1s late", late.p99 <= scaleGoalLate, "p50 %s, p99 %s, max %s", late.p50, late.p99, late.max)
 	rep.finish()
+}
+
+// scaleSetup returns the results directory (-scale.out, or a temporary
+// one), its report, and the broker binary to run (-scale.broker, or
+// ./cmd/broker built).
+func scaleSetup(t *testing.T) (string, *scaleReport, string) {
+	t.Helper()
+	out := *scaleOut
+	if out == "" {
+		out = t.TempDir()
+	} else if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatalf("-scale.out: %v", err)
+	}
+	bin := *scaleBin
+	if bin == "" {
+		bin = itest.BrokerBinary(t)
+	}
+	return out, newScaleReport(t, out), bin
 }
 
 // scaleBroker is the broker process of TestScalePending: its flags, ports

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/assent-dev/assent/internal/access"
+	"github.com/assent-dev/assent/internal/human"
 	"github.com/assent-dev/assent/internal/insights"
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -187,65 +188,11 @@ func parseInsightsTime(v string, from time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339, v); err == nil {
 		return t, nil
 	}
-	d, err := ParseSpan(v)
+	d, err := human.ParseSpan(v)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time such as 2026-11-22T10:00:00Z nor a duration such as 7d, 24h or 90m", v)
 	}
 	return from.Add(-d), nil
-}
-
-// ParseSpan reads a positive duration written as Go writes them (90m,
-// 1h30m) or with days and weeks too (7d, 2w, 1d12h): a day is 24 hours.
-func ParseSpan(s string) (time.Duration, error) {
-	var total time.Duration
-	rest := s
-	if rest == "" {
-		return 0, errors.New("empty duration")
-	}
-	for rest != "" {
-		i := 0
-		for i < len(rest) && (rest[i] >= '0' && rest[i] <= '9' || rest[i] == '.') {
-			i++
-		}
-		j := i
-		for j < len(rest) && (rest[j] < '0' || rest[j] > '9') && rest[j] != '.' {
-			j++
-		}
-		if i == 0 || j == i {
-			return 0, fmt.Errorf("duration %q: want a number and a unit, such as 7d or 24h", s)
-		}
-		num, unit := rest[:i], rest[i:j]
-		var d time.Duration
-		switch unit {
-		case "d", "w":
-			n, err := strconv.ParseFloat(num, 64)
-			if err != nil {
-				return 0, fmt.Errorf("duration %q: %w", s, err)
-			}
-			day := 24 * float64(time.Hour)
-			if unit == "w" {
-				day *= 7
-			}
-			if n*day > float64(1<<62) {
-				return 0, fmt.Errorf("duration %q: too long", s)
-			}
-			d = time.Duration(n * day)
-		default:
-			var err error
-			if d, err = time.ParseDuration(num + unit); err != nil {
-				return 0, fmt.Errorf("duration %q: unit %q: want w, d, h, m or s", s, unit)
-			}
-		}
-		if total > 1<<62-d {
-			return 0, fmt.Errorf("duration %q: too long", s)
-		}
-		total += d
-		rest = rest[j:]
-	}
-	if total <= 0 {
-		return 0, fmt.Errorf("duration %q: want more than zero", s)
-	}
-	return total, nil
 }
 
 // spanWords writes d in days and hours, or as Go does under a day.

@@ -147,22 +147,9 @@ func fastRequest(agent string, body []byte, intern map[string]string) (requestMs
 	var m requestMsg
 	var env envelope
 	s := newScanner(body)
-	s.enter()
-	for first := true; ; {
-		key, ok := s.member(&first)
-		if !ok {
-			break
-		}
-		if string(key) != "data" {
-			if !env.member(&s, key, intern) {
-				s.skip()
-			}
-			continue
-		}
-		env.data++
-		s.enter()
+	readData(&s, &env, intern, func() {
 		readRequested(&s, &m.req, &env, intern)
-	}
+	})
 	if !env.sound(&s, events.TypeRequested) {
 		return m, false
 	}
@@ -173,6 +160,28 @@ func fastRequest(agent string, body []byte, intern map[string]string) (requestMs
 	}
 	m.req.Agent = agent
 	return m, true
+}
+
+// readData reads the structured-mode event in s: each envelope member into
+// env, and, for the data object, once entered, calls data to read its
+// members.
+func readData(s *scanner, env *envelope, intern map[string]string, data func()) {
+	s.enter()
+	for first := true; ; {
+		key, ok := s.member(&first)
+		if !ok {
+			return
+		}
+		if string(key) != "data" {
+			if !env.member(s, key, intern) {
+				s.skip()
+			}
+			continue
+		}
+		env.data++
+		s.enter()
+		data()
+	}
 }
 
 // readRequested reads the members of requested data into r.
@@ -309,20 +318,7 @@ func fastPending(body []byte, intern map[string]string) (pendingMsg, bool) {
 	var env envelope
 	var rule, approvalRule string
 	s := newScanner(body)
-	s.enter()
-	for first := true; ; {
-		key, ok := s.member(&first)
-		if !ok {
-			break
-		}
-		if string(key) != "data" {
-			if !env.member(&s, key, intern) {
-				s.skip()
-			}
-			continue
-		}
-		env.data++
-		s.enter()
+	readData(&s, &env, intern, func() {
 		for first := true; ; {
 			key, ok := s.member(&first)
 			if !ok {
@@ -344,7 +340,7 @@ func fastPending(body []byte, intern map[string]string) (pendingMsg, bool) {
 				s.skip()
 			}
 		}
-	}
+	})
 	switch {
 	case env.sound(&s, events.TypeEscalated):
 		m.escalated = true
@@ -433,20 +429,7 @@ func fastDecision(body []byte, intern map[string]string) (decisionMsg, bool) {
 	var m decisionMsg
 	var env envelope
 	s := newScanner(body)
-	s.enter()
-	for first := true; ; {
-		key, ok := s.member(&first)
-		if !ok {
-			break
-		}
-		if string(key) != "data" {
-			if !env.member(&s, key, intern) {
-				s.skip()
-			}
-			continue
-		}
-		env.data++
-		s.enter()
+	readData(&s, &env, intern, func() {
 		for first := true; ; {
 			key, ok := s.member(&first)
 			if !ok {
@@ -496,7 +479,7 @@ func fastDecision(body []byte, intern map[string]string) (decisionMsg, bool) {
 				s.skip()
 			}
 		}
-	}
+	})
 	if !env.sound(&s, events.TypeDecided) || !m.outcome.Valid() {
 		return m, false
 	}
