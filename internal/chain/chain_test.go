@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/assent-dev/assent/internal/chain"
+	"github.com/assent-dev/assent/internal/natsconn"
 	"github.com/assent-dev/assent/internal/testenv"
 	"github.com/assent-dev/assent/pkg/events"
 )
@@ -255,18 +256,10 @@ func TestWitness(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The server removes the old store's files after it answers the
-	// deletion; until it has, creating the stream again may be refused
-	// ("error creating store for stream"), so that is tried again.
-	var s jetstream.Stream
-	for try := 0; ; try++ {
-		s, err = r.js.CreateStream(ctx(t), jetstream.StreamConfig{Name: stream, Subjects: []string{"assent.>"}})
-		if err == nil {
-			break
-		}
-		if try == 50 {
-			t.Fatal(err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// deletion: CreateStream tries again until it has.
+	s, err := natsconn.CreateStream(ctx(t), r.js, jetstream.StreamConfig{Name: stream, Subjects: []string{"assent.>"}})
+	if err != nil {
+		t.Fatal(err)
 	}
 	r.s = s
 	for range 2 {

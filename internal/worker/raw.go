@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/assent-dev/assent/internal/natsconn"
 	"github.com/assent-dev/assent/pkg/events"
 	"github.com/assent-dev/assent/pkg/handler"
 )
@@ -107,7 +108,7 @@ func StartRaw(ctx context.Context, nc *nats.Conn, cfg RawConfig, log *zap.Logger
 	if cfg.Stored {
 		scfg.RePublish = &jetstream.RePublish{Source: RawPrefix + ".reply.>", Destination: RawStoredPrefix + ".reply.>"}
 	}
-	s, err := js.CreateStream(ctx, scfg)
+	s, err := natsconn.CreateStream(ctx, js, scfg)
 	if err != nil {
 		return nil, fmt.Errorf("create stream %s (the server needs JetStream, and the credentials the right to create streams): %w", RawStream, err)
 	}
